@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The one GPU call: GPU tests, compute-sanitizer over every lab, the main job (and optional benches),
+# with every log in $OUT. Runs from the repository root without installing anything.
+#
+#   scripts/gpu_suite.sh                 tests, check, run (--quick)
+#   scripts/gpu_suite.sh tests bench:scheduling run-full
+#   PYTEST_ARGS="-k clusters" scripts/gpu_suite.sh tests
+#
+# Steps: tests | check | run | run-full | bench:LAB
+# $OUT ends with at most 8 files: env.txt, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
+set -u
+OUT=${OUT:-$PWD/gpu-results}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export CUADV_CACHE_DIR=${CUADV_CACHE_DIR:-/tmp/cuadv-cache}
+STEPS=${*:-tests check run}
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
+  python3 -c "import sys, cuda.core, cuda.bindings, numpy; print(sys.version); print('cuda.core', cuda.core.__version__, 'cuda.bindings', cuda.bindings.__version__, 'numpy', numpy.__version__)"
+  python3 -c "import cupy; print('cupy', cupy.__version__)"
+  python3 -m cuadv caps
+} > "$OUT/env.txt" 2>&1
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+for step in $STEPS; do
+  start=$(date +%s)
+  case $step in
+    tests)
+      python3 -m pytest -m gpu -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+      note "tests: exit $? ($(tail -n 1 "$OUT/pytest.log")) in $(( $(date +%s) - start )) s" ;;
+    check)
+      python3 -m cuadv check --log "$OUT/check-detail.log" ${CHECK_ARGS:-} > "$OUT/check.log" 2>&1
+      rc=$?
+      tail -c 200000 "$OUT/check-detail.log" >> "$OUT/check.log" 2>/dev/null; rm -f "$OUT/check-detail.log"
+      note "check: exit $rc in $(( $(date +%s) - start )) s" ;;
+    run|run-full)
+      flag=--quick; [ "$step" = run-full ] && flag=
+      python3 -m cuadv run $flag --out "$OUT/report" > "$OUT/run.log" 2>&1
+      note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
+    bench:*)
+      python3 -m cuadv bench "${step#bench:}" --out "$OUT/report" >> "$OUT/bench.log" 2>&1
+      note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
+    *) note "unknown step $step" ;;
+  esac
+done
+
+if [ -d "$OUT/report" ]; then
+  tar -czf "$OUT/report.tar.gz" -C "$OUT" report && rm -rf "$OUT/report"
+fi
+cat "$SUMMARY"

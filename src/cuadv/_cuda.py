@@ -1,0 +1,73 @@
+"""Thin checked access to the CUDA driver and NVRTC through cuda.bindings."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from .errors import CudaDriverError, NoGpuError
+
+
+def driver():
+    from cuda.bindings import driver as drv
+
+    return drv
+
+
+def nvrtc():
+    from cuda.bindings import nvrtc as rtc
+
+    return rtc
+
+
+def check(result: tuple | Any, call: str = "CUDA driver call") -> Any:
+    """Unpack a cuda.bindings return tuple, raising CudaDriverError on failure."""
+    if not isinstance(result, tuple):
+        result = (result,)
+    status, *values = result
+    if int(status) != 0:
+        drv = driver()
+        name = str(status)
+        try:
+            err, text = drv.cuGetErrorString(status)
+            if int(err) == 0 and text:
+                name = f"{status.name}: {text.decode()}"
+        except Exception:  # the driver may be gone; the enum name is enough
+            pass
+        raise CudaDriverError(f"{call} failed: {name}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@cache
+def init_driver() -> int:
+    """Initialise the driver once; return the device count. Raises NoGpuError with one clear line."""
+    try:
+        drv = driver()
+        status, = drv.cuInit(0)
+    except Exception as exc:  # library missing: no driver installed
+        raise NoGpuError(f"no CUDA GPU: the NVIDIA driver library could not be loaded ({type(exc).__name__})") from None
+    if int(status) != 0:
+        raise NoGpuError(f"no CUDA GPU: cuInit returned {status.name}")
+    status, count = drv.cuDeviceGetCount()
+    if int(status) != 0 or count == 0:
+        raise NoGpuError("no CUDA GPU: the driver reports 0 devices")
+    return count
+
+
+def gpu_available() -> bool:
+    try:
+        init_driver()
+    except NoGpuError:
+        return False
+    return True
+
+
+def nvrtc_version() -> tuple[int, int]:
+    major, minor = check(nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def driver_version() -> int:
+    return int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))

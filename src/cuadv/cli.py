@@ -1,0 +1,196 @@
+"""The cuadv command: caps, build, run, bench (and check, simulate where present)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from .errors import CuadvError, NoGpuError
+from .results import Table, fmt
+
+DEFAULT_ARCHS = ["sm_90a", "sm_100a"]
+
+
+def _print_table(console: Console, table: Table) -> None:
+    t = RichTable(title=table.title, title_justify="left")
+    for c in table.columns:
+        t.add_column(c, justify="left" if c == table.columns[0] else "right")
+    for row in table.rows:
+        t.add_row(*[fmt(c) for c in row])
+    console.print(t)
+    if table.note:
+        console.print(f"[dim]{table.note}[/]")
+
+
+def cmd_caps(args, console: Console) -> int:
+    from .device import current_device
+
+    caps = current_device().caps
+    if args.json:
+        print(json.dumps(caps.as_dict(), indent=2))
+    else:
+        _print_table(console, Table(f"{caps.name} (device {caps.ordinal})", ["capability", "value"],
+                                    [[k, str(v)] for k, v in caps.as_dict().items()]))
+    return 0
+
+
+def cmd_build(args, console: Console) -> int:
+    from .buildcheck import build_all
+
+    archs = args.arch or DEFAULT_ARCHS
+    with console.status("compiling") as status:
+        rows = build_all(archs, progress=lambda m: status.update(f"compiling {m}"))
+    failed = [r for r in rows if r.error]
+    table = Table(f"kernels compiled for {', '.join(archs)}",
+                  ["lab", "target", "kernel", "registers", "static smem B", "stack B", "spill st/ld B"],
+                  [[r.lab, r.arch, r.kernel, r.resources.registers, r.resources.static_shared_bytes,
+                    r.resources.stack_bytes, f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
+                   for r in rows if not r.error])
+    _print_table(console, table)
+    for r in failed:
+        console.print(f"[red]{r.lab} for {r.arch} failed to compile[/]\n{r.error}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([{"lab": r.lab, "arch": r.arch, "kernel": r.kernel, "error": r.error,
+                                                "resources": r.resources.__dict__ if r.resources else None}
+                                               for r in rows], indent=2))
+    return 1 if failed else 0
+
+
+def _select_labs(names):
+    from .labs import all_labs, lab_by_name
+
+    return [lab_by_name(n) for n in names] if names else all_labs()
+
+
+def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
+    from .report import Report, write_report
+    from .runner import gpu_or_reason, run_labs
+
+    out = Path(args.out)
+    labs = _select_labs(args.only)
+    command = "cuadv " + " ".join(sys.argv[1:])
+    reason = gpu_or_reason()
+    if reason is not None and not gpu_free:
+        raise NoGpuError(reason)
+    if reason is None:
+        report = run_labs(labs, out, args.quick, console, command=command)
+    else:
+        console.print(f"{reason}: running what needs no GPU (build check{', simulator' if _has_simulator() else ''})")
+        report = Report(caps=None, results=[], command=command)
+        report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
+    if gpu_free:
+        report.results += _gpu_free_results(console)
+    if reason is None:
+        _add_selection_matrix(report)
+    for r in report.results:
+        for t in r.tables:
+            _print_table(console, t)
+    paths = write_report(report, out)
+    console.print("report: " + ", ".join(str(p) for p in paths))
+    failed = [r.lab for r in report.results if r.status == "failed"]
+    if failed:
+        console.print(f"[red]failed: {', '.join(failed)}[/]")
+    return 1 if failed else 0
+
+
+def _has_simulator() -> bool:
+    try:
+        import cuadv.simulate  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def _gpu_free_results(console: Console):
+    """Build check for sm_90a and sm_100a (and the simulator, where present): these need no GPU."""
+    from .buildcheck import build_all
+    from .results import LabResult
+
+    rows = build_all(DEFAULT_ARCHS)
+    failed = [r for r in rows if r.error]
+    result = LabResult("build", "Build check: every kernel for sm_90a and sm_100a",
+                       status="failed" if failed else "ok",
+                       reason="; ".join(f"{r.lab} for {r.arch}" for r in failed))
+    result.tables.append(Table("kernels", ["lab", "target", "kernel", "registers", "spill st/ld B"],
+                               [[r.lab, r.arch, r.kernel, r.resources.registers,
+                                 f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
+                                for r in rows if not r.error]))
+    results = [result]
+    if _has_simulator():
+        from .simulate import simulator_result
+
+        results.append(simulator_result())
+    return results
+
+
+def _add_selection_matrix(report) -> None:
+    try:
+        from .selection import selection_matrix
+    except ModuleNotFoundError:
+        return
+    report.extra_tables.append(selection_matrix(report))
+
+
+def cmd_bench(args, console: Console) -> int:
+    args.only = [args.lab]
+    return cmd_run(args, console, gpu_free=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cuadv", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    caps = sub.add_parser("caps", help="print what this GPU can do")
+    caps.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    build = sub.add_parser("build", help="compile every kernel for the given targets (no GPU needed)")
+    build.add_argument("--arch", action="append", help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
+    build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")
+    run = sub.add_parser("run", help="run every lab, validate, measure and write the report")
+    run.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    run.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
+    run.add_argument("--only", action="append", metavar="LAB", help="run only this lab (repeatable)")
+    bench = sub.add_parser("bench", help="run one lab and print its tables")
+    bench.add_argument("lab", help="lab name (see `cuadv run --help`)")
+    bench.add_argument("--quick", action="store_true")
+    bench.add_argument("--out", default="cuadv-report")
+    for extra in _extra_commands():
+        extra.register(sub)
+    return p
+
+
+def _extra_commands():
+    """Commands contributed by optional modules (check, simulate)."""
+    found = []
+    for module_name in ("cuadv.sanitize", "cuadv.simulate"):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ModuleNotFoundError:
+            continue
+        if hasattr(module, "register"):
+            found.append(module)
+    return found
+
+
+COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console()
+    handler = COMMANDS.get(args.command) or getattr(args, "handler", None)
+    try:
+        return handler(args, console)
+    except NoGpuError as exc:
+        print(f"cuadv: {exc}", file=sys.stderr)
+        return 2
+    except CuadvError as exc:
+        print(f"cuadv: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

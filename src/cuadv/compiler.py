@@ -1,0 +1,248 @@
+"""NVRTC compilation with cuadv's headers, CCCL and cudart on the include path, and an on-disk cache.
+
+Compiling needs no GPU when the target is given (``arch="sm_90a"``); with ``arch=None`` the target is
+taken from the current device. The ptxas resource report (registers, shared memory, stack, spills) is
+parsed from the NVRTC log and kept with the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from . import cache as disk_cache
+from ._cuda import check, nvrtc, nvrtc_version
+from .errors import CompileError, CuadvError
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+_ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+
+
+def arch_for(compute_capability: tuple[int, int]) -> str:
+    """Target for a compute capability: the architecture-specific 'a' target from 9.0 on
+    (needed for wgmma, setmaxnreg, CLC), the plain one before."""
+    major, minor = compute_capability
+    return f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """'sm_90a' -> (9, 0); raises ValueError naming the accepted form."""
+    m = _ARCH_RE.match(arch)
+    if not m:
+        raise ValueError(f"target {arch!r} is not of the form sm_XY[a] (for example sm_90a, sm_100a)")
+    digits = m.group(1)
+    return int(digits[:-1]), int(digits[-1])
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """One kernel's ptxas resource report."""
+
+    name: str
+    registers: int = 0
+    static_shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    barriers: int = 0
+
+
+_ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for")
+_PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+_BAR_RE = re.compile(r"used (\d+) barriers")
+
+
+def parse_resource_report(log: str) -> dict[str, KernelResources]:
+    """Parse ptxas -v output into one KernelResources per entry function (keyed by mangled name)."""
+    out: dict[str, dict] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        if m := _ENTRY_RE.search(line):
+            current = m.group(1)
+            out[current] = {"name": current}
+            continue
+        if current is None:
+            continue
+        if m := _PROPS_RE.search(line):
+            out[current].update(stack_bytes=int(m[1]), spill_store_bytes=int(m[2]), spill_load_bytes=int(m[3]))
+        if m := _USED_RE.search(line):
+            out[current]["registers"] = int(m[1])
+            if s := _SMEM_RE.search(line):
+                out[current]["static_shared_bytes"] = int(s[1])
+            if b := _BAR_RE.search(line):
+                out[current]["barriers"] = int(b[1])
+    return {k: KernelResources(**v) for k, v in out.items()}
+
+
+@cache
+def include_dirs() -> tuple[str, ...]:
+    """cuadv's headers, then CCCL, then cudart (CCCL must come first: it shadows cudart's copies)."""
+    from cuda.pathfinder import find_nvidia_header_directory
+
+    dirs = [str(KERNEL_DIR)]
+    for lib in ("cccl", "cudart"):
+        path = find_nvidia_header_directory(lib)
+        if path is None:
+            raise CuadvError(
+                f"the {lib} headers were not found; install the nvidia-cuda-{'cccl' if lib == 'cccl' else 'runtime'} "
+                "wheel or a CUDA toolkit"
+            )
+        dirs.append(str(path))
+    return tuple(dirs)
+
+
+@cache
+def _header_fingerprint() -> str:
+    """Contents of cuadv's headers plus the version files of CCCL and cudart."""
+    parts = []
+    for path in sorted(KERNEL_DIR.rglob("*.cuh")) + sorted(KERNEL_DIR.rglob("*.cu")):
+        parts.append(f"{path.relative_to(KERNEL_DIR)}:{disk_cache.make_key(path.read_bytes())}")
+    cccl, cudart = include_dirs()[1:]
+    for root, rel in ((cccl, "cuda/std/__cccl/version.h"), (cudart, "cuda_runtime_api.h")):
+        p = Path(root) / rel
+        parts.append(f"{p}:{disk_cache.make_key(p.read_bytes()) if p.exists() else 'missing'}")
+    return "\n".join(parts)
+
+
+@dataclass
+class CompiledModule:
+    """Machine code for one target plus what NVRTC said about it. Loading needs a GPU."""
+
+    name: str
+    arch: str
+    cubin: bytes
+    ptx: str
+    log: str
+    options: tuple[str, ...]
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, KernelResources] = field(default_factory=dict)
+    from_cache: bool = False
+    _object_code: object = field(default=None, repr=False, compare=False)
+
+    def resources_for(self, name: str) -> KernelResources:
+        return self.resources[self.lowered_names.get(name, name)]
+
+    def kernel(self, name: str):
+        """Load (once) and return the named kernel as a cuadv Kernel."""
+        from .launch import Kernel
+        from cuda.core import ObjectCode
+
+        if self._object_code is None:
+            self._object_code = ObjectCode.from_cubin(self.cubin, symbol_mapping=dict(self.lowered_names))
+        return Kernel(self._object_code.get_kernel(name), name=name, module=self)
+
+
+def _options(arch: str, defines: Mapping[str, object], extra: Iterable[str], rdc: bool) -> list[str]:
+    opts = [
+        f"-arch={arch}",
+        "-std=c++17",
+        "-default-device",  # plain helper functions are device functions
+        "-lineinfo",  # compute-sanitizer and ncu report source lines
+        "--ptxas-options=-v",  # resource report, parsed into KernelResources
+        "-DCUADV=1",
+    ]
+    if rdc:
+        opts.append("-rdc=true")
+    opts += [f"-I{d}" for d in include_dirs()]
+    for key, value in sorted(defines.items()):
+        opts.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    opts += list(extra)
+    return opts
+
+
+def compile_source(
+    source: str,
+    *,
+    name: str = "cuadv_program",
+    arch: str | None = None,
+    defines: Mapping[str, object] | None = None,
+    options: Iterable[str] = (),
+    name_expressions: Iterable[str] = (),
+    headers: Mapping[str, str] | None = None,
+    rdc: bool = False,
+) -> CompiledModule:
+    """Compile CUDA C++ with NVRTC for one target, through the on-disk cache.
+
+    ``name_expressions`` are C++ names (template instantiations such as ``"kern<float, 4>"``) whose
+    lowered names are recorded so ``module.kernel(expr)`` finds them. ``headers`` maps include names
+    to contents for headers that live only in memory.
+    """
+    if arch is None:
+        from .device import current_device
+
+        arch = current_device().caps.arch
+    parse_arch(arch)
+    opts = _options(arch, defines or {}, options, rdc)
+    exprs = tuple(name_expressions)
+    headers = dict(headers or {})
+    key = disk_cache.make_key(
+        arch, "\x00".join(opts), repr(nvrtc_version()), source, _header_fingerprint(),
+        json.dumps(sorted(headers.items())), "\x00".join(exprs), name,
+    )
+    hit = disk_cache.load(key)
+    if hit is not None:
+        meta, payload = hit
+        ptx_len = meta["ptx_len"]
+        return CompiledModule(
+            name=name, arch=arch, ptx=payload[:ptx_len].decode(), cubin=payload[ptx_len:], log=meta["log"],
+            options=tuple(opts), lowered_names=meta["lowered"],
+            resources={k: KernelResources(**v) for k, v in meta["resources"].items()}, from_cache=True,
+        )
+    module = _nvrtc_compile(source, name, arch, opts, exprs, headers)
+    ptx_bytes = module.ptx.encode()
+    disk_cache.store(
+        key,
+        {"ptx_len": len(ptx_bytes), "log": module.log, "lowered": module.lowered_names,
+         "resources": {k: asdict(v) for k, v in module.resources.items()}},
+        ptx_bytes + module.cubin,
+    )
+    return module
+
+
+def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
+    rtc = nvrtc()
+    prog = check(rtc.nvrtcCreateProgram(
+        source.encode(), f"{name}.cu".encode(), len(headers),
+        [v.encode() for v in headers.values()], [k.encode() for k in headers.keys()],
+    ), "nvrtcCreateProgram")
+    try:
+        for expr in exprs:
+            check(rtc.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
+        status, = rtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        size = check(rtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        check(rtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = buf.rstrip(b"\x00").decode(errors="replace")
+        if int(status) != 0:
+            if os.environ.get("CUADV_DUMP_SOURCE") == "1":
+                fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".cu")
+                with os.fdopen(fd, "w") as f:
+                    f.write(source)
+                log += f"\n(source written to {path})"
+            raise CompileError(name, log, opts, source)
+        lowered = {e: check(rtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName").decode() for e in exprs}
+        size = check(rtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        check(rtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        size = check(rtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        ptx = b" " * size
+        check(rtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
+    finally:
+        rtc.nvrtcDestroyProgram(prog)
+    return CompiledModule(
+        name=name, arch=arch, cubin=cubin, ptx=ptx.rstrip(b"\x00").decode(), log=log, options=tuple(opts),
+        lowered_names=lowered, resources=parse_resource_report(log),
+    )
+
+
+def kernel_source(filename: str) -> str:
+    """The text of a .cu file shipped in cuadv/kernels."""
+    return (KERNEL_DIR / filename).read_text()

@@ -1,0 +1,142 @@
+"""What the GPU can do: one dataclass of capabilities, read from the driver and the occupancy API."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from functools import cached_property
+
+from ._cuda import check, driver, driver_version, init_driver, nvrtc_version
+from .compiler import arch_for
+from .errors import CuadvError, UnsupportedFeatureError
+
+_PROBE_SOURCE = r"""
+extern "C" __global__ void cuadv_cluster_probe() {}
+"""
+_PROBE_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """Capabilities of one GPU, as the driver reports them (sizes in bytes)."""
+
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    arch: str
+    sm_count: int
+    l2_cache_bytes: int
+    persisting_l2_max_bytes: int
+    access_policy_max_window_bytes: int
+    shared_mem_per_block_optin: int
+    shared_mem_per_sm: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    cluster_launch: bool
+    max_cluster_size_portable: int
+    max_cluster_size_nonportable: int
+    cooperative_launch: bool
+    stream_priority_low: int
+    stream_priority_high: int
+    mem_sync_domain_count: int
+    tma: bool
+    pdl: bool
+    clc: bool
+    driver_version: int
+    nvrtc_version: tuple[int, int]
+
+    @property
+    def cc(self) -> float:
+        return self.compute_capability[0] + self.compute_capability[1] / 10
+
+    def cc_string(self) -> str:
+        return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+
+    def require(self, feature: str, major: int, minor: int = 0, fallback: str | None = None) -> None:
+        """Raise UnsupportedFeatureError unless compute capability >= major.minor."""
+        if self.compute_capability < (major, minor):
+            raise UnsupportedFeatureError(feature, f"compute capability >= {major}.{minor}", self.cc_string(), fallback)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Device:
+    """One GPU: its cuda.core device (made current on first use) and its capabilities."""
+
+    def __init__(self, ordinal: int = 0):
+        count = init_driver()
+        if not 0 <= ordinal < count:
+            raise CuadvError(f"device ordinal {ordinal} is out of range (the driver reports {count} devices)")
+        self.ordinal = ordinal
+        from cuda.core import Device as CoreDevice
+
+        self.core = CoreDevice(ordinal)
+        self.core.set_current()
+
+    def activate(self) -> "Device":
+        self.core.set_current()
+        return self
+
+    def attribute(self, name: str) -> int:
+        drv = driver()
+        attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return int(check(drv.cuDeviceGetAttribute(attr, self.ordinal), f"cuDeviceGetAttribute({name})"))
+
+    @cached_property
+    def caps(self) -> DeviceCaps:
+        a = self.attribute
+        drv = driver()
+        cc = (a("COMPUTE_CAPABILITY_MAJOR"), a("COMPUTE_CAPABILITY_MINOR"))
+        name = check(drv.cuDeviceGetName(256, self.ordinal), "cuDeviceGetName").split(b"\x00")[0].decode()
+        low, high = check(drv.cuCtxGetStreamPriorityRange(), "cuCtxGetStreamPriorityRange")
+        cluster = bool(a("CLUSTER_LAUNCH"))
+        portable, nonportable = self._largest_clusters(cc) if cluster else (0, 0)
+        return DeviceCaps(
+            ordinal=self.ordinal,
+            name=name,
+            compute_capability=cc,
+            arch=arch_for(cc),
+            sm_count=a("MULTIPROCESSOR_COUNT"),
+            l2_cache_bytes=a("L2_CACHE_SIZE"),
+            persisting_l2_max_bytes=a("MAX_PERSISTING_L2_CACHE_SIZE"),
+            access_policy_max_window_bytes=a("MAX_ACCESS_POLICY_WINDOW_SIZE"),
+            shared_mem_per_block_optin=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            shared_mem_per_sm=a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+            max_threads_per_sm=a("MAX_THREADS_PER_MULTIPROCESSOR"),
+            max_blocks_per_sm=a("MAX_BLOCKS_PER_MULTIPROCESSOR"),
+            cluster_launch=cluster,
+            max_cluster_size_portable=portable,
+            max_cluster_size_nonportable=nonportable,
+            cooperative_launch=bool(a("COOPERATIVE_LAUNCH")),
+            stream_priority_low=int(low),
+            stream_priority_high=int(high),
+            mem_sync_domain_count=a("MEM_SYNC_DOMAIN_COUNT"),
+            tma=cc >= (9, 0) and bool(a("TENSOR_MAP_ACCESS_SUPPORTED")),
+            pdl=cc >= (9, 0),
+            clc=cc >= (10, 0),
+            driver_version=driver_version(),
+            nvrtc_version=nvrtc_version(),
+        )
+
+    def _largest_clusters(self, cc: tuple[int, int]) -> tuple[int, int]:
+        """Largest cluster of a trivial kernel, portable and non-portable, from the occupancy API."""
+        from .compiler import compile_source
+        from .occupancy import max_cluster_size
+
+        kernel = compile_source(_PROBE_SOURCE, name="cuadv_cluster_probe", arch=arch_for(cc)).kernel(
+            "cuadv_cluster_probe")
+        portable = max_cluster_size(kernel, block=_PROBE_BLOCK, non_portable=False)
+        nonportable = max_cluster_size(kernel, block=_PROBE_BLOCK, non_portable=True)
+        return portable, nonportable
+
+
+_current: Device | None = None
+
+
+def current_device() -> Device:
+    """The device cuadv works on: ordinal from CUADV_DEVICE, else 0. Raises NoGpuError without a GPU."""
+    global _current
+    if _current is None:
+        _current = Device(int(os.environ.get("CUADV_DEVICE", "0")))
+    return _current.activate()

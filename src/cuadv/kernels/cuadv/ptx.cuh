@@ -1,0 +1,182 @@
+// cuadv/ptx.cuh - thin wrappers, one per PTX instruction, with the minimum SM in the comment.
+//
+// Each wrapper is a template so that its architecture check fires only when it is used:
+// using one below its SM fails at compile time with a message that names the SM.
+#pragma once
+
+#include <cuda/std/cstdint>
+
+#if defined(__CUDA_ARCH__)
+#define CUADV_ARCH __CUDA_ARCH__
+#else
+#define CUADV_ARCH 9999  // host pass of nvcc: nothing is emitted
+#endif
+
+namespace cuadv::ptx {
+
+using u32 = cuda::std::uint32_t;
+using u64 = cuda::std::uint64_t;
+
+template <int Dummy>
+constexpr bool arch_at_least(int sm) { return Dummy != 0 || CUADV_ARCH >= sm * 10; }
+
+// 32-bit shared::cta address of a generic pointer into this block's shared memory.
+static inline __device__ u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// mbarrier.init.shared::cta.b64 [bar], count;  (sm_80)
+template <int D = 0>
+static inline __device__ void mbarrier_init(u64* bar, u32 count) {
+  static_assert(arch_at_least<D>(80), "mbarrier.init needs sm_80");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// fence.mbarrier_init.release.cluster;  (sm_90) - makes an mbarrier.init visible to the cluster.
+template <int D = 0>
+static inline __device__ void fence_mbarrier_init_release_cluster() {
+  static_assert(arch_at_least<D>(90), "fence.mbarrier_init needs sm_90");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// mbarrier.arrive.expect_tx.relaxed.{cta,cluster}.shared::cta.b64 state, [bar], bytes;  (sm_90, PTX 8.6)
+// One arrival plus `bytes` expected transaction bytes; relaxed: orders nothing by itself.
+template <bool ClusterScope, int D = 0>
+static inline __device__ void mbarrier_arrive_expect_tx_relaxed(u64* bar, u32 bytes) {
+  static_assert(arch_at_least<D>(90), "mbarrier.arrive.expect_tx needs sm_90");
+  u64 state;
+  if constexpr (ClusterScope) {
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cta.b64 %0, [%1], %2;"
+                 : "=l"(state) : "r"(smem_addr(bar)), "r"(bytes) : "memory");
+  } else {
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 %0, [%1], %2;"
+                 : "=l"(state) : "r"(smem_addr(bar)), "r"(bytes) : "memory");
+  }
+  (void)state;
+}
+
+// mbarrier.try_wait.parity.acquire.{cta,cluster}.shared::cta.b64 p, [bar], parity;  (sm_90)
+// Acquire: reads after a successful wait see what was released into the completed phase.
+template <bool ClusterScope, int D = 0>
+static inline __device__ bool mbarrier_try_wait_parity_acquire(u64* bar, u32 parity) {
+  static_assert(arch_at_least<D>(90), "mbarrier.try_wait.parity.acquire needs sm_90");
+  u32 done;
+  if constexpr (ClusterScope) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;"
+                 " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  } else {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;"
+                 " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+  return done != 0;
+}
+
+// mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [bar], bytes;  (sm_90)
+template <int D = 0>
+static inline __device__ void mbarrier_complete_tx_cta(u64* bar, u32 bytes) {
+  static_assert(arch_at_least<D>(90), "mbarrier.complete_tx needs sm_90");
+  asm volatile("mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// mapa.shared::cluster.u32 remote, local, rank;  (sm_90) - the same shared variable in block `rank` of the cluster.
+template <int D = 0>
+static inline __device__ u32 mapa_shared_cluster(u32 local, u32 rank) {
+  static_assert(arch_at_least<D>(90), "mapa needs sm_90");
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+
+// st.shared::cluster.v4.u32 [remote], v;  (sm_90)
+template <int D = 0>
+static inline __device__ void st_shared_cluster_v4(u32 remote, uint4 v) {
+  static_assert(arch_at_least<D>(90), "st.shared::cluster needs sm_90");
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w) : "memory");
+}
+
+// mbarrier.complete_tx.relaxed.cluster.shared::cluster.b64 [remote_bar], bytes;  (sm_90)
+template <int D = 0>
+static inline __device__ void mbarrier_complete_tx_cluster(u32 remote_bar, u32 bytes) {
+  static_assert(arch_at_least<D>(90), "mbarrier.complete_tx needs sm_90");
+  asm volatile("mbarrier.complete_tx.relaxed.cluster.shared::cluster.b64 [%0], %1;" ::"r"(remote_bar), "r"(bytes)
+               : "memory");
+}
+
+// fence.acq_rel.cluster;  (sm_90) - with the relaxed mbarrier operation after it, a release pattern.
+template <int D = 0>
+static inline __device__ void fence_acq_rel_cluster() {
+  static_assert(arch_at_least<D>(90), "fence.acq_rel.cluster needs sm_90");
+  asm volatile("fence.acq_rel.cluster;" ::: "memory");
+}
+
+// fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;  (sm_90, PTX 8.6)
+// Before an async-proxy write (try_cancel) into shared memory the generic proxy has read.
+template <int D = 0>
+static inline __device__ void fence_proxy_async_generic_acquire_cluster() {
+  static_assert(arch_at_least<D>(90), "fence.proxy.async::generic needs sm_90");
+  asm volatile("fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
+}
+
+// fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;  (sm_90, PTX 8.6)
+// After the generic proxy has read what the async proxy wrote, before the async proxy writes again.
+template <int D = 0>
+static inline __device__ void fence_proxy_async_generic_release_cluster() {
+  static_assert(arch_at_least<D>(90), "fence.proxy.async::generic needs sm_90");
+  asm volatile("fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;" ::: "memory");
+}
+
+// %globaltimer: nanoseconds, the same clock on every SM (updates about every microsecond).  (sm_50)
+static inline __device__ u64 globaltimer_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// %smid: the SM this thread runs on (may change only across preemption; fine for traces).
+static inline __device__ u32 smid() {
+  u32 id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+#if CUADV_ARCH >= 1000
+// clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [result], [bar];  (sm_100)
+// Asks to cancel a not-yet-launched block; the async proxy writes 16 B into `result` and completes them on `bar`.
+static inline __device__ void clusterlaunchcontrol_try_cancel(uint4* result, u64* bar) {
+  asm volatile("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], [%1];"
+               ::"r"(smem_addr(result)), "r"(smem_addr(bar)) : "memory");
+}
+
+// ... .multicast::cluster::all.b128 [result], [bar];  (sm_100a) - the response lands in every block of the cluster
+// at the same offsets, each block's barrier receiving its own 16 transaction bytes.
+static inline __device__ void clusterlaunchcontrol_try_cancel_multicast(uint4* result, u64* bar) {
+  asm volatile(
+      "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 "
+      "[%0], [%1];" ::"r"(smem_addr(result)), "r"(smem_addr(bar)) : "memory");
+}
+
+// clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 p, response;  (sm_100)
+static inline __device__ bool clusterlaunchcontrol_query_cancel_is_canceled(uint4 r) {
+  u32 ok;
+  asm volatile("{ .reg .pred p; .reg .b128 r; mov.b128 r, {%1, %2};"
+               " clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 p, r; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "l"((static_cast<u64>(r.y) << 32) | r.x), "l"((static_cast<u64>(r.w) << 32) | r.z));
+  return ok != 0;
+}
+
+// clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {x, y, z, _}, response;  (sm_100)
+// Undefined for a failed response: call only after is_canceled returned true.
+static inline __device__ uint3 clusterlaunchcontrol_query_cancel_get_first_ctaid(uint4 r) {
+  u32 x, y, z, w;
+  asm volatile("{ .reg .b128 r; mov.b128 r, {%4, %5};"
+               " clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {%0, %1, %2, %3}, r; }"
+               : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+               : "l"((static_cast<u64>(r.y) << 32) | r.x), "l"((static_cast<u64>(r.w) << 32) | r.z));
+  (void)w;
+  return make_uint3(x, y, z);
+}
+#endif  // CUADV_ARCH >= 1000
+
+}  // namespace cuadv::ptx

@@ -1,0 +1,325 @@
+// cuadv/work_stealing.cuh - one tile body, four scheduling policies.
+//
+//   FixedWork             one block per tile; the hardware scheduler balances and can preempt.
+//   FixedBlocks           a grid sized to the GPU walks the tiles in strides: one prologue per block.
+//   ClusterLaunchControl  (sm_100+) the seed's protocol: a running block cancels a pending block and
+//                         takes its tile; cancellation fails once the work is gone or a
+//                         higher-priority kernel is waiting, and then the block exits.
+//   Steal                 the same loop on GPUs without CLC: the request is a ticket taken from
+//                         this launch's counter, written into the same 16-byte result and completed
+//                         on the same mbarrier transaction; after `quantum_ns` the request fails on
+//                         purpose so the block exits and gives its SM back.
+//   Auto                  ClusterLaunchControl where the target has it, else Steal.
+//
+// Use (the tile grid is the launch grid for FixedWork, ClusterLaunchControl and Steal):
+//
+//   __global__ void k(const __grid_constant__ cuadv::ws::Schedule s, float* data, int n) {
+//     cuadv::ws::Scheduler<cuadv::ws::Auto> sched(s);
+//     if (!sched.begin()) return;              // Steal: no tile left for this block
+//     float alpha = expensive_prologue();      // once per running block, not per tile
+//     sched.for_each([&](const cuadv::ws::Tile& t) { ... t.x, t.y, t.z ... });
+//   }
+//
+// Contract: every thread of the block calls begin() and for_each() (they synchronise the block,
+// and with clusters the cluster). Every tile is passed to the body exactly once over the launch.
+// Exactly one thread submits each request (thread 0, or thread 0 of cluster rank 0).
+// Nothing here orders the body's own memory accesses across tiles or blocks.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda/atomic>
+#include <cuda/std/type_traits>
+
+#include "cuadv/ptx.cuh"
+
+namespace cuadv::ws {
+
+namespace cg = cooperative_groups;
+
+// Counters of one launch of a Steal kernel. Zero before the first launch; the last unit (block or
+// cluster) to exit sets them back to zero, so back-to-back launches and graph replays on one
+// stream need no host memset. Two launches that may overlap need two StealStates.
+struct StealState {
+  unsigned long long next;  // next ticket: the index of the next unit (block or cluster) of work
+  unsigned long long done;  // units of the grid that have exited
+};
+
+// One record per tile when tracing, written by the block's thread 0.
+struct TraceRecord {
+  unsigned int smid;            // SM that ran the tile
+  unsigned int block;           // linear index of the block that ran it
+  unsigned long long start_ns;  // %globaltimer before the body
+  unsigned long long end_ns;    // %globaltimer after thread 0 finished the body
+};
+static_assert(sizeof(TraceRecord) == 24, "TraceRecord layout is mirrored in cuadv/work_stealing.py");
+
+// The scheduler's kernel parameter; pass it `const __grid_constant__`.
+struct Schedule {
+  unsigned int tiles[3];          // tile grid; each dimension a multiple of cluster[]
+  unsigned int cluster[3];        // cluster shape (1, 1, 1 without clusters)
+  unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never)
+  StealState* state;              // Steal: this launch's counters
+  TraceRecord* trace;             // one record per tile, or nullptr
+};
+static_assert(sizeof(Schedule) == 48, "Schedule layout is mirrored in cuadv/work_stealing.py");
+
+struct Tile {
+  unsigned int x, y, z;
+  unsigned long long index;  // x + tiles_x * (y + tiles_y * z)
+};
+
+struct FixedWork {};
+struct FixedBlocks {};
+struct Steal {};
+struct ClusterLaunchControl {};
+#if CUADV_ARCH >= 1000
+using Auto = ClusterLaunchControl;
+#else
+using Auto = Steal;
+#endif
+
+namespace detail {
+// Shared memory of the request protocol. Same offset in every block of a kernel, which the
+// multicast response (hardware or software) relies on.
+struct alignas(16) Slots {
+  uint4 result;             // the response to the current request
+  unsigned long long bar;   // its phase completes when `result` has arrived
+};
+static inline __device__ Slots& slots() {
+  __shared__ Slots s;
+  return s;
+}
+static inline __device__ unsigned int thread_rank() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+}  // namespace detail
+
+template <class Policy>
+class Scheduler {
+  static constexpr bool kCancel = cuda::std::is_same_v<Policy, ClusterLaunchControl>;
+  static constexpr bool kSteal = cuda::std::is_same_v<Policy, Steal>;
+  static constexpr bool kRequestLoop = kCancel || kSteal;
+  static_assert(!kCancel || CUADV_ARCH >= 1000,
+                "ClusterLaunchControl needs sm_100 or newer; use cuadv::ws::Steal (or Auto) below it");
+
+ public:
+  __device__ explicit Scheduler(const Schedule& s) : s_(s) {
+    for (int d = 0; d < 3; ++d) units_dim_[d] = s.tiles[d] / s.cluster[d];
+    units_ = static_cast<unsigned long long>(units_dim_[0]) * units_dim_[1] * units_dim_[2];
+    cluster_size_ = s.cluster[0] * s.cluster[1] * s.cluster[2];
+    clustered_ = cluster_size_ > 1;
+    local_ = make_uint3(0, 0, 0);
+#if CUADV_ARCH >= 900
+    if (clustered_) {
+      const dim3 local = cg::this_cluster().block_index();
+      local_ = make_uint3(local.x, local.y, local.z);
+      cluster_rank_ = cg::this_cluster().block_rank();
+    }
+#endif
+    leader_ = detail::thread_rank() == 0;
+  }
+
+  // Finds this block's first tile. False: nothing left for it; return from the kernel at once
+  // (before the prologue), as a block whose launch was cancelled would never have run.
+  __device__ bool begin() {
+    if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
+      unit_ = cluster_index();
+      if (unit_ >= units_) return false;
+      tile_ = tile_of_unit(unit_);
+      return true;
+    } else {
+      tile_ = make_tile(blockIdx.x, blockIdx.y, blockIdx.z);
+      if constexpr (kRequestLoop) {
+        if (leader_) {
+          detail::Slots& sl = detail::slots();
+          ptx::mbarrier_init(&sl.bar, 1);
+          if (clustered_) ptx::fence_mbarrier_init_release_cluster();  // init visible to the cluster's remote completions
+        }
+      }
+      if constexpr (kSteal) {
+        start_ns_ = ptx::globaltimer_ns();
+        sync_unit();  // barrier init visible to all threads (and, with clusters, all blocks are running)
+        request();
+        if (!wait_and_decode()) {
+          exit_protocol();
+          return false;
+        }
+      }
+      return true;
+    }
+  }
+
+  // Calls body(tile) for every tile this block gets, then runs the policy's exit protocol.
+  template <class Body>
+  __device__ void for_each(Body&& body) {
+    if constexpr (cuda::std::is_same_v<Policy, FixedWork>) {
+      run_tile(body, tile_);
+    } else if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
+      const unsigned long long stride = grid_clusters();
+      for (unsigned long long u = unit_; u < units_; u += stride) run_tile(body, tile_of_unit(u));
+    } else {
+      while (true) {
+        // Every thread has read the previous response before it is overwritten; on the first
+        // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
+        sync_unit();
+        request();
+        run_tile(body, tile_);
+        if (!wait_and_decode()) break;  // a failed response: no further request, no decoding
+      }
+      if constexpr (kSteal) exit_protocol();
+    }
+  }
+
+  __device__ const Tile& tile() const { return tile_; }
+
+ private:
+  __device__ Tile make_tile(unsigned x, unsigned y, unsigned z) const {
+    return Tile{x, y, z, x + static_cast<unsigned long long>(s_.tiles[0]) * (y + static_cast<unsigned long long>(s_.tiles[1]) * z)};
+  }
+
+  // First block (cluster-local index 0) of a unit of work, as the hardware's get_first_ctaid.
+  __device__ uint3 first_ctaid_of_unit(unsigned long long u) const {
+    const unsigned ux = static_cast<unsigned>(u % units_dim_[0]);
+    const unsigned uy = static_cast<unsigned>((u / units_dim_[0]) % units_dim_[1]);
+    const unsigned uz = static_cast<unsigned>(u / (static_cast<unsigned long long>(units_dim_[0]) * units_dim_[1]));
+    return make_uint3(ux * s_.cluster[0], uy * s_.cluster[1], uz * s_.cluster[2]);
+  }
+
+  __device__ Tile tile_of_unit(unsigned long long u) const {
+    const uint3 c = first_ctaid_of_unit(u);
+    return make_tile(c.x + local_.x, c.y + local_.y, c.z + local_.z);
+  }
+
+  __device__ unsigned long long grid_clusters() const {
+    return static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z / cluster_size_;
+  }
+
+  __device__ unsigned long long cluster_index() const {
+    const unsigned cx = blockIdx.x / s_.cluster[0], cy = blockIdx.y / s_.cluster[1], cz = blockIdx.z / s_.cluster[2];
+    const unsigned gx = gridDim.x / s_.cluster[0], gy = gridDim.y / s_.cluster[1];
+    return cx + static_cast<unsigned long long>(gx) * (cy + static_cast<unsigned long long>(gy) * cz);
+  }
+
+  __device__ void sync_unit() const {
+#if CUADV_ARCH >= 900
+    if (clustered_) {
+      cg::this_cluster().sync();  // orders all blocks' previous reads of their result
+      return;
+    }
+#endif
+    __syncthreads();  // orders this block's previous reads of result
+  }
+
+  template <class Body>
+  __device__ void run_tile(Body& body, const Tile& t) const {
+    unsigned long long start = 0;
+    if (s_.trace != nullptr && leader_) start = ptx::globaltimer_ns();
+    body(t);
+    if (s_.trace != nullptr && leader_) {
+      const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+      s_.trace[t.index] = TraceRecord{ptx::smid(), block, start, ptx::globaltimer_ns()};
+    }
+  }
+
+  // One request per round, submitted by one thread of the block (or of the cluster); each
+  // block's thread 0 arrives on its own barrier expecting the 16 response bytes.
+  __device__ void request() {
+    detail::Slots& sl = detail::slots();
+    const bool submitter = leader_ && cluster_rank_ == 0;
+    if (submitter) {
+      // Acquire write access to `result` for the async proxy, after the generic reads of the last round.
+      ptx::fence_proxy_async_generic_acquire_cluster();
+      if constexpr (kCancel) {
+#if CUADV_ARCH >= 1000
+        // try_cancel is a uniform instruction: invoke_one lets the compiler drop the peeling loop.
+        if (clustered_) {
+          cg::invoke_one(cg::coalesced_threads(), [&] { ptx::clusterlaunchcontrol_try_cancel_multicast(&sl.result, &sl.bar); });
+        } else {
+          cg::invoke_one(cg::coalesced_threads(), [&] { ptx::clusterlaunchcontrol_try_cancel(&sl.result, &sl.bar); });
+        }
+#endif
+      } else {
+        software_try_cancel();
+      }
+    }
+    if (leader_) {
+      if (clustered_) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
+      else ptx::mbarrier_arrive_expect_tx_relaxed<false>(&sl.bar, sizeof(uint4));
+    }
+  }
+
+  // Software stand-in for try_cancel: take a ticket (or refuse once the quantum is spent), write
+  // the response into every block of the cluster, complete 16 transaction bytes on each barrier.
+  __device__ void software_try_cancel() {
+    uint4 response = make_uint4(0, 0, 0, 0);  // x: 1 if a unit was taken; y, z, w: its first ctaid
+    const bool expired = s_.quantum_ns != 0 && ptx::globaltimer_ns() - start_ns_ >= s_.quantum_ns;
+    if (!expired) {
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> next(s_.state->next);
+      const unsigned long long ticket = next.fetch_add(1, cuda::memory_order_relaxed);
+      if (ticket < units_) {
+        const uint3 c = first_ctaid_of_unit(ticket);
+        response = make_uint4(1, c.x, c.y, c.z);
+      }
+    }
+    detail::Slots& sl = detail::slots();
+    if (clustered_) {
+      const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
+      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
+      ptx::fence_acq_rel_cluster();  // the response stores above happen before the completions below
+      for (unsigned r = 0; r < cluster_size_; ++r) ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
+    } else {
+      sl.result = response;
+      ptx::fence_acq_rel_cluster();  // the response store happens before the completion below
+      ptx::mbarrier_complete_tx_cta(&sl.bar, sizeof(uint4));
+    }
+  }
+
+  // Wait for the response, decode it. False on a failed response (never decoded further).
+  __device__ bool wait_and_decode() {
+    detail::Slots& sl = detail::slots();
+    if (clustered_) { while (!ptx::mbarrier_try_wait_parity_acquire<true>(&sl.bar, phase_)) {} }
+    else { while (!ptx::mbarrier_try_wait_parity_acquire<false>(&sl.bar, phase_)) {} }
+    phase_ ^= 1;
+    const uint4 response = sl.result;
+    uint3 first;
+    if constexpr (kCancel) {
+#if CUADV_ARCH >= 1000
+      if (!ptx::clusterlaunchcontrol_query_cancel_is_canceled(response)) return false;
+      first = ptx::clusterlaunchcontrol_query_cancel_get_first_ctaid(response);
+#endif
+    } else {
+      if (response.x == 0) return false;
+      first = make_uint3(response.y, response.z, response.w);
+    }
+    tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
+    // Release read access to `result` to the async proxy: our reads above come before its next write.
+    ptx::fence_proxy_async_generic_release_cluster();
+    return true;
+  }
+
+  // Steal: the last unit of the grid to exit resets the counters for the next launch.
+  __device__ void exit_protocol() const {
+    if (!(leader_ && cluster_rank_ == 0)) return;
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> done(s_.state->done);
+    // acq_rel: this unit's ticket claims happen before its exit count; the last exiter sees all of them.
+    if (done.fetch_add(1, cuda::memory_order_acq_rel) == grid_clusters() - 1) {
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(s_.state->next).store(0, cuda::memory_order_relaxed);
+      done.store(0, cuda::memory_order_relaxed);
+    }
+  }
+
+  const Schedule& s_;
+  unsigned units_dim_[3];
+  unsigned long long units_ = 0;
+  unsigned long long unit_ = 0;
+  unsigned cluster_size_ = 1;
+  unsigned cluster_rank_ = 0;
+  uint3 local_;
+  bool clustered_ = false;
+  bool leader_ = false;
+  unsigned phase_ = 0;
+  unsigned long long start_ns_ = 0;
+  Tile tile_{};
+};
+
+}  // namespace cuadv::ws

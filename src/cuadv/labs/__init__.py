@@ -1,0 +1,41 @@
+"""The labs: one module per mechanism, each with the same verbs.
+
+A lab is an object with ``name`` (the CLI name), ``title``, ``supported(caps) -> str | None``
+(None if it can run, else the reason), ``build(arch) -> list[CompiledModule]`` (compile every kernel,
+no GPU needed) and ``run(ctx) -> LabResult`` (validate, then measure).
+"""
+
+from __future__ import annotations
+
+from .base import Lab, RunContext
+from .vecscale import VecScaleLab
+
+
+def all_labs() -> list[Lab]:
+    """Every registered lab, in report order."""
+    labs: list[Lab] = [VecScaleLab()]
+    for module_name, class_name in _OPTIONAL_LABS:
+        try:
+            module = __import__(f"cuadv.labs.{module_name}", fromlist=[class_name])
+        except ModuleNotFoundError as exc:
+            if exc.name == f"cuadv.labs.{module_name}":
+                continue
+            raise
+        labs.append(getattr(module, class_name)())
+    return labs
+
+
+# (module, class) of labs added by later work; a missing module is skipped.
+_OPTIONAL_LABS: list[tuple[str, str]] = [
+    ("scheduling", "SchedulingLab"),
+]
+
+
+def lab_by_name(name: str) -> Lab:
+    for lab in all_labs():
+        if lab.name == name:
+            return lab
+    raise KeyError(f"no lab named {name!r}; labs: {', '.join(l.name for l in all_labs())}")
+
+
+__all__ = ["Lab", "RunContext", "all_labs", "lab_by_name"]

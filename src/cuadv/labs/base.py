@@ -1,0 +1,45 @@
+"""The Lab interface and the context a lab runs in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from ..compiler import CompiledModule
+    from ..device import DeviceCaps
+    from ..results import LabResult
+    from ..timing import CopyCeiling
+
+
+@dataclass
+class RunContext:
+    """Where a lab writes plots, how big it runs, and the shared measurements."""
+
+    out_dir: Path
+    quick: bool
+    caps: "DeviceCaps"
+    ceiling: "CopyCeiling"
+    progress: Callable[[str], None] = field(default=lambda message: None)
+
+    def plot_path(self, name: str) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return self.out_dir / name
+
+
+class Lab(Protocol):
+    name: str
+    title: str
+
+    def supported(self, caps: "DeviceCaps") -> str | None:
+        """None if the lab can run on this GPU, else the reason (naming the capability and fallback)."""
+
+    def build(self, arch: str) -> list["CompiledModule"]:
+        """Compile every kernel of the lab for a target; needs no GPU."""
+
+    def run(self, ctx: RunContext) -> "LabResult":
+        """Validate against a reference, then measure. Raises ValidationError on a wrong result."""
+
+    def smoke(self) -> None:
+        """Launch every kernel of the lab once at a small size and validate (for `cuadv check`)."""

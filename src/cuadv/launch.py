@@ -1,0 +1,375 @@
+"""Launching kernels with every launch option, checked before anything reaches the GPU.
+
+``LaunchConfig`` is a frozen value (hashable, comparable) whose constructor does the pure checks;
+``launch`` does the device checks (cluster size, shared memory, co-residency, priority range, ...)
+and then one driver call. cuda.core's ``launch`` is used when the configuration and the arguments
+are within what it supports; ``cuLaunchKernelEx`` with launch attributes otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Sequence
+
+from ._cuda import check, driver
+from .args import PackedArguments
+from .errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
+
+Dim3 = tuple[int, int, int]
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_CLUSTER_SIZE = 16  # non-portable limit of Hopper and Blackwell
+PORTABLE_CLUSTER_SIZE = 8
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def as_dim3(value: int | Sequence[int]) -> Dim3:
+    if isinstance(value, int):
+        dims = (value, 1, 1)
+    else:
+        dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+        if len(dims) != 3:
+            raise LaunchConfigError(f"a dimension has at most 3 components, got {value!r}")
+    return dims  # type: ignore[return-value]
+
+
+def volume(d: Dim3) -> int:
+    return d[0] * d[1] * d[2]
+
+
+@dataclass(frozen=True)
+class AccessPolicyWindow:
+    """An L2 access-policy window: accesses to [base, base+num_bytes) hit as ``hit`` with probability
+    ``hit_ratio``, the rest as ``miss``."""
+
+    base_ptr: int
+    num_bytes: int
+    hit_ratio: float = 1.0
+    hit: str = "persisting"
+    miss: str = "streaming"
+
+    def __post_init__(self):
+        if not 0.0 <= self.hit_ratio <= 1.0:
+            raise LaunchConfigError(f"hit_ratio must be in [0, 1], got {self.hit_ratio}")
+        if self.num_bytes < 0:
+            raise LaunchConfigError(f"access-policy window size must be >= 0, got {self.num_bytes}")
+        for prop in (self.hit, self.miss):
+            if prop not in ("normal", "streaming", "persisting"):
+                raise LaunchConfigError(f"access property must be normal, streaming or persisting, got {prop!r}")
+
+    def to_driver(self):
+        drv = driver()
+        w = drv.CUaccessPolicyWindow()
+        w.base_ptr = self.base_ptr
+        w.num_bytes = self.num_bytes
+        w.hitRatio = self.hit_ratio
+        w.hitProp = getattr(drv.CUaccessProperty, f"CU_ACCESS_PROPERTY_{self.hit.upper()}")
+        w.missProp = getattr(drv.CUaccessProperty, f"CU_ACCESS_PROPERTY_{self.miss.upper()}")
+        return w
+
+
+MEM_SYNC_DOMAINS = {"default": 0, "remote": 1}
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Every launch option in one value. ``grid`` counts blocks (as in CUDA C++), also with clusters."""
+
+    grid: Dim3 | int | Sequence[int]
+    block: Dim3 | int | Sequence[int]
+    cluster: Dim3 | int | Sequence[int] | None = None
+    shared_mem: int = 0
+    cooperative: bool = False
+    pdl: bool = False
+    priority: int | None = None
+    mem_sync_domain: str | None = None
+    access_policy: AccessPolicyWindow | None = None
+
+    def __post_init__(self):
+        grid, block = as_dim3(self.grid), as_dim3(self.block)
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "block", block)
+        for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
+            if not 1 <= g <= limit:
+                raise LaunchConfigError(f"grid dimension {'xyz'[axis]} = {g} is outside [1, {limit}]")
+        if volume(block) > MAX_THREADS_PER_BLOCK:
+            raise LaunchConfigError(
+                f"block of {volume(block)} threads exceeds the limit of {MAX_THREADS_PER_BLOCK} threads per block")
+        for axis, (b, limit) in enumerate(zip(block, MAX_BLOCK)):
+            if not 1 <= b <= limit:
+                raise LaunchConfigError(f"block dimension {'xyz'[axis]} = {b} is outside [1, {limit}]")
+        if self.cluster is not None:
+            cluster = as_dim3(self.cluster)
+            object.__setattr__(self, "cluster", cluster)
+            if min(cluster) < 1:
+                raise LaunchConfigError(f"cluster dimensions must be >= 1, got {cluster}")
+            if volume(cluster) > MAX_CLUSTER_SIZE:
+                raise LaunchConfigError(
+                    f"cluster of {volume(cluster)} blocks exceeds the largest cluster size {MAX_CLUSTER_SIZE}")
+            for axis in range(3):
+                if grid[axis] % cluster[axis]:
+                    raise LaunchConfigError(
+                        f"cluster dimension {'xyz'[axis]} = {cluster[axis]} does not divide grid dimension "
+                        f"{'xyz'[axis]} = {grid[axis]}")
+        if self.shared_mem < 0:
+            raise LaunchConfigError(f"dynamic shared memory must be >= 0 bytes, got {self.shared_mem}")
+        if self.mem_sync_domain is not None and self.mem_sync_domain not in MEM_SYNC_DOMAINS:
+            raise LaunchConfigError(f"memory sync domain must be 'default' or 'remote', got {self.mem_sync_domain!r}")
+
+    @property
+    def cluster_size(self) -> int:
+        return volume(self.cluster) if self.cluster else 1
+
+    @property
+    def grid_blocks(self) -> int:
+        return volume(self.grid)
+
+    def needs_driver_attributes(self) -> bool:
+        """True when cuda.core's LaunchConfig cannot express this configuration."""
+        return self.priority is not None or self.mem_sync_domain is not None or self.access_policy is not None
+
+
+class Kernel:
+    """A loaded kernel: the cuda.core Kernel plus the attributes the launch checks need."""
+
+    def __init__(self, core_kernel, name: str, module=None):
+        self.core = core_kernel
+        self.name = name
+        self.module = module
+        self._dynamic_shared_limit = STATIC_SHARED_LIMIT
+        self._non_portable: bool | None = None
+        self._checked: set[LaunchConfig] = set()  # configurations that passed check_config
+
+    @property
+    def handle(self):
+        return self.core.handle
+
+    @cached_property
+    def function(self):
+        """The CUfunction of this kernel in the current context (for occupancy and attribute calls)."""
+        return check(driver().cuKernelGetFunction(self.handle), "cuKernelGetFunction")
+
+    def attribute(self, name: str) -> int:
+        drv = driver()
+        attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+        return int(check(drv.cuFuncGetAttribute(attr, self.function), f"cuFuncGetAttribute({name})"))
+
+    def set_attribute(self, name: str, value: int) -> None:
+        drv = driver()
+        attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+        check(drv.cuFuncSetAttribute(self.function, attr, value), f"cuFuncSetAttribute({name}={value})")
+
+    @cached_property
+    def param_sizes(self) -> tuple[int, ...]:
+        drv = driver()
+        sizes = []
+        while True:
+            status, _offset, size = drv.cuKernelGetParamInfo(self.handle, len(sizes))
+            if int(status) != 0:
+                break
+            sizes.append(int(size))
+        return tuple(sizes)
+
+    @cached_property
+    def static_shared_bytes(self) -> int:
+        return self.attribute("SHARED_SIZE_BYTES")
+
+    @cached_property
+    def max_threads_per_block(self) -> int:
+        return self.attribute("MAX_THREADS_PER_BLOCK")
+
+    @cached_property
+    def compile_time_cluster(self) -> Dim3 | None:
+        dims = (self.attribute("REQUIRED_CLUSTER_WIDTH"), self.attribute("REQUIRED_CLUSTER_HEIGHT"),
+                self.attribute("REQUIRED_CLUSTER_DEPTH"))
+        return dims if dims[0] > 0 else None  # type: ignore[return-value]
+
+    def ensure_dynamic_shared(self, nbytes: int) -> None:
+        """Raise the kernel's dynamic shared-memory limit when a launch asks for more than 48 KB."""
+        if nbytes > self._dynamic_shared_limit:
+            self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
+            self._dynamic_shared_limit = nbytes
+
+    def set_non_portable_cluster(self, allowed: bool) -> None:
+        if self._non_portable != allowed:
+            self.set_attribute("NON_PORTABLE_CLUSTER_SIZE_ALLOWED", int(allowed))
+            self._non_portable = allowed
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r})"
+
+
+def stream_handle(stream: Any) -> int:
+    """Raw CUstream of a cuda.core Stream, a CuPy/PyTorch stream, anything with __cuda_stream__, or an int."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        proto = stream.__cuda_stream__
+        _version, handle = proto() if callable(proto) else proto
+        return int(handle)
+    for attr in ("handle", "ptr", "cuda_stream"):
+        h = getattr(stream, attr, None)
+        if h is not None:
+            return int(h)
+    raise KernelArgumentError(f"cannot use {type(stream).__name__} as a stream")
+
+
+def check_config(kernel: Kernel, config: LaunchConfig) -> None:
+    """Device checks: everything that depends on the GPU and on the compiled kernel."""
+    from .device import current_device
+    from .occupancy import max_active_blocks_per_sm, max_active_clusters, max_cluster_size
+
+    caps = current_device().caps
+    threads = volume(config.block)  # type: ignore[arg-type]
+    if threads > kernel.max_threads_per_block:
+        raise LaunchConfigError(
+            f"block of {threads} threads exceeds this kernel's limit of {kernel.max_threads_per_block} "
+            "(set by its registers or __launch_bounds__)")
+    total_shared = config.shared_mem + kernel.static_shared_bytes
+    if total_shared > caps.shared_mem_per_block_optin:
+        raise LaunchConfigError(
+            f"{config.shared_mem} B dynamic + {kernel.static_shared_bytes} B static shared memory exceeds the "
+            f"per-block limit of {caps.shared_mem_per_block_optin} B")
+    kernel.ensure_dynamic_shared(config.shared_mem)
+    fixed = kernel.compile_time_cluster
+    if config.cluster is not None and fixed is not None:
+        raise LaunchConfigError(
+            f"kernel {kernel.name} declares __cluster_dims__{fixed}; give no run-time cluster (got {config.cluster})")
+    cluster = config.cluster or fixed
+    if cluster is not None:
+        caps.require("thread block clusters", 9, 0, "launch without a cluster")
+        for axis in range(3):
+            if config.grid[axis] % cluster[axis]:  # type: ignore[index]
+                raise LaunchConfigError(
+                    f"cluster dimension {'xyz'[axis]} = {cluster[axis]} does not divide grid dimension "
+                    f"{'xyz'[axis]} = {config.grid[axis]}")  # type: ignore[index]
+        size = volume(cluster)
+        largest = max_cluster_size(kernel, config.block, config.shared_mem, non_portable=size > PORTABLE_CLUSTER_SIZE)
+        if size > largest:
+            raise LaunchConfigError(
+                f"cluster of {size} blocks exceeds the largest cluster this kernel can use here ({largest} blocks, "
+                f"{'non-portable' if size > PORTABLE_CLUSTER_SIZE else 'portable'} limit, "
+                f"{threads} threads and {total_shared} B shared memory per block)")
+    if config.cooperative:
+        if not caps.cooperative_launch:
+            raise UnsupportedFeatureError("cooperative launch", "a GPU with cooperative launch", "none",
+                                          "split the kernel at the grid sync into two launches")
+        if cluster is not None:
+            limit = max_active_clusters(kernel, config.block, cluster, config.shared_mem) * volume(cluster)
+        else:
+            limit = max_active_blocks_per_sm(kernel, config.block, config.shared_mem) * caps.sm_count
+        if config.grid_blocks > limit:
+            raise LaunchConfigError(
+                f"cooperative grid of {config.grid_blocks} blocks exceeds the co-resident maximum {limit} "
+                f"({caps.sm_count} SMs, {threads} threads and {total_shared} B shared memory per block)")
+    if config.pdl:
+        caps.require("programmatic dependent launch", 9, 0, "launch without pdl (plain stream order)")
+    if config.priority is not None:
+        lo, hi = caps.stream_priority_low, caps.stream_priority_high
+        if not min(lo, hi) <= config.priority <= max(lo, hi):
+            raise LaunchConfigError(
+                f"priority {config.priority} is outside the device's range [{hi} (high), {lo} (low)]")
+    if config.mem_sync_domain is not None and caps.mem_sync_domain_count < 2:
+        raise UnsupportedFeatureError("memory sync domains", "a GPU with 2 or more domains",
+                                      f"{caps.mem_sync_domain_count}", "launch in the default domain")
+    if config.access_policy is not None:
+        if caps.persisting_l2_max_bytes == 0:
+            raise UnsupportedFeatureError("L2 access-policy window", "a GPU with persisting L2 (not MIG)",
+                                          "0 B persisting L2", "launch without the window")
+        if config.access_policy.num_bytes > caps.access_policy_max_window_bytes:
+            raise LaunchConfigError(
+                f"access-policy window of {config.access_policy.num_bytes} B exceeds the maximum window "
+                f"{caps.access_policy_max_window_bytes} B")
+
+
+def _driver_attributes(config: LaunchConfig) -> list:
+    drv = driver()
+    ids = drv.CUlaunchAttributeID
+    attrs = []
+
+    def add(attr_id):
+        a = drv.CUlaunchAttribute()
+        a.id = attr_id
+        attrs.append(a)
+        return a.value
+
+    if config.cluster is not None:
+        v = add(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = config.cluster
+    if config.cooperative:
+        add(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE).cooperative = 1
+    if config.pdl:
+        add(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION).programmaticStreamSerializationAllowed = 1
+    if config.priority is not None:
+        add(ids.CU_LAUNCH_ATTRIBUTE_PRIORITY).priority = config.priority
+    if config.mem_sync_domain is not None:
+        add(ids.CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN).memSyncDomain = getattr(
+            drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{config.mem_sync_domain.upper()}")
+    if config.access_policy is not None:
+        add(ids.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW).accessPolicyWindow = config.access_policy.to_driver()
+    return attrs
+
+
+def _launch_driver(kernel: Kernel, config: LaunchConfig, packed: PackedArguments, stream: int) -> None:
+    drv = driver()
+    cfg = drv.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = config.grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = config.block
+    cfg.sharedMemBytes = config.shared_mem
+    cfg.hStream = drv.CUstream(stream)
+    attrs = _driver_attributes(config)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    check(drv.cuLaunchKernelEx(cfg, kernel.handle, packed.address, 0), f"cuLaunchKernelEx({kernel.name})")
+
+
+def _launch_core(kernel: Kernel, config: LaunchConfig, scalars: list, stream: int) -> None:
+    from cuda.core import LaunchConfig as CoreConfig, Stream, launch as core_launch
+
+    grid = config.grid
+    if config.cluster is not None:  # cuda.core counts clusters in grid when cluster is given
+        grid = tuple(g // c for g, c in zip(config.grid, config.cluster))  # type: ignore[arg-type]
+    core_cfg = CoreConfig(grid=grid, cluster=config.cluster, block=config.block, shmem_size=config.shared_mem,
+                          is_cooperative=config.cooperative, programmatic_stream_serialization=config.pdl)
+    core_launch(_core_stream(stream), core_cfg, kernel.core, *scalars)
+
+
+_core_streams: dict[int, Any] = {}
+
+
+def _core_stream(handle: int):
+    from cuda.core import Stream
+
+    s = _core_streams.get(handle)
+    if s is None:
+        if handle == 0:
+            from cuda.core import LEGACY_DEFAULT_STREAM as s  # noqa: N811
+        else:
+            s = Stream.from_handle(handle)
+        _core_streams[handle] = s
+    return s
+
+
+def launch(kernel: Kernel, config: LaunchConfig, *args: Any, stream: Any = None, backend: str = "auto") -> None:
+    """Check ``config`` against the GPU and the kernel, pack ``args`` to the kernel's parameters, launch.
+
+    backend: "auto" (cuda.core where it can express the launch, the driver otherwise), "core" or "driver".
+    """
+    if config not in kernel._checked:
+        check_config(kernel, config)
+        kernel._checked.add(config)
+    packed = PackedArguments(args, kernel.param_sizes)
+    handle = stream_handle(stream)
+    scalars = packed.as_scalars()
+    use_core = backend == "core" or (backend == "auto" and not config.needs_driver_attributes() and scalars is not None)
+    if use_core:
+        if config.needs_driver_attributes() or scalars is None:
+            raise LaunchConfigError("backend='core' cannot express priority, memory sync domain, access-policy "
+                                    "window or struct arguments; use backend='driver'")
+        _launch_core(kernel, config, scalars, handle)
+    else:
+        _launch_driver(kernel, config, packed, handle)

@@ -1,0 +1,129 @@
+"""Timing with CUDA events: warm-up, repeats, median / min / max; the copy-bandwidth ceiling."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ._cuda import check, driver
+from .launch import stream_handle
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds of one timed region over several repeats."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    samples: tuple[float, ...] = field(repr=False)
+
+    @property
+    def median_s(self) -> float:
+        return self.median_ms * 1e-3
+
+    def rate(self, amount: float) -> float:
+        """amount per second at the median time (for example bytes -> bytes/s)."""
+        return amount / self.median_s
+
+    def as_dict(self) -> dict:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "repeats": len(self.samples)}
+
+
+class EventPair:
+    """Two timing events recorded on one stream."""
+
+    def __init__(self):
+        drv = driver()
+        flags = drv.CUevent_flags.CU_EVENT_DEFAULT
+        self.start = check(drv.cuEventCreate(flags), "cuEventCreate")
+        self.stop = check(drv.cuEventCreate(flags), "cuEventCreate")
+
+    def record_start(self, stream: int) -> None:
+        check(driver().cuEventRecord(self.start, stream), "cuEventRecord")
+
+    def record_stop(self, stream: int) -> None:
+        check(driver().cuEventRecord(self.stop, stream), "cuEventRecord")
+
+    def elapsed_ms(self) -> float:
+        drv = driver()
+        check(drv.cuEventSynchronize(self.stop), "cuEventSynchronize")
+        return float(check(drv.cuEventElapsedTime(self.start, self.stop), "cuEventElapsedTime"))
+
+    def __del__(self):
+        try:
+            drv = driver()
+            drv.cuEventDestroy(self.start)
+            drv.cuEventDestroy(self.stop)
+        except Exception:
+            pass
+
+
+def synchronize(stream: Any = None) -> None:
+    check(driver().cuStreamSynchronize(stream_handle(stream)), "cuStreamSynchronize")
+
+
+def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repeats: int = 20,
+             setup: Callable[[], Any] | None = None) -> Timing:
+    """Time ``fn`` (which enqueues GPU work on ``stream``) with CUDA events.
+
+    ``setup`` runs before every call outside the timed region (to reset outputs or rotate inputs).
+    """
+    handle = stream_handle(stream)
+    for _ in range(warmup):
+        if setup:
+            setup()
+        fn()
+    synchronize(handle)
+    events = [EventPair() for _ in range(repeats)]
+    for ev in events:
+        if setup:
+            setup()  # enqueued before the start event: outside the timed region
+        ev.record_start(handle)
+        fn()
+        ev.record_stop(handle)
+    samples = [ev.elapsed_ms() for ev in events]
+    return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
+
+
+@dataclass(frozen=True)
+class CopyCeiling:
+    """Device-to-device copy bandwidth: bytes read plus bytes written per second."""
+
+    bytes_per_s: float
+    nbytes: int
+    timing: Timing
+
+    @property
+    def tb_per_s(self) -> float:
+        return self.bytes_per_s / 1e12
+
+    def fraction(self, bytes_per_s: float) -> float:
+        return bytes_per_s / self.bytes_per_s
+
+
+_ceiling: CopyCeiling | None = None
+
+
+def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
+    """Measure (once per process) a large device-to-device copy; every benchmark divides by it."""
+    global _ceiling
+    if _ceiling is not None and _ceiling.nbytes == nbytes:
+        return _ceiling
+    from .device import current_device
+
+    current_device()
+    drv = driver()
+    src = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+    dst = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+    try:
+        check(drv.cuMemsetD8(src, 0x5A, nbytes), "cuMemsetD8")
+        stream = 0
+        t = time_gpu(lambda: check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync"),
+                     stream=stream, warmup=3, repeats=repeats)
+    finally:
+        drv.cuMemFree(src)
+        drv.cuMemFree(dst)
+    _ceiling = CopyCeiling(bytes_per_s=t.rate(2 * nbytes), nbytes=nbytes, timing=t)
+    return _ceiling

@@ -1,0 +1,291 @@
+"""Work stealing: one tile body under fixed-work, fixed-blocks, Cluster Launch Control and software CLC.
+
+Seed 000 of the docs. The user writes a prologue and a tile body once; cuadv wraps them in the
+scheduling loop of ``kernels/cuadv/work_stealing.cuh`` for the chosen policy:
+
+- ``fixed_work``: one block per tile (hardware balancing and preemption, one prologue per tile);
+- ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
+- ``clc``: hardware Cluster Launch Control, compute capability 10.0+ (compiled and SASS-checked for
+  sm_100a here; no Blackwell GPU was available to run it);
+- ``steal``: software CLC for 9.x GPUs: a full grid whose blocks take tickets and give the SM back
+  after ``quantum_us``, so higher-priority kernels get in;
+- ``auto``: ``clc`` where the GPU has it, else ``steal``.
+
+Example::
+
+    scale = TileKernel(params="float* data, int n, float alpha",
+                       body="int i = tile.x * blockDim.x + threadIdx.x; if (i < n) data[i] *= alpha;",
+                       block=256)
+    scale(tiles=ceil_div(n, 256), data, np.int32(n), np.float32(2.0))
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._cuda import check, driver
+from .compiler import CompiledModule, compile_source
+from .errors import LaunchConfigError, UnsupportedFeatureError
+from .launch import MAX_CLUSTER_SIZE, Dim3, Kernel, LaunchConfig, as_dim3, launch, stream_handle, volume
+from .memory import DeviceBuffer
+
+POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
+_POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
+                "steal": "Steal"}
+DEFAULT_QUANTUM_US = 50.0
+MAX_TILES = (2**31 - 1, 65535, 65535)
+
+SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
+                           ("state", "<u8"), ("trace", "<u8")])
+TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
+STATE_BYTES = 16
+assert SCHEDULE_DTYPE.itemsize == 48 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
+
+
+def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
+    """The concrete policy for a GPU; raises for one it cannot run, naming the capability and fallback."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    if policy == "auto":
+        return "clc" if cc >= (10, 0) else "steal"
+    cc_text = f"{cc[0]}.{cc[1]}"
+    if policy == "clc" and cc < (10, 0):
+        raise UnsupportedFeatureError("Cluster Launch Control (policy 'clc')", "compute capability >= 10.0", cc_text,
+                                      "policy='steal' (software CLC, same loop) or policy='auto'")
+    if policy == "steal" and cc < (9, 0):
+        raise UnsupportedFeatureError("software CLC (policy 'steal')",
+                                      "compute capability >= 9.0 (mbarrier transaction counts)", cc_text,
+                                      "policy='fixed_work' or 'fixed_blocks'")
+    return policy
+
+
+def policy_for_arch(policy: str, arch: str) -> str:
+    from .compiler import parse_arch
+
+    return resolve_policy(policy, parse_arch(arch))
+
+
+def check_tiles(tiles: int | Sequence[int], cluster: Dim3) -> Dim3:
+    """Validate a tile grid (zero allowed: nothing to do) against the grid limits and the cluster shape."""
+    t = (tiles, 1, 1) if isinstance(tiles, (int, np.integer)) else tuple(int(v) for v in tiles) + (1,) * (3 - len(tiles))
+    if len(t) != 3:
+        raise LaunchConfigError(f"a tile grid has at most 3 dimensions, got {tiles!r}")
+    t = tuple(int(v) for v in t)
+    for axis, (n, limit) in enumerate(zip(t, MAX_TILES)):
+        if not 0 <= n <= limit:
+            raise LaunchConfigError(f"tile count {'xyz'[axis]} = {n} is outside [0, {limit}]")
+        if n % cluster[axis]:
+            raise LaunchConfigError(
+                f"cluster dimension {'xyz'[axis]} = {cluster[axis]} does not divide tile count {'xyz'[axis]} = {n}; "
+                "each cluster takes a cluster-shaped group of tiles")
+    return t  # type: ignore[return-value]
+
+
+def check_quantum(quantum_us: float | None, policy: str) -> int:
+    """Quantum in nanoseconds (0: never yield). Only 'steal' (or 'auto') takes one."""
+    if quantum_us is None:
+        return int(DEFAULT_QUANTUM_US * 1000) if policy in ("steal", "auto") else 0
+    if policy not in ("steal", "auto"):
+        raise LaunchConfigError(f"a quantum applies to policy 'steal' only, not {policy!r}")
+    if quantum_us == math.inf:
+        return 0
+    if not (isinstance(quantum_us, (int, float)) and math.isfinite(quantum_us) and quantum_us > 0):
+        raise LaunchConfigError(f"quantum_us must be a positive number of microseconds or math.inf, got {quantum_us!r}")
+    return max(int(quantum_us * 1000), 1)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The scheduler's kernel parameter (cuadv::ws::Schedule)."""
+
+    tiles: Dim3
+    cluster: Dim3
+    quantum_ns: int = 0
+    state_ptr: int = 0
+    trace_ptr: int = 0
+
+    def kernel_param_bytes(self) -> bytes:
+        rec = np.zeros((), dtype=SCHEDULE_DTYPE)
+        rec["tiles"], rec["cluster"] = self.tiles, self.cluster
+        rec["quantum_ns"], rec["state"], rec["trace"] = self.quantum_ns, self.state_ptr, self.trace_ptr
+        return rec.tobytes()
+
+
+class StatePool:
+    """Per-launch scheduler counters: one slot per stream (launches on one stream run in order and
+    the counters reset themselves), and a fresh slot for every graph capture, so a graph replay
+    never shares counters with a stream it may overlap."""
+
+    def __init__(self, slots: int = 256):
+        self._buffer: DeviceBuffer | None = None
+        self._slots = slots
+        self._by_stream: dict[int, int] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def slot_for(self, stream: int) -> int:
+        with self._lock:
+            if self._buffer is None:
+                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
+                check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+            capturing = _is_capturing(stream)
+            if not capturing and stream in self._by_stream:
+                return self._by_stream[stream]
+            if self._next >= self._slots:
+                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use work stealing in "
+                                        "this process; scheduler state slots are exhausted")
+            index = self._next
+            self._next += 1
+            if not capturing:
+                self._by_stream[stream] = index
+            return self._buffer.ptr + index * STATE_BYTES
+
+
+_pool = StatePool()
+
+
+def _is_capturing(stream: int) -> bool:
+    drv = driver()
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
+@dataclass
+class Trace:
+    """Which SM ran which tile when: one record per tile (``TRACE_DTYPE``), nanoseconds of %globaltimer."""
+
+    records: np.ndarray
+    policy: str
+    tiles: Dim3
+
+    @property
+    def written(self) -> np.ndarray:
+        return self.records["end_ns"] != np.iinfo(np.uint64).max
+
+    @property
+    def start_ns(self) -> int:
+        return int(self.records["start_ns"][self.written].min()) if self.written.any() else 0
+
+    @property
+    def makespan_ns(self) -> int:
+        w = self.written
+        return int(self.records["end_ns"][w].max() - self.records["start_ns"][w].min()) if w.any() else 0
+
+    def plot(self, path, title: str | None = None, sm_count: int | None = None) -> None:
+        from .plots import plot_sm_timeline
+
+        plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count)
+
+
+_TEMPLATE = r"""
+#include <cuadv/work_stealing.cuh>
+{preamble}
+extern "C" __global__ void __launch_bounds__({threads})
+{name}(const __grid_constant__ cuadv::ws::Schedule cuadv_schedule{params}) {{
+  cuadv::ws::Scheduler<cuadv::ws::{policy_type}> cuadv_scheduler(cuadv_schedule);
+  if (!cuadv_scheduler.begin()) return;
+  {{
+{prologue}
+    cuadv_scheduler.for_each([&](const cuadv::ws::Tile& tile) {{
+{body}
+    }});
+  }}
+}}
+"""
+
+
+class TileKernel:
+    """A kernel made of a prologue (once per running block) and a tile body (once per tile).
+
+    ``params``: the kernel's parameters as C++ (``"float* data, int n"``), passed after the schedule.
+    ``body`` sees ``tile`` (``.x .y .z .index``) and the parameters and prologue locals; a ``return``
+    in it ends the current tile. ``preamble``: code placed before the kernel (helpers, includes).
+    """
+
+    def __init__(self, params: str, body: str, prologue: str = "", *, policy: str = "auto",
+                 block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
+                 preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
+        self.policy, self.name, self.shared_mem = policy, name, shared_mem
+        self.block = LaunchConfig(grid=1, block=block).block
+        self.cluster = as_dim3(cluster)
+        if min(self.cluster) < 1 or volume(self.cluster) > MAX_CLUSTER_SIZE:
+            raise LaunchConfigError(f"cluster {self.cluster} must have 1 to {MAX_CLUSTER_SIZE} blocks")
+        self.quantum_ns = check_quantum(quantum_us, policy)
+        self._modules: dict[tuple[str, str], CompiledModule] = {}
+        self._fixed_blocks_grid: dict[tuple, int] = {}
+
+    def source(self, policy: str) -> str:
+        if policy not in _POLICY_TYPE:
+            raise ValueError(f"source() needs a concrete policy ({', '.join(_POLICY_TYPE)}), got {policy!r}")
+        return _TEMPLATE.format(preamble=self.preamble, threads=volume(self.block), name=self.name,
+                                params=(", " + self.params) if self.params else "", policy_type=_POLICY_TYPE[policy],
+                                prologue=self.prologue, body=self.body)
+
+    def compile(self, arch: str, policy: str | None = None) -> CompiledModule:
+        """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch."""
+        concrete = policy_for_arch(policy or self.policy, arch)
+        key = (arch, concrete)
+        if key not in self._modules:
+            self._modules[key] = compile_source(self.source(concrete), name=f"{self.name}_{concrete}", arch=arch)
+        return self._modules[key]
+
+    def kernel(self, policy: str | None = None) -> tuple[Kernel, str]:
+        from .device import current_device
+
+        caps = current_device().caps
+        concrete = resolve_policy(policy or self.policy, caps.compute_capability)
+        return self.compile(caps.arch, concrete).kernel(self.name), concrete
+
+    def launch_config(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None = None) -> LaunchConfig:
+        cluster = self.cluster if volume(self.cluster) > 1 else None
+        if policy == "fixed_blocks":
+            units = volume(tiles) // volume(self.cluster)
+            grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
+        else:
+            grid = tiles
+        return LaunchConfig(grid=grid, block=self.block, cluster=cluster, shared_mem=self.shared_mem, priority=priority)
+
+    def _resident_units(self, kernel: Kernel) -> int:
+        """Blocks (or clusters) that fit on the GPU at once: the fixed_blocks grid."""
+        key = (self.block, self.cluster, self.shared_mem)
+        if key not in self._fixed_blocks_grid:
+            from .device import current_device
+            from .occupancy import max_active_blocks_per_sm, max_active_clusters
+
+            if volume(self.cluster) > 1:
+                n = max_active_clusters(kernel, self.block, self.cluster, self.shared_mem)
+            else:
+                n = max_active_blocks_per_sm(kernel, self.block, self.shared_mem) * current_device().caps.sm_count
+            if n < 1:
+                raise LaunchConfigError(f"no block of {volume(self.block)} threads and {self.shared_mem} B shared "
+                                        "memory fits on an SM")
+            self._fixed_blocks_grid[key] = n
+        return self._fixed_blocks_grid[key]
+
+    def __call__(self, tiles: int | Sequence[int], *args: Any, stream: Any = None, trace: bool = False,
+                 priority: int | None = None, policy: str | None = None) -> Trace | None:
+        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (synchronises)."""
+        t = check_tiles(tiles, self.cluster)
+        kernel, concrete = self.kernel(policy)
+        quantum = self.quantum_ns if concrete == "steal" else 0
+        if volume(t) == 0:
+            return Trace(np.zeros(0, TRACE_DTYPE), concrete, t) if trace else None
+        handle = stream_handle(stream)
+        trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=0xFF) if trace else None
+        schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+                            state_ptr=_pool.slot_for(handle) if concrete == "steal" else 0,
+                            trace_ptr=trace_buf.ptr if trace_buf else 0)
+        launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
+        if trace_buf is None:
+            return None
+        return Trace(trace_buf.to_host(np.uint8, stream=handle).view(TRACE_DTYPE), concrete, t)
+
+    launch = __call__

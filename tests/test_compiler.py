@@ -1,0 +1,75 @@
+"""Compilation without a GPU: targets, the resource report, errors with the NVRTC log, the cache."""
+
+import pytest
+
+from cuadv import cache as disk_cache
+from cuadv.compiler import arch_for, compile_source, parse_arch, parse_resource_report
+from cuadv.errors import CompileError
+
+SRC = r"""
+#include <cuda/ptx>
+#include <cooperative_groups.h>
+template <int N> __global__ void scale(float* x) { x[threadIdx.x] *= N; }
+extern "C" __global__ void plain(int* x) { __shared__ int s[64]; s[threadIdx.x] = 1; __syncthreads(); x[threadIdx.x] = s[63 - threadIdx.x]; }
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_compiles_for_target_without_gpu(arch):
+    m = compile_source(SRC, name="t", arch=arch, name_expressions=["scale<3>"])
+    assert m.cubin[:4] == b"\x7fELF"
+    assert f".target {arch}" in m.ptx
+    assert "scale<3>" in m.lowered_names and m.lowered_names["scale<3>"].startswith("_Z")
+    plain = m.resources_for("plain")
+    assert plain.registers > 0 and plain.static_shared_bytes == 256
+    assert m.resources_for("scale<3>").spill_store_bytes == 0
+
+
+def test_arch_from_capability():
+    assert arch_for((9, 0)) == "sm_90a"
+    assert arch_for((10, 0)) == "sm_100a"
+    assert arch_for((8, 6)) == "sm_86"
+    assert parse_arch("sm_100a") == (10, 0)
+    with pytest.raises(ValueError, match="sm_XY"):
+        parse_arch("hopper")
+
+
+def test_compile_error_carries_log_options_and_numbered_source():
+    with pytest.raises(CompileError) as info:
+        compile_source('extern "C" __global__ void k() { int x = ; }', name="broken", arch="sm_90a")
+    err = info.value
+    assert "expected an expression" in err.log
+    assert "-arch=sm_90a" in err.options
+    text = str(err)
+    assert "broken" in text and "    1  extern" in text
+
+
+def test_cache_hit_and_corrupt_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void k(int* x) { x[0] = 7; }'
+    first = compile_source(src, name="cached", arch="sm_90a")
+    second = compile_source(src, name="cached", arch="sm_90a")
+    assert not first.from_cache and second.from_cache and second.cubin == first.cubin
+    (entry,) = list(tmp_path.glob("*.bin"))
+    entry.write_bytes(entry.read_bytes()[:-10] + b"corruption")
+    third = compile_source(src, name="cached", arch="sm_90a")
+    assert not third.from_cache and third.cubin == first.cubin
+    assert compile_source(src + "\n", name="cached", arch="sm_90a").from_cache is False
+
+
+def test_cache_can_be_disabled(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CUADV_CACHE", "0")
+    compile_source('extern "C" __global__ void k() {}', name="nocache", arch="sm_90a")
+    assert disk_cache.cache_dir() is None and not list(tmp_path.glob("*.bin"))
+
+
+def test_resource_report_parser():
+    log = """ptxas info    : Compiling entry function 'k' for 'sm_90a'
+ptxas info    : Function properties for k
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]
+"""
+    r = parse_resource_report(log)["k"]
+    assert (r.registers, r.static_shared_bytes, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes, r.barriers) \
+        == (40, 1024, 8, 4, 12, 1)

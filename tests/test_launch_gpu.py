@@ -1,0 +1,224 @@
+"""Every launch option on a real GPU, argument interop, and the device-side configuration errors."""
+
+import numpy as np
+import pytest
+
+from cuadv import AccessPolicyWindow, LaunchConfig, compile_source, current_device, launch
+from cuadv.errors import LaunchConfigError
+from cuadv.timing import synchronize
+
+pytestmark = pytest.mark.gpu
+
+SRC = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+extern "C" __global__ void block_ids(int* out) {
+  // one record per block: linear block id, cluster rank, cluster size
+  auto cluster = cg::this_cluster();
+  const int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (threadIdx.x == 0) {
+    out[3 * b] = b;
+    out[3 * b + 1] = cluster.block_rank();
+    out[3 * b + 2] = cluster.num_blocks();
+  }
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) fixed_cluster(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = cg::this_cluster().block_rank();
+}
+
+extern "C" __global__ void __launch_bounds__(128) bounded(int* out) { out[threadIdx.x] = 1; }
+
+// Seed 002's two-phase kernel: every block writes, grid.sync(), every block reads its neighbour's value.
+extern "C" __global__ void two_phase(int* data, int* out) {
+  cg::grid_group grid = cg::this_grid();
+  const unsigned i = grid.thread_rank();
+  data[i] = i * 3 + 1;
+  grid.sync();  // all of phase 1's writes are visible to every block
+  const unsigned n = grid.size();
+  out[i] = data[(i + blockDim.x) % n];
+}
+
+extern "C" __global__ void produce(int* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = i;
+  asm volatile("griddepcontrol.launch_dependents;");  // lets the dependent grid start its setup
+}
+
+extern "C" __global__ void consume(const int* x, int* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the producer grid has completed and flushed
+  if (i < n) y[i] = 2 * x[i];
+}
+
+extern "C" __global__ void add_one(float* x, unsigned long long n) {
+  const unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+
+extern "C" __global__ void takes_scalars(double* out, float f, double d, int i, unsigned char c) {
+  out[0] = f; out[1] = d; out[2] = i; out[3] = c;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    return compile_source(SRC, name="launch_tests")
+
+
+def test_caps_are_consistent():
+    caps = current_device().caps
+    assert caps.sm_count > 0 and caps.l2_cache_bytes > 0
+    if caps.compute_capability >= (9, 0):
+        assert caps.cluster_launch and caps.tma and caps.pdl
+        assert 8 <= caps.max_cluster_size_portable <= caps.max_cluster_size_nonportable <= 16
+    assert caps.clc == (caps.compute_capability >= (10, 0))
+    assert caps.stream_priority_high <= caps.stream_priority_low
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+def test_runtime_clusters(module, cp, cluster):
+    if cluster > current_device().caps.max_cluster_size_nonportable:
+        pytest.skip("cluster larger than this GPU allows")
+    k = module.kernel("block_ids")
+    grid = 64
+    out = cp.full(3 * grid, -1, dtype=cp.int32)
+    launch(k, LaunchConfig(grid=grid, block=32, cluster=cluster if cluster > 1 else None), out)
+    rec = cp.asnumpy(out).reshape(grid, 3)
+    assert (rec[:, 0] == np.arange(grid)).all()
+    assert (rec[:, 1] == np.arange(grid) % cluster).all()
+    assert (rec[:, 2] == cluster).all()
+
+
+def test_compile_time_cluster_and_runtime_cluster_are_exclusive(module, cp):
+    k = module.kernel("fixed_cluster")
+    out = cp.full(8, -1, dtype=cp.int32)
+    launch(k, LaunchConfig(grid=8, block=32), out)
+    assert (cp.asnumpy(out) == np.arange(8) % 2).all()
+    with pytest.raises(LaunchConfigError, match=r"declares __cluster_dims__\(2, 1, 1\)"):
+        launch(k, LaunchConfig(grid=8, block=32, cluster=2), out)
+    with pytest.raises(LaunchConfigError, match="cluster dimension x = 2 does not divide grid dimension x = 7"):
+        launch(k, LaunchConfig(grid=7, block=32), out)
+
+
+def test_kernel_thread_limit(module, cp):
+    out = cp.zeros(256, dtype=cp.int32)
+    with pytest.raises(LaunchConfigError, match="256 threads exceeds this kernel's limit of 128"):
+        launch(module.kernel("bounded"), LaunchConfig(grid=1, block=256), out)
+
+
+def test_shared_memory_limit(module, cp):
+    caps = current_device().caps
+    out = cp.zeros(256, dtype=cp.int32)
+    with pytest.raises(LaunchConfigError, match=f"per-block limit of {caps.shared_mem_per_block_optin} B"):
+        launch(module.kernel("block_ids"), LaunchConfig(grid=1, block=32, shared_mem=caps.shared_mem_per_block_optin + 1), out)
+    # Above 48 KB the kernel's limit is raised, not refused.
+    launch(module.kernel("block_ids"), LaunchConfig(grid=2, block=32, shared_mem=100 * 1024), out)
+    synchronize()
+
+
+def test_cluster_over_the_limit(module, cp):
+    caps = current_device().caps
+    out = cp.zeros(3 * 64, dtype=cp.int32)
+    big = caps.shared_mem_per_block_optin - 1024
+    with pytest.raises(LaunchConfigError, match="exceeds the largest cluster"):
+        launch(module.kernel("block_ids"), LaunchConfig(grid=64, block=1024, cluster=16, shared_mem=big), out)
+
+
+def test_cooperative_grid_sync(module, cp):
+    caps = current_device().caps
+    k = module.kernel("two_phase")
+    grid, block = 2 * caps.sm_count, 256
+    n = grid * block
+    data, out = cp.zeros(n, dtype=cp.int32), cp.full(n, -1, dtype=cp.int32)
+    launch(k, LaunchConfig(grid=grid, block=block, cooperative=True), data, out)
+    i = (np.arange(n) + block) % n
+    assert (cp.asnumpy(out) == i * 3 + 1).all()
+
+
+def test_cooperative_grid_over_co_residency_names_the_maximum(module, cp):
+    caps = current_device().caps
+    with pytest.raises(LaunchConfigError, match=r"exceeds the co-resident maximum \d+"):
+        launch(module.kernel("two_phase"), LaunchConfig(grid=caps.sm_count * 64, block=1024, cooperative=True),
+               cp.zeros(1, dtype=cp.int32), cp.zeros(1, dtype=cp.int32))
+
+
+@pytest.mark.parametrize("backend", ["core", "driver"])
+def test_pdl_chain(module, cp, backend):
+    n = 1 << 20
+    x, y = cp.full(n, -1, dtype=cp.int32), cp.full(n, -1, dtype=cp.int32)
+    grid = (n + 255) // 256
+    launch(module.kernel("produce"), LaunchConfig(grid=grid, block=256), x, n, backend=backend)
+    launch(module.kernel("consume"), LaunchConfig(grid=grid, block=256, pdl=True), x, y, n, backend=backend)
+    assert (cp.asnumpy(y) == 2 * np.arange(n)).all()
+
+
+def _add_one(module, cp, **options):
+    n = (1 << 22) + 3
+    x = cp.arange(n, dtype=cp.float32)
+    launch(module.kernel("add_one"), LaunchConfig(grid=(n + 255) // 256, block=256, **options), x, n)
+    assert (cp.asnumpy(x) == np.arange(n, dtype=np.float32) + 1).all()
+    return x
+
+
+def test_priority(module, cp):
+    caps = current_device().caps
+    _add_one(module, cp, priority=caps.stream_priority_high)
+    with pytest.raises(LaunchConfigError, match="outside the device's range"):
+        _add_one(module, cp, priority=caps.stream_priority_high - 10)
+
+
+def test_memory_sync_domain(module, cp):
+    _add_one(module, cp, mem_sync_domain="remote")
+    _add_one(module, cp, mem_sync_domain="default")
+
+
+def test_access_policy_window(module, cp):
+    caps = current_device().caps
+    if caps.persisting_l2_max_bytes == 0:
+        pytest.skip("no persisting L2 on this GPU")
+    buf = cp.zeros(1 << 20, dtype=cp.float32)
+    _add_one(module, cp, access_policy=AccessPolicyWindow(buf.data.ptr, buf.nbytes, hit_ratio=0.6))
+    with pytest.raises(LaunchConfigError, match="exceeds the maximum window"):
+        _add_one(module, cp, access_policy=AccessPolicyWindow(buf.data.ptr, caps.access_policy_max_window_bytes + 1))
+
+
+@pytest.mark.parametrize("backend", ["core", "driver"])
+def test_scalars_take_the_declared_types(module, cp, backend):
+    out = cp.zeros(4, dtype=cp.float64)
+    launch(module.kernel("takes_scalars"), LaunchConfig(grid=1, block=1), out, 1.25, 2.5, -7, np.uint8(200),
+           backend=backend)
+    assert cp.asnumpy(out).tolist() == [1.25, 2.5, -7.0, 200.0]
+
+
+def test_dlpack_and_cuda_core_buffers(module, cp):
+    from cuda.core import Device
+
+    n = 1024
+    k = module.kernel("add_one")
+    buf = Device().allocate(n * 4)
+    view = cp.ndarray(n, dtype=cp.float32, memptr=cp.cuda.MemoryPointer(
+        cp.cuda.UnownedMemory(int(buf.handle), n * 4, buf), 0))
+    view[:] = 0
+    launch(k, LaunchConfig(grid=4, block=256), buf, n)
+    synchronize()
+    assert (cp.asnumpy(view) == 1).all()
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(n, device="cuda", dtype=torch.float32)
+    launch(k, LaunchConfig(grid=4, block=256), t, n, stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert bool((t == 1).all())
+
+
+def test_streams_from_cupy_and_cuda_core(module, cp):
+    n = 4096
+    x = cp.zeros(n, dtype=cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    launch(module.kernel("add_one"), LaunchConfig(grid=16, block=256), x, n, stream=s)
+    s.synchronize()
+    stream = current_device().core.create_stream()
+    launch(module.kernel("add_one"), LaunchConfig(grid=16, block=256), x, n, stream=stream)
+    stream.sync()
+    assert (cp.asnumpy(x) == 2).all()

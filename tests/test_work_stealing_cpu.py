@@ -1,0 +1,131 @@
+"""Work stealing without a GPU: policy choice, input checks, and the CLC code for sm_100a."""
+
+import math
+import shutil
+import subprocess
+
+import pytest
+
+from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
+from cuadv.work_stealing import Schedule, TileKernel, check_quantum, check_tiles, resolve_policy
+
+COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
+
+
+def test_auto_picks_clc_on_blackwell_and_steal_on_hopper():
+    assert resolve_policy("auto", (10, 0)) == "clc"
+    assert resolve_policy("auto", (9, 0)) == "steal"
+
+
+def test_clc_on_hopper_names_capability_and_fallback():
+    with pytest.raises(UnsupportedFeatureError) as info:
+        resolve_policy("clc", (9, 0))
+    text = str(info.value)
+    assert "compute capability >= 10.0" in text and "got 9.0" in text and "steal" in text
+
+
+def test_steal_needs_hopper():
+    with pytest.raises(UnsupportedFeatureError, match="compute capability >= 9.0"):
+        resolve_policy("steal", (8, 0))
+
+
+def test_unknown_policy():
+    with pytest.raises(ValueError, match="policy must be one of"):
+        TileKernel("int* x", "", policy="greedy")
+
+
+@pytest.mark.parametrize("quantum", [0, -5.0, float("nan"), "10"])
+def test_invalid_quantum(quantum):
+    with pytest.raises(LaunchConfigError, match="quantum_us"):
+        check_quantum(quantum, "steal")
+
+
+def test_quantum_only_for_steal():
+    assert check_quantum(None, "steal") > 0 and check_quantum(math.inf, "steal") == 0
+    assert check_quantum(2.5, "steal") == 2500 and check_quantum(None, "fixed_work") == 0
+    with pytest.raises(LaunchConfigError, match="applies to policy 'steal' only"):
+        check_quantum(10.0, "fixed_blocks")
+
+
+def test_tile_grid_checks():
+    assert check_tiles(0, (1, 1, 1)) == (0, 1, 1)
+    assert check_tiles((6, 4), (2, 2, 1)) == (6, 4, 1)
+    with pytest.raises(LaunchConfigError, match="cluster dimension x = 4 does not divide tile count x = 10"):
+        check_tiles(10, (4, 1, 1))
+    with pytest.raises(LaunchConfigError, match=r"tile count y = 70000 is outside \[0, 65535\]"):
+        check_tiles((1, 70000), (1, 1, 1))
+    with pytest.raises(LaunchConfigError, match="outside"):
+        check_tiles(-1, (1, 1, 1))
+
+
+def test_cluster_shape_checked_at_construction():
+    with pytest.raises(LaunchConfigError, match="1 to 16 blocks"):
+        TileKernel("int* x", "", cluster=(4, 4, 2))
+
+
+def test_schedule_layout_matches_header():
+    b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, state_ptr=0x10, trace_ptr=0x20).kernel_param_bytes()
+    assert len(b) == 48
+    assert int.from_bytes(b[0:4], "little") == 5 and int.from_bytes(b[16:20], "little") == 2
+    assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[40:48], "little") == 0x20
+
+
+@pytest.mark.parametrize("cluster", [1, (2, 1, 1), (2, 2, 1)])
+@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
+                                            ("sm_100a", ["fixed_work", "fixed_blocks", "steal", "clc", "auto"])])
+def test_every_policy_compiles(arch, policies, cluster):
+    k = TileKernel("unsigned int* count", COUNT_BODY, block=128, cluster=cluster, name="count_tiles")
+    for policy in policies:
+        m = k.compile(arch, policy)
+        res = m.resources_for("count_tiles")
+        assert res.spill_store_bytes == 0 and res.stack_bytes == 0
+
+
+def test_clc_on_sm90_does_not_compile():
+    from cuadv.compiler import compile_source
+    from cuadv.errors import CompileError
+
+    k = TileKernel("unsigned int* count", COUNT_BODY)
+    with pytest.raises(CompileError, match="ClusterLaunchControl needs sm_100"):
+        compile_source(k.source("clc"), name="clc_on_hopper", arch="sm_90a")
+
+
+def test_clc_ptx_has_try_cancel_and_steal_does_not():
+    k = TileKernel("unsigned int* count", COUNT_BODY)
+    clc = k.compile("sm_100a", "clc").ptx
+    assert "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128" in clc
+    assert "multicast::cluster::all" in clc  # cluster form
+    assert "clusterlaunchcontrol.query_cancel.is_canceled" in clc
+    assert "clusterlaunchcontrol.query_cancel.get_first_ctaid" in clc
+    assert "fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster" in clc
+    assert "fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster" in clc
+    steal = k.compile("sm_90a", "steal").ptx
+    assert "clusterlaunchcontrol" not in steal
+    assert "mbarrier.complete_tx.relaxed.cta.shared::cta.b64" in steal  # the software completion
+    assert "atom.add.relaxed.gpu.u64" in steal  # the ticket
+
+
+def _cuobjdump():
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        found = find_nvidia_binary_utility("cuobjdump")
+        if found:
+            return found
+    except Exception:
+        pass
+    return shutil.which("cuobjdump")
+
+
+def test_clc_sass_has_the_hardware_instruction(tmp_path):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    k = TileKernel("unsigned int* count", COUNT_BODY)
+    cubin = tmp_path / "clc.cubin"
+    cubin.write_bytes(k.compile("sm_100a", "clc").cubin)
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert "UGETNEXTWORKID" in sass  # the try_cancel of sm_100
+    cubin.write_bytes(k.compile("sm_90a", "steal").cubin)
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert "UGETNEXTWORKID" not in sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass

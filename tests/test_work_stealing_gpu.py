@@ -1,0 +1,164 @@
+"""Every tile exactly once, for every policy this GPU runs: sizes with tails, 2-D and 3-D grids,
+clusters up to 16, tiny and infinite quanta, back-to-back launches, graph replays, two streams."""
+
+import math
+
+import numpy as np
+import pytest
+
+from cuadv import TileKernel, current_device
+from cuadv.timing import synchronize
+
+pytestmark = pytest.mark.gpu
+
+PARAMS = "unsigned int* count, unsigned int* prologues"
+PROLOGUE = "if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) atomicAdd(prologues, 1u);"
+# Every thread takes part, so a tile body run by a partial block or twice shows in the count.
+BODY = """
+      __syncthreads();
+      if (threadIdx.x == blockDim.x - 1) atomicAdd(&count[tile.index], 1u);
+"""
+
+
+def policies():
+    caps = current_device().caps
+    out = ["fixed_work", "fixed_blocks", "auto"]
+    if caps.compute_capability >= (9, 0):
+        out.append("steal")
+    if caps.clc:
+        out.append("clc")
+    return out
+
+
+def run_counts(cp, kernel, tiles, launches=1, stream=None, **kw):
+    n = math.prod(tiles) if isinstance(tiles, tuple) else tiles
+    count = cp.zeros(max(n, 1), dtype=cp.uint32)
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    for _ in range(launches):
+        kernel(tiles, count, prologues, stream=stream, **kw)
+    synchronize(stream)
+    return cp.asnumpy(count)[:n], int(prologues.get()[0])
+
+
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "auto", "steal", "clc"])
+@pytest.mark.parametrize("tiles", [0, 1, 2, 97, 1000, 12345, 1_000_003])
+def test_each_tile_once_1d(cp, policy, tiles):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, name="once_1d")
+    counts, prologues = run_counts(cp, k, tiles)
+    assert (counts == 1).all()
+    assert prologues <= max(tiles, 0)
+    if policy == "fixed_work":
+        assert prologues == tiles  # one prologue per tile: the seed's cost of fixed work
+
+
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+def test_tens_of_millions_of_tiles(cp, policy):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=32, name="once_big")
+    counts, _ = run_counts(cp, k, 20_000_003)
+    assert (counts == 1).all()
+
+
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("tiles", [(37, 23), (5, 7, 11), (1, 1, 9)])
+def test_each_tile_once_2d_3d(cp, policy, tiles):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=(16, 4), name="once_nd")
+    counts, _ = run_counts(cp, k, tiles)
+    assert (counts == 1).all()
+
+
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("cluster, tiles", [((2, 1, 1), (2 * 101,)), ((4, 1, 1), (4 * 33,)), ((8, 1, 1), (8 * 51,)),
+                                            ((16, 1, 1), (16 * 37,)), ((2, 2, 1), (38, 22)),
+                                            ((2, 2, 2), (6, 4, 10)), ((1, 4, 1), (3, 8))])
+def test_each_tile_once_with_clusters(cp, policy, cluster, tiles):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    if math.prod(cluster) > current_device().caps.max_cluster_size_nonportable:
+        pytest.skip("cluster larger than this GPU allows")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, cluster=cluster, name="once_cluster")
+    counts, _ = run_counts(cp, k, tiles)
+    assert (counts == 1).all()
+
+
+@pytest.mark.parametrize("quantum_us", [0.5, 5.0, math.inf])
+def test_steal_quantum_keeps_exactly_once(cp, quantum_us):
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    spin = """
+      if (threadIdx.x == 0) { unsigned long long t0 = cuadv::ptx::globaltimer_ns();
+        while (cuadv::ptx::globaltimer_ns() - t0 < 2000) {} }  // 2 us of work per tile
+    """
+    k = TileKernel(PARAMS, spin + BODY, PROLOGUE, policy="steal", block=64, quantum_us=quantum_us, name="once_q")
+    counts, prologues = run_counts(cp, k, 20_011)
+    assert (counts == 1).all()
+    assert 1 <= prologues <= 20_011
+
+
+@pytest.mark.parametrize("policy", ["steal", "fixed_blocks", "auto"])
+def test_back_to_back_launches_need_no_reset(cp, policy):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, quantum_us=None if policy == "fixed_blocks" else 3.0,
+                   name="back_to_back")
+    counts, _ = run_counts(cp, k, 50_021, launches=7)
+    assert (counts == 7).all()
+
+
+def test_graph_replays_need_no_reset(cp):
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, quantum_us=2.0, name="graph_replay")
+    tiles = 30_011
+    count = cp.zeros(tiles, dtype=cp.uint32)
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    k(tiles, count, prologues, stream=stream)  # compiles and checks outside the capture
+    stream.synchronize()
+    stream.begin_capture()
+    k(tiles, count, prologues, stream=stream)
+    graph = stream.end_capture()
+    for _ in range(5):
+        graph.launch(stream)
+    k(tiles, count, prologues, stream=stream)  # the stream's own counters are untouched by the graph
+    stream.synchronize()
+    assert (cp.asnumpy(count) == 7).all()
+
+
+def test_two_streams_do_not_share_scheduler_state(cp):
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, quantum_us=1.0, name="two_streams")
+    tiles = 200_003
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    counts = [cp.zeros(tiles, dtype=cp.uint32) for _ in streams]
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    for _ in range(3):
+        for s, c in zip(streams, counts):
+            k(tiles, c, prologues, stream=s)
+    for s in streams:
+        s.synchronize()
+    for c in counts:
+        assert (cp.asnumpy(c) == 3).all()
+
+
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+def test_trace_records_every_tile(cp, policy):
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    caps = current_device().caps
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, name="traced")
+    tiles = 5003
+    count = cp.zeros(tiles, dtype=cp.uint32)
+    trace = k(tiles, count, cp.zeros(1, dtype=cp.uint32), trace=True)
+    assert trace.written.all() and len(trace.records) == tiles
+    assert (trace.records["smid"] < caps.sm_count).all()
+    assert (trace.records["start_ns"] <= trace.records["end_ns"]).all()
+    assert trace.makespan_ns > 0
+    if policy == "fixed_blocks":
+        assert len(np.unique(trace.records["block"])) <= tiles
