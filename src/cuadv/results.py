@@ -17,6 +17,32 @@ class Table:
 
 
 @dataclass
+class Selection:
+    """One cell of the selection matrix, backed by this run's measurement.
+
+    scenario: one of SCENARIOS; choice: the mechanism to use on this GPU; evidence: the measured
+    numbers that justify it (with the baseline they beat); fallback: what to use where unsupported.
+    """
+
+    scenario: str
+    choice: str
+    evidence: str
+    fallback: str = ""
+
+
+SCENARIOS = (
+    "variable work per tile",
+    "heavy prologue",
+    "work that must yield to higher priority",
+    "many small tasks",
+    "data exchange between blocks",
+    "tiles reused by several blocks",
+    "chained kernels",
+    "a hot read-only table",
+)
+
+
+@dataclass
 class LabResult:
     lab: str
     title: str
@@ -27,6 +53,7 @@ class LabResult:
     checks: list[str] = field(default_factory=list)  # validations that passed, in words
     figures: dict[str, float] = field(default_factory=dict)  # named numbers (for the selection matrix)
     notes: list[str] = field(default_factory=list)  # what was observed but not asserted
+    selection: list[Selection] = field(default_factory=list)  # cells of the selection matrix it informs
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -27,7 +27,15 @@ def all_labs() -> list[Lab]:
 
 # (module, class) of labs added by later work; a missing module is skipped.
 _OPTIONAL_LABS: list[tuple[str, str]] = [
-    ("scheduling", "SchedulingLab"),
+    ("scheduling", "SchedulingLab"),      # issue 3: work stealing  (cuadv bench scheduling)
+    ("cooperative", "CooperativeLab"),    # issue 4: cooperative groups, grid sync, clusters
+    ("histogram", "HistogramLab"),        # issue 4: DSM histogram  (cuadv bench histogram)
+    ("pipeline", "PipelineLab"),          # issue 5: memcpy_async pipelines  (cuadv bench pipeline)
+    ("tma", "TmaLab"),                    # issue 5: TMA tiled copies and multicast  (cuadv bench tma)
+    ("pdl", "PdlLab"),                    # issue 6: programmatic dependent launch  (cuadv bench pdl)
+    ("launch_many", "LaunchManyLab"),     # issue 6: many small tasks  (cuadv bench launch)
+    ("l2", "L2Lab"),                      # issue 6: L2 persistence  (cuadv bench l2)
+    ("domains", "DomainsLab"),            # issue 6: memory sync domains  (cuadv bench domains)
 ]
 
 
