@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_suite.sh                 tests, check, run (--quick)
 #   scripts/gpu_suite.sh tests bench:scheduling run-full
-#   PYTEST_ARGS="-k clusters" scripts/gpu_suite.sh tests
+#   PYTEST_ARGS="-k clusters" CHECK_ARGS="--lab vecscale" RUN_ARGS="--only vecscale" scripts/gpu_suite.sh tests
 #
 # Steps: tests | check | run | run-full | bench:LAB
 # $OUT ends with at most 8 files: env.txt, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
@@ -40,7 +40,7 @@ for step in $STEPS; do
       note "check: exit $rc in $(( $(date +%s) - start )) s" ;;
     run|run-full)
       flag=--quick; [ "$step" = run-full ] && flag=
-      python3 -m cuadv run $flag --out "$OUT/report" > "$OUT/run.log" 2>&1
+      python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     bench:*)
       python3 -m cuadv bench "${step#bench:}" --out "$OUT/report" >> "$OUT/bench.log" 2>&1

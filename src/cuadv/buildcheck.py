@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .compiler import CompiledModule, KernelResources
-from .errors import CompileError
 
 
 @dataclass
@@ -26,7 +25,7 @@ def build_all(archs: list[str], labs=None, progress=lambda message: None) -> lis
             progress(f"{lab.name} for {arch}")
             try:
                 modules: list[CompiledModule] = lab.build(arch)
-            except CompileError as exc:
+            except Exception as exc:  # a compile error, or a lab that does not import
                 rows.append(BuildRow(lab.name, arch, "-", None, error=str(exc)))
                 continue
             for module in modules:

@@ -7,22 +7,51 @@ no GPU needed) and ``run(ctx) -> LabResult`` (validate, then measure).
 
 from __future__ import annotations
 
+import importlib
+
 from .base import Lab, RunContext
 from .vecscale import VecScaleLab
 
 
 def all_labs() -> list[Lab]:
-    """Every registered lab, in report order."""
+    """Every registered lab, in report order. A lab whose module fails to import is reported as failed."""
     labs: list[Lab] = [VecScaleLab()]
     for module_name, class_name in _OPTIONAL_LABS:
-        try:
-            module = __import__(f"cuadv.labs.{module_name}", fromlist=[class_name])
-        except ModuleNotFoundError as exc:
-            if exc.name == f"cuadv.labs.{module_name}":
-                continue
-            raise
-        labs.append(getattr(module, class_name)())
+        lab = _load(module_name, class_name)
+        if lab is not None:
+            labs.append(lab)
     return labs
+
+
+def _load(module_name: str, class_name: str) -> Lab | None:
+    try:
+        module = importlib.import_module(f"cuadv.labs.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"cuadv.labs.{module_name}":
+            return None  # not written yet
+        return BrokenLab(module_name, exc)
+    except Exception as exc:  # a broken lab must not take the others down
+        return BrokenLab(module_name, exc)
+    return getattr(module, class_name)()
+
+
+class BrokenLab:
+    """Stands in for a lab whose module does not import; running it reports the error."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.title, self.error = name, f"{name} (failed to import)", error
+
+    def supported(self, caps) -> str | None:
+        return None
+
+    def build(self, arch: str):
+        raise self.error
+
+    def smoke(self) -> None:
+        raise self.error
+
+    def run(self, ctx):
+        raise self.error
 
 
 # (module, class) of labs added by later work; a missing module is skipped.
@@ -40,10 +69,12 @@ _OPTIONAL_LABS: list[tuple[str, str]] = [
 
 
 def lab_by_name(name: str) -> Lab:
+    from ..errors import CuadvError
+
     for lab in all_labs():
         if lab.name == name:
             return lab
-    raise KeyError(f"no lab named {name!r}; labs: {', '.join(l.name for l in all_labs())}")
+    raise CuadvError(f"no lab named {name!r}; labs: {', '.join(l.name for l in all_labs())}")
 
 
 __all__ = ["Lab", "RunContext", "all_labs", "lab_by_name"]
