@@ -119,12 +119,19 @@ def test_shared_memory_limit(module, cp):
     synchronize()
 
 
-def test_cluster_over_the_limit(module, cp):
+def test_occupancy_queries_and_largest_cluster(module, cp):
+    from cuadv.occupancy import max_active_blocks_per_sm, max_active_clusters, max_cluster_size
+
     caps = current_device().caps
-    out = cp.zeros(3 * 64, dtype=cp.int32)
+    k = module.kernel("block_ids")
     big = caps.shared_mem_per_block_optin - 1024
-    with pytest.raises(LaunchConfigError, match="exceeds the largest cluster"):
-        launch(module.kernel("block_ids"), LaunchConfig(grid=64, block=1024, cluster=16, shared_mem=big), out)
+    assert max_active_blocks_per_sm(k, 1024, big) == 1
+    largest = max_cluster_size(k, block=1024, shared_mem=big, non_portable=True)
+    assert 1 <= largest <= caps.max_cluster_size_nonportable
+    assert max_active_clusters(k, 1024, largest, big) >= 1
+    out = cp.full(3 * 4 * largest, -1, dtype=cp.int32)
+    launch(k, LaunchConfig(grid=4 * largest, block=1024, cluster=largest, shared_mem=big), out)
+    assert (cp.asnumpy(out).reshape(-1, 3)[:, 2] == largest).all()
 
 
 def test_cooperative_grid_sync(module, cp):
@@ -198,7 +205,9 @@ def test_dlpack_and_cuda_core_buffers(module, cp):
 
     n = 1024
     k = module.kernel("add_one")
-    buf = Device().allocate(n * 4)
+    dev = Device()
+    buf = dev.allocate(n * 4, stream=dev.default_stream)
+    dev.sync()
     view = cp.ndarray(n, dtype=cp.float32, memptr=cp.cuda.MemoryPointer(
         cp.cuda.UnownedMemory(int(buf.handle), n * 4, buf), 0))
     view[:] = 0

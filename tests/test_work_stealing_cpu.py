@@ -64,10 +64,12 @@ def test_cluster_shape_checked_at_construction():
 
 
 def test_schedule_layout_matches_header():
-    b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, state_ptr=0x10, trace_ptr=0x20).kernel_param_bytes()
-    assert len(b) == 48
+    b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
+                 trace_ptr=0x20).kernel_param_bytes()
+    assert len(b) == 56
     assert int.from_bytes(b[0:4], "little") == 5 and int.from_bytes(b[16:20], "little") == 2
-    assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[40:48], "little") == 0x20
+    assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[32:36], "little") == 3
+    assert int.from_bytes(b[40:48], "little") == 0x10 and int.from_bytes(b[48:56], "little") == 0x20
 
 
 @pytest.mark.parametrize("cluster", [1, (2, 1, 1), (2, 2, 1)])

@@ -16,7 +16,8 @@ PROLOGUE = "if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) atomic
 # Every thread takes part, so a tile body run by a partial block or twice shows in the count.
 BODY = """
       __syncthreads();
-      if (threadIdx.x == blockDim.x - 1) atomicAdd(&count[tile.index], 1u);
+      if (threadIdx.x == blockDim.x - 1 && threadIdx.y == blockDim.y - 1 && threadIdx.z == blockDim.z - 1)
+        atomicAdd(&count[tile.index], 1u);
 """
 
 

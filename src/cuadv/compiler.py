@@ -101,9 +101,9 @@ def include_dirs() -> tuple[str, ...]:
 
 @cache
 def _header_fingerprint() -> str:
-    """Contents of cuadv's headers plus the version files of CCCL and cudart."""
+    """Contents of cuadv's headers (what a source can include) plus the version files of CCCL and cudart."""
     parts = []
-    for path in sorted(KERNEL_DIR.rglob("*.cuh")) + sorted(KERNEL_DIR.rglob("*.cu")):
+    for path in sorted(KERNEL_DIR.rglob("*.cuh")):
         parts.append(f"{path.relative_to(KERNEL_DIR)}:{disk_cache.make_key(path.read_bytes())}")
     cccl, cudart = include_dirs()[1:]
     for root, rel in ((cccl, "cuda/std/__cccl/version.h"), (cudart, "cuda_runtime_api.h")):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,13 +38,14 @@ POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
 _POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
                 "steal": "Steal"}
 DEFAULT_QUANTUM_US = 50.0
+DEFAULT_PROLOGUE_FACTOR = 9  # a block's prologue costs at most 1/10 of its time slice
 MAX_TILES = (2**31 - 1, 65535, 65535)
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
-                           ("state", "<u8"), ("trace", "<u8")])
+                           ("prologue_factor", "<u4"), ("reserved", "<u4"), ("state", "<u8"), ("trace", "<u8")])
 TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
 STATE_BYTES = 16
-assert SCHEDULE_DTYPE.itemsize == 48 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
+assert SCHEDULE_DTYPE.itemsize == 56 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
 
 
 def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
@@ -106,13 +107,15 @@ class Schedule:
     tiles: Dim3
     cluster: Dim3
     quantum_ns: int = 0
+    prologue_factor: int = 0
     state_ptr: int = 0
     trace_ptr: int = 0
 
     def kernel_param_bytes(self) -> bytes:
         rec = np.zeros((), dtype=SCHEDULE_DTYPE)
         rec["tiles"], rec["cluster"] = self.tiles, self.cluster
-        rec["quantum_ns"], rec["state"], rec["trace"] = self.quantum_ns, self.state_ptr, self.trace_ptr
+        rec["quantum_ns"], rec["prologue_factor"] = self.quantum_ns, self.prologue_factor
+        rec["state"], rec["trace"] = self.state_ptr, self.trace_ptr
         return rec.tobytes()
 
 
@@ -139,11 +142,11 @@ class StatePool:
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use work stealing in "
                                         "this process; scheduler state slots are exhausted")
-            index = self._next
+            address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
             if not capturing:
-                self._by_stream[stream] = index
-            return self._buffer.ptr + index * STATE_BYTES
+                self._by_stream[stream] = address
+            return address
 
 
 _pool = StatePool()
@@ -155,13 +158,23 @@ def _is_capturing(stream: int) -> bool:
     return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
-@dataclass
 class Trace:
-    """Which SM ran which tile when: one record per tile (``TRACE_DTYPE``), nanoseconds of %globaltimer."""
+    """Which SM ran which tile when: one record per tile (``TRACE_DTYPE``), nanoseconds of %globaltimer.
 
-    records: np.ndarray
-    policy: str
-    tiles: Dim3
+    Returned by a traced launch without waiting for it; ``records`` waits for the launch on first use.
+    """
+
+    def __init__(self, policy: str, tiles: Dim3, records: np.ndarray | None = None,
+                 buffer: DeviceBuffer | None = None, stream: int = 0):
+        self.policy, self.tiles = policy, tiles
+        self._records, self._buffer, self._stream = records, buffer, stream
+
+    @property
+    def records(self) -> np.ndarray:
+        if self._records is None:
+            self._records = self._buffer.to_host(np.uint8, stream=self._stream).view(TRACE_DTYPE)
+            self._buffer = None
+        return self._records
 
     @property
     def written(self) -> np.ndarray:
@@ -176,16 +189,17 @@ class Trace:
         w = self.written
         return int(self.records["end_ns"][w].max() - self.records["start_ns"][w].min()) if w.any() else 0
 
-    def plot(self, path, title: str | None = None, sm_count: int | None = None) -> None:
+    def plot(self, path, title: str | None = None, sm_count: int | None = None, highlight=()) -> None:
         from .plots import plot_sm_timeline
 
-        plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count)
+        plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count,
+                         highlight=highlight)
 
 
 _TEMPLATE = r"""
 #include <cuadv/work_stealing.cuh>
 {preamble}
-extern "C" __global__ void __launch_bounds__({threads})
+extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
 {name}(const __grid_constant__ cuadv::ws::Schedule cuadv_schedule{params}) {{
   cuadv::ws::Scheduler<cuadv::ws::{policy_type}> cuadv_scheduler(cuadv_schedule);
   if (!cuadv_scheduler.begin()) return;
@@ -205,27 +219,41 @@ class TileKernel:
     ``params``: the kernel's parameters as C++ (``"float* data, int n"``), passed after the schedule.
     ``body`` sees ``tile`` (``.x .y .z .index``) and the parameters and prologue locals; a ``return``
     in it ends the current tile. ``preamble``: code placed before the kernel (helpers, includes).
+    ``min_blocks_per_sm``: the second __launch_bounds__ argument; raising it caps registers so more
+    blocks stay resident (more memory requests in flight for a long-lived block).
+    ``quantum_us`` (steal): a block stops taking tiles after this long and gives its SM back, so
+    higher-priority work gets in within about one quantum plus one tile; math.inf: never.
+    ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
+    when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off.
     """
 
     def __init__(self, params: str, body: str, prologue: str = "", *, policy: str = "auto",
                  block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
-                 preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0):
+                 preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0, min_blocks_per_sm: int = 1,
+                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
         self.policy, self.name, self.shared_mem = policy, name, shared_mem
+        if min_blocks_per_sm < 1:
+            raise LaunchConfigError(f"min_blocks_per_sm must be >= 1, got {min_blocks_per_sm}")
+        self.min_blocks_per_sm = min_blocks_per_sm  # __launch_bounds__ occupancy hint (caps registers)
         self.block = LaunchConfig(grid=1, block=block).block
         self.cluster = as_dim3(cluster)
         if min(self.cluster) < 1 or volume(self.cluster) > MAX_CLUSTER_SIZE:
             raise LaunchConfigError(f"cluster {self.cluster} must have 1 to {MAX_CLUSTER_SIZE} blocks")
         self.quantum_ns = check_quantum(quantum_us, policy)
+        if not isinstance(prologue_factor, int) or prologue_factor < 0:
+            raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
+        self.prologue_factor = prologue_factor
         self._modules: dict[tuple[str, str], CompiledModule] = {}
         self._fixed_blocks_grid: dict[tuple, int] = {}
 
     def source(self, policy: str) -> str:
         if policy not in _POLICY_TYPE:
             raise ValueError(f"source() needs a concrete policy ({', '.join(_POLICY_TYPE)}), got {policy!r}")
-        return _TEMPLATE.format(preamble=self.preamble, threads=volume(self.block), name=self.name,
+        return _TEMPLATE.format(preamble=self.preamble, threads=volume(self.block), min_blocks=self.min_blocks_per_sm,
+                                name=self.name,
                                 params=(", " + self.params) if self.params else "", policy_type=_POLICY_TYPE[policy],
                                 prologue=self.prologue, body=self.body)
 
@@ -272,20 +300,18 @@ class TileKernel:
 
     def __call__(self, tiles: int | Sequence[int], *args: Any, stream: Any = None, trace: bool = False,
                  priority: int | None = None, policy: str | None = None) -> Trace | None:
-        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (synchronises)."""
+        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (read when first used)."""
         t = check_tiles(tiles, self.cluster)
         kernel, concrete = self.kernel(policy)
         quantum = self.quantum_ns if concrete == "steal" else 0
         if volume(t) == 0:
-            return Trace(np.zeros(0, TRACE_DTYPE), concrete, t) if trace else None
+            return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         handle = stream_handle(stream)
         trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=0xFF) if trace else None
-        schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+        schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=_pool.slot_for(handle) if concrete == "steal" else 0,
                             trace_ptr=trace_buf.ptr if trace_buf else 0)
         launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
-        if trace_buf is None:
-            return None
-        return Trace(trace_buf.to_host(np.uint8, stream=handle).view(TRACE_DTYPE), concrete, t)
+        return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 
     launch = __call__

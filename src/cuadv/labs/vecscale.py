@@ -20,6 +20,7 @@ from .base import RunContext
 THREADS = 256
 VEC_PER_THREAD = 8  # float4 loads in flight per thread
 TILE_ELEMS = THREADS * 4 * VEC_PER_THREAD
+MIN_BLOCKS_PER_SM = 4
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
 PROLOGUE = r"""
@@ -33,28 +34,28 @@ PROLOGUE = r"""
 BODY = r"""
       constexpr int kVec = %d;
       const unsigned long long base = tile.index * (unsigned long long)(blockDim.x * 4 * kVec);
-      float4 v[kVec];
-      #pragma unroll
-      for (int k = 0; k < kVec; ++k) {  // all loads first: kVec independent 16-byte loads in flight
-        const unsigned long long i = base + ((unsigned long long)k * blockDim.x + threadIdx.x) * 4;
-        if (i + 3 < n) v[k] = *reinterpret_cast<const float4*>(data + i);
-      }
-      #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const unsigned long long i = base + ((unsigned long long)k * blockDim.x + threadIdx.x) * 4;
-        if (i + 3 < n) {
+      const long long left = (long long)n - (long long)base;  // elements from the tile's start to the end
+      if (left >= (long long)blockDim.x * 4 * kVec) {  // a full tile: kVec 16-byte loads in flight per thread
+        float4* p = reinterpret_cast<float4*>(data + base) + threadIdx.x;
+        float4 v[kVec];
+        #pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = p[k * blockDim.x];
+        #pragma unroll
+        for (int k = 0; k < kVec; ++k) {
           v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
-          *reinterpret_cast<float4*>(data + i) = v[k];
-        } else {
-          for (unsigned long long j = i; j < n; ++j) data[j] *= a;  // the tail: fewer than 4 elements
+          p[k * blockDim.x] = v[k];
         }
+      } else {  // the last, partial tile: one element per thread per step
+        for (long long j = threadIdx.x; j < left; j += blockDim.x) data[base + j] *= a;
       }
 """ % VEC_PER_THREAD
 
 
 def vecscale_kernel(policy: str, quantum_us: float | None = None) -> TileKernel:
+    # 4 resident blocks per SM (registers capped at 64): a block that lives for many tiles needs other
+    # blocks' loads in flight while it synchronises between tiles.
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us,
-                      name=f"vecscale_{policy}")
+                      name=f"vecscale_{policy}", min_blocks_per_sm=MIN_BLOCKS_PER_SM)
 
 
 def tiles_for(n: int) -> int:

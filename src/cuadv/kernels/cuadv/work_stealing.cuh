@@ -7,8 +7,10 @@
 //                         higher-priority kernel is waiting, and then the block exits.
 //   Steal                 the same loop on GPUs without CLC: the request is a ticket taken from
 //                         this launch's counter, written into the same 16-byte result and completed
-//                         on the same mbarrier transaction; after `quantum_ns` the request fails on
-//                         purpose so the block exits and gives its SM back.
+//                         on the same mbarrier transaction; once the block's time slice is spent
+//                         (quantum_ns, stretched to prologue_factor x its own prologue time so the
+//                         prologue costs at most 1/(factor+1) of the block's life) the request fails
+//                         on purpose, so the block exits and gives its SM back.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
 // Use (the tile grid is the launch grid for FixedWork, ClusterLaunchControl and Steal):
@@ -57,11 +59,13 @@ static_assert(sizeof(TraceRecord) == 24, "TraceRecord layout is mirrored in cuad
 struct Schedule {
   unsigned int tiles[3];          // tile grid; each dimension a multiple of cluster[]
   unsigned int cluster[3];        // cluster shape (1, 1, 1 without clusters)
-  unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never)
+  unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never) ...
+  unsigned int prologue_factor;   // ... or after this many times the block's own prologue, if later (0: off)
+  unsigned int reserved;
   StealState* state;              // Steal: this launch's counters
   TraceRecord* trace;             // one record per tile, or nullptr
 };
-static_assert(sizeof(Schedule) == 48, "Schedule layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(Schedule) == 56, "Schedule layout is mirrored in cuadv/work_stealing.py");
 
 struct Tile {
   unsigned int x, y, z;
@@ -158,6 +162,13 @@ class Scheduler {
       const unsigned long long stride = grid_clusters();
       for (unsigned long long u = unit_; u < units_; u += stride) run_tile(body, tile_of_unit(u));
     } else {
+      if constexpr (kSteal) {
+        if (leader_ && cluster_rank_ == 0 && s_.quantum_ns != 0) {  // only the submitter reads the slice
+          const unsigned long long prologue = ptx::globaltimer_ns() - start_ns_;
+          slice_ns_ = s_.quantum_ns;
+          if (s_.prologue_factor != 0 && prologue * s_.prologue_factor > slice_ns_) slice_ns_ = prologue * s_.prologue_factor;
+        }
+      }
       while (true) {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
@@ -179,6 +190,13 @@ class Scheduler {
 
   // First block (cluster-local index 0) of a unit of work, as the hardware's get_first_ctaid.
   __device__ uint3 first_ctaid_of_unit(unsigned long long u) const {
+    if (units_dim_[1] == 1 && units_dim_[2] == 1)  // 1-D: u < 2^31, no division
+      return make_uint3(static_cast<unsigned>(u) * s_.cluster[0], 0, 0);
+    if (u <= 0xffffffffull) {  // 32-bit division is far cheaper than 64-bit
+      const unsigned v = static_cast<unsigned>(u), per_plane = units_dim_[0] * units_dim_[1];
+      return make_uint3((v % units_dim_[0]) * s_.cluster[0], ((v / units_dim_[0]) % units_dim_[1]) * s_.cluster[1],
+                        (v / per_plane) * s_.cluster[2]);
+    }
     const unsigned ux = static_cast<unsigned>(u % units_dim_[0]);
     const unsigned uy = static_cast<unsigned>((u / units_dim_[0]) % units_dim_[1]);
     const unsigned uz = static_cast<unsigned>(u / (static_cast<unsigned long long>(units_dim_[0]) * units_dim_[1]));
@@ -252,7 +270,9 @@ class Scheduler {
   // the response into every block of the cluster, complete 16 transaction bytes on each barrier.
   __device__ void software_try_cancel() {
     uint4 response = make_uint4(0, 0, 0, 0);  // x: 1 if a unit was taken; y, z, w: its first ctaid
-    const bool expired = s_.quantum_ns != 0 && ptx::globaltimer_ns() - start_ns_ >= s_.quantum_ns;
+    // The first request of a block is never refused: every block of the full grid takes at least one
+    // ticket, which is what guarantees that tickets 0 .. units-1 are all taken.
+    const bool expired = has_tile_ && slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
     if (!expired) {
       cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> next(s_.state->next);
       const unsigned long long ticket = next.fetch_add(1, cuda::memory_order_relaxed);
@@ -292,6 +312,7 @@ class Scheduler {
       first = make_uint3(response.y, response.z, response.w);
     }
     tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
+    has_tile_ = true;
     // Release read access to `result` to the async proxy: our reads above come before its next write.
     ptx::fence_proxy_async_generic_release_cluster();
     return true;
@@ -308,7 +329,7 @@ class Scheduler {
     }
   }
 
-  const Schedule& s_;
+  const Schedule s_;  // by value: members stay in the constant bank of the kernel parameter
   unsigned units_dim_[3];
   unsigned long long units_ = 0;
   unsigned long long unit_ = 0;
@@ -317,8 +338,10 @@ class Scheduler {
   uint3 local_;
   bool clustered_ = false;
   bool leader_ = false;
+  bool has_tile_ = false;  // Steal: this block has taken a ticket (the quantum applies from then on)
   unsigned phase_ = 0;
-  unsigned long long start_ns_ = 0;
+  unsigned long long start_ns_ = 0;  // when the block began (Steal: its time slice counts from here)
+  unsigned long long slice_ns_ = 0;  // Steal: the block's time slice (0 until the loop starts: first claim)
   Tile tile_{};
 };
 

@@ -1,0 +1,414 @@
+"""Scheduling: the seed's trade-off table (overhead / preemption / load balance), measured.
+
+Needs: compute capability 9.0 (policy 'steal'); 10.0 would add hardware 'clc' (not available here).
+Key insight: the three classic answers each give up one property: fixed work pays the prologue per
+tile, fixed blocks cannot balance or yield, and work stealing keeps all three only if a block gives
+its SM back after a time slice (CLC does this in hardware; 'steal' does it with a quantum).
+Run: ``cuadv bench scheduling``.
+
+Experiments, each measured in one run:
+  a. overhead   vector-scalar multiply with a prologue cost per running block; % of the copy ceiling.
+  b. balance    tiles that spin on %globaltimer for known durations (uniform, Pareto(1.5), triangular,
+                periodic-heavy); makespan over the ideal max(total / slots, longest tile).
+  c. preemption a long low-priority kernel, a short high-priority kernel launched into it; the
+                latency of the latter against its time alone; a sweep of the steal quantum.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..results import LabResult, Selection, Table
+from ..work_stealing import TileKernel
+from .base import RunContext
+from .vecscale import tiles_for, vecscale_kernel
+
+SPIN_BLOCK = 256  # 8 resident blocks per SM on a 2048-thread SM: the slots of the balance experiments
+SPIN_PARAMS = "const unsigned int* durations_ns, unsigned int* done, unsigned long long prologue_ns"
+SPIN_PROLOGUE = r"""
+    if (prologue_ns != 0 && threadIdx.x == 0) {  // the per-block setup the seed's compute_scalar() stands for
+      const unsigned long long t0 = cuadv::ptx::globaltimer_ns();
+      while (cuadv::ptx::globaltimer_ns() - t0 < prologue_ns) {}
+    }
+    __syncthreads();  // the whole block waits for its prologue
+"""
+SPIN_BODY = r"""
+      if (threadIdx.x == 0) {  // a tile of known duration in real time, whatever the SM clock
+        const unsigned long long t0 = cuadv::ptx::globaltimer_ns();
+        const unsigned int d = durations_ns[tile.index];
+        while (cuadv::ptx::globaltimer_ns() - t0 < d) {}
+        atomicAdd(&done[tile.index], 1u);  // a tile run twice or never shows here
+      }
+"""
+TILES = 42_240  # the brief's feasibility measurement: 40 tiles per slot on 132 SMs x 8
+MEAN_TILE_NS = 25_000
+
+# Labels, policy, quantum (us; None = default, inf = never yield).
+POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks", None),
+            ("steal", "steal", None), ("steal Q=inf", "steal", math.inf)]
+
+
+def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin") -> TileKernel:
+    return TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy=policy, block=SPIN_BLOCK, quantum_us=quantum_us,
+                      name=f"{name}_{policy}")
+
+
+def workload(kind: str, tiles: int, rng: np.random.Generator) -> np.ndarray:
+    """Tile durations in ns with mean MEAN_TILE_NS."""
+    m = MEAN_TILE_NS
+    if kind == "uniform":
+        d = np.full(tiles, m, dtype=np.float64)
+    elif kind == "pareto":  # heavy tail, alpha 1.5: a few tiles 100x the mean
+        alpha = 1.5
+        d = (rng.pareto(alpha, tiles) + 1) * m * (alpha - 1) / alpha
+        d = np.minimum(d, 200 * m)
+    elif kind == "triangular":  # causal attention: row r of a 64-row block does r+1 units of work
+        d = (np.arange(tiles) % 64 + 1) * (2 * m / 65)
+    elif kind == "periodic":  # every 1056th tile is 120x heavier (1056 = the fixed_blocks grid on 132 SMs)
+        d = np.full(tiles, 1.0)
+        d[::1056] = 120.0
+        d *= m / d.mean()
+    else:
+        raise ValueError(f"unknown workload {kind!r}")
+    return np.maximum(d, 1000).astype(np.uint32)
+
+
+WORKLOADS = ("uniform", "pareto", "triangular", "periodic")
+
+
+@dataclass
+class BalanceRow:
+    workload: str
+    policy: str
+    ms: float
+    ideal_ms: float
+
+
+class SchedulingLab:
+    name = "scheduling"
+    title = "Work stealing: fixed work, fixed blocks, software CLC (steal) and the seed's trade-off table"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return f"needs compute capability 9.0 for policy 'steal' (got {caps.cc_string()}); fallback: fixed_blocks"
+        return None
+
+    def build(self, arch: str):
+        out = [spin_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
+        out += [vecscale_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
+        from ..compiler import parse_arch
+
+        if parse_arch(arch) >= (10, 0):
+            out.append(spin_kernel("clc").compile(arch))
+        return out
+
+    def smoke(self) -> None:
+        import cupy as cp
+
+        d = cp.full(5003, 2000, dtype=cp.uint32)
+        for label, policy, q in POLICIES:
+            done = cp.zeros(d.size, dtype=cp.uint32)
+            spin_kernel(policy, q)(d.size, d, done, 1000)
+            if not bool((done == 1).all()):
+                raise ValidationError(f"scheduling smoke: {label} did not run every tile exactly once")
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _slots(self, caps) -> int:
+        from ..occupancy import max_active_blocks_per_sm
+
+        k, _ = spin_kernel("fixed_blocks").kernel()
+        return max_active_blocks_per_sm(k, SPIN_BLOCK) * caps.sm_count
+
+    def _run_spin(self, kernel: TileKernel, durations, prologue_ns: int, repeats: int, check: bool = True,
+                  stream=None, priority=None):
+        import cupy as cp
+
+        from ..timing import time_gpu
+
+        done = cp.zeros(durations.size, dtype=cp.uint32)
+        kernel(durations.size, durations, done, prologue_ns, stream=stream, priority=priority)
+        if check and not bool((done == 1).all()):
+            raise ValidationError(f"{kernel.name}: a tile was skipped or run twice")
+        return time_gpu(lambda: kernel(durations.size, durations, done, prologue_ns, stream=stream, priority=priority),
+                        stream=stream, warmup=1, repeats=repeats)
+
+    # -- the lab ----------------------------------------------------------------------------------
+    def run(self, ctx: RunContext) -> LabResult:
+        result = LabResult(self.name, self.title)
+        repeats = 3 if ctx.quick else 7
+        slots = self._slots(ctx.caps)
+        result.notes.append(f"{slots} slots ({slots // ctx.caps.sm_count} blocks of {SPIN_BLOCK} threads per SM); "
+                            f"{TILES} tiles of mean {MEAN_TILE_NS / 1000:.0f} us spun on %globaltimer")
+        balance = self._balance(ctx, result, slots, repeats)
+        overhead = self._overhead(ctx, result, slots, repeats)
+        preempt = self._preemption(ctx, result, repeats)
+        self._tradeoff(result, balance, overhead, preempt)
+        return result
+
+    def _balance(self, ctx, result, slots, repeats) -> list[BalanceRow]:
+        import cupy as cp
+
+        rng = np.random.default_rng()
+        rows: list[BalanceRow] = []
+        for kind in WORKLOADS:
+            host = workload(kind, TILES, rng)
+            ideal_ms = max(host.sum() / slots, host.max()) / 1e6
+            d = cp.asarray(host)
+            for label, policy, q in POLICIES:
+                ctx.progress(f"balance: {kind} / {label}")
+                t = self._run_spin(spin_kernel(policy, q), d, 0, repeats)
+                rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms))
+            if kind == "periodic":
+                for label, policy, q in (POLICIES[1], POLICIES[2]):
+                    trace = spin_kernel(policy, q)(TILES, d, cp.zeros(TILES, dtype=cp.uint32), 0, trace=True)
+                    name = f"scheduling_timeline_periodic_{policy}.png"
+                    trace.plot(ctx.plot_path(name), sm_count=ctx.caps.sm_count,
+                               title=f"periodic-heavy workload, {label}: tiles per SM over time")
+                    result.plots.append(name)
+        table_rows = []
+        for kind in WORKLOADS:
+            sub = {r.policy: r for r in rows if r.workload == kind}
+            for label, _, _ in POLICIES:
+                r = sub[label]
+                table_rows.append([kind, label, r.ms, r.ideal_ms, r.ms / r.ideal_ms, sub["fixed_blocks"].ms / r.ms,
+                                   sub["fixed_work"].ms / r.ms])
+                result.figures[f"balance_{kind}_{label.replace(' ', '_')}_over_ideal"] = r.ms / r.ideal_ms
+        result.tables.append(Table(
+            "b. load balance: makespan against the ideal max(total work / slots, longest tile)",
+            ["workload", "policy", "median ms", "ideal ms", "x ideal", "speedup vs fixed_blocks",
+             "speedup vs fixed_work"], table_rows,
+            note=f"{TILES} tiles, mean {MEAN_TILE_NS / 1000:.0f} us, no prologue; medians of {repeats} CUDA-event "
+                 "timings; every tile checked to run exactly once"))
+        self._plot_balance(ctx, result, rows)
+        result.checks.append("every tile ran exactly once under every policy and workload (per-tile counters)")
+        return rows
+
+    def _plot_balance(self, ctx, result, rows) -> None:
+        from ..plots import _pyplot
+
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(9, 4))
+        width = 0.2
+        for i, (label, _, _) in enumerate(POLICIES):
+            vals = [next(r.ms / r.ideal_ms for r in rows if r.workload == k and r.policy == label) for k in WORKLOADS]
+            ax.bar(np.arange(len(WORKLOADS)) + (i - 1.5) * width, vals, width, label=label)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(WORKLOADS)), WORKLOADS)
+        ax.set_yscale("log")
+        ax.set_ylabel("makespan / ideal (log)")
+        ax.set_title("Load balance per policy")
+        ax.legend()
+        fig.tight_layout()
+        name = "scheduling_balance.png"
+        fig.savefig(ctx.plot_path(name), dpi=110)
+        plt.close(fig)
+        result.plots.append(name)
+
+    def _overhead(self, ctx, result, slots, repeats) -> dict:
+        """a. Vector-scalar multiply with a prologue per running block, and the spin workload with a
+        heavy prologue (100 us against 25 us tiles: the seed's convolution-coefficient case)."""
+        import cupy as cp
+
+        from ..timing import time_gpu
+
+        n = (1 << 28) if not ctx.quick else (1 << 27)  # 1 GiB (quick: 512 MiB) of float32
+        data = cp.random.standard_normal(n, dtype=cp.float32)
+        alpha = np.float32(1.0)
+        rows, out = [], {}
+        for prologue_us in (0, 5, 50):
+            times = {}
+            for label, policy, q in POLICIES:
+                ctx.progress(f"overhead: vecscale prologue {prologue_us} us / {label}")
+                k = vecscale_kernel(policy, q)
+                t = time_gpu(lambda: k(tiles_for(n), data, n, alpha, prologue_us * 1000), warmup=1, repeats=repeats)
+                times[label] = t.median_ms
+            for label, _, _ in POLICIES:
+                bw = 8 * n / (times[label] * 1e-3)
+                rows.append([f"{4 * n >> 20} MiB", prologue_us, label, times[label], 100 * ctx.ceiling.fraction(bw),
+                             times["fixed_work"] / times[label], times["fixed_blocks"] / times[label]])
+            out[f"vecscale_{prologue_us}"] = times
+        del data
+        result.tables.append(Table(
+            "a. overhead: v := alpha * v with a prologue per running block",
+            ["size", "prologue us", "policy", "median ms", "% of copy ceiling", "speedup vs fixed_work",
+             "speedup vs fixed_blocks"], rows,
+            note="bytes = 8 per element; copy ceiling measured in this run; the prologue spins on %globaltimer"))
+        # Heavy prologue on the spin workload.
+        d = cp.asarray(workload("uniform", TILES, np.random.default_rng()))
+        heavy = {}
+        for label, policy, q in POLICIES:
+            ctx.progress(f"overhead: heavy prologue / {label}")
+            heavy[label] = self._run_spin(spin_kernel(policy, q), d, 100_000, repeats).median_ms
+        ideal_ms = TILES * MEAN_TILE_NS / slots / 1e6
+        result.tables.append(Table(
+            "a. overhead: heavy prologue (100 us per running block, 25 us tiles)",
+            ["policy", "median ms", "x fixed_blocks", "speedup vs fixed_work", "x ideal (no prologue)"],
+            [[label, heavy[label], heavy[label] / heavy["fixed_blocks"], heavy["fixed_work"] / heavy[label],
+              heavy[label] / ideal_ms] for label, _, _ in POLICIES],
+            note="steal's time slice stretches to 9x the block's own prologue (prologue_factor), so a block spends "
+                 "at most a tenth of its life in the prologue"))
+        out["heavy"] = heavy
+        for label in heavy:
+            result.figures[f"heavy_prologue_{label.replace(' ', '_')}_ms"] = heavy[label]
+        return out
+
+    def _preemption(self, ctx, result, repeats) -> dict:
+        """c. A high-priority kernel launched into a running low-priority one."""
+        import cupy as cp
+
+        caps = ctx.caps
+        low_stream = cp.cuda.Stream(non_blocking=True, priority=caps.stream_priority_low)
+        high_stream = cp.cuda.Stream(non_blocking=True, priority=caps.stream_priority_high)
+        long_d = cp.asarray(workload("uniform", TILES * 10, np.random.default_rng()))  # ~10 ms at 8 slots per SM
+        short_tiles = caps.sm_count  # one 20 us tile per SM
+        short_d = cp.full(short_tiles, 20_000, dtype=cp.uint32)
+        short = spin_kernel("fixed_work", name="urgent")
+        short_done = cp.zeros(short_tiles, dtype=cp.uint32)
+
+        def high_latency_ms() -> float:
+            from ..timing import EventPair
+
+            ev = EventPair()
+            ev.record_start(high_stream.ptr)
+            short(short_tiles, short_d, short_done, 0, stream=high_stream)
+            ev.record_stop(high_stream.ptr)
+            return ev.elapsed_ms()
+
+        for _ in range(3):
+            high_latency_ms()  # warm-up (compile, load)
+        alone = float(np.median([high_latency_ms() for _ in range(repeats)]))
+
+        def latency_under(kernel: TileKernel) -> tuple[float, float]:
+            long_done = cp.zeros(long_d.size, dtype=cp.uint32)
+            kernel(long_d.size, long_d, long_done, 0, stream=low_stream)  # compile + validate first
+            low_stream.synchronize()
+            if not bool((long_done == 1).all()):
+                raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
+            lat, total = [], []
+            for _ in range(repeats):
+                from ..timing import EventPair
+
+                ev = EventPair()
+                ev.record_start(low_stream.ptr)
+                kernel(long_d.size, long_d, long_done, 0, stream=low_stream)
+                ev.record_stop(low_stream.ptr)
+                time.sleep(0.003)  # the low-priority kernel is well under way (it runs ~10 ms)
+                lat.append(high_latency_ms())
+                total.append(ev.elapsed_ms())
+            return float(np.median(lat)), float(np.median(total))
+
+        rows, out = [], {"alone": alone}
+        for label, policy, q in POLICIES:
+            ctx.progress(f"preemption: under {label}")
+            lat, total = latency_under(spin_kernel(policy, q, name="background"))
+            out[label] = lat
+            rows.append([label, lat, lat / alone, total])
+            result.figures[f"preempt_{label.replace(' ', '_')}_latency_ms"] = lat
+        result.tables.append(Table(
+            "c. preemption: a high-priority kernel (132 tiles of 20 us) launched 3 ms into a ~10 ms low-priority one",
+            ["low-priority policy", "high-priority latency ms", "x its time alone", "low-priority kernel ms"], rows,
+            note=f"alone: {alone:.3f} ms; latency from the high-priority stream's event before the launch to the one "
+                 f"after it; medians of {repeats}"))
+        # Quantum sweep: preemption latency against the cost of a heavy prologue.
+        d = cp.asarray(workload("uniform", TILES, np.random.default_rng()))
+        sweep = []
+        fixed_blocks_heavy = self._run_spin(spin_kernel("fixed_blocks"), d, 100_000, repeats).median_ms
+        for q in (5, 20, 50, 200, 1000, math.inf):
+            ctx.progress(f"quantum sweep: {q} us")
+            k = TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy="steal", block=SPIN_BLOCK, quantum_us=q,
+                           prologue_factor=0, name="sweep_steal")
+            lat, _ = latency_under(k)
+            heavy = self._run_spin(k, d, 100_000, repeats).median_ms
+            sweep.append([q, lat, lat / alone, heavy, heavy / fixed_blocks_heavy])
+        result.tables.append(Table(
+            "c. steal quantum sweep (prologue_factor off): preemption latency against prologue overhead",
+            ["quantum us", "high-priority latency ms", "x alone", "heavy-prologue ms", "x fixed_blocks"], sweep,
+            note="heavy prologue: 100 us per running block, 25 us tiles; short quanta yield fast but pay the prologue "
+                 "more often"))
+        self._plot_sweep(ctx, result, sweep)
+        self._preemption_timeline(ctx, result, low_stream, high_stream, long_d, short, short_d, short_done)
+        return out
+
+    def _plot_sweep(self, ctx, result, sweep) -> None:
+        from ..plots import _pyplot
+
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        xs, ys = [r[4] for r in sweep], [r[1] for r in sweep]
+        ax.plot(xs, ys, "o-")
+        for r in sweep:
+            ax.annotate(f"Q={'inf' if r[0] == math.inf else r[0]}", (r[4], r[1]), textcoords="offset points",
+                        xytext=(5, 5))
+        ax.set_xlabel("heavy-prologue time / fixed_blocks")
+        ax.set_ylabel("high-priority latency (ms, log)")
+        ax.set_yscale("log")
+        ax.set_title("steal: the quantum trades preemption latency for prologue cost")
+        fig.tight_layout()
+        name = "scheduling_quantum_sweep.png"
+        fig.savefig(ctx.plot_path(name), dpi=110)
+        plt.close(fig)
+        result.plots.append(name)
+
+    def _preemption_timeline(self, ctx, result, low_stream, high_stream, long_d, short, short_d, short_done) -> None:
+        """Trace of the low-priority steal kernel with the high-priority kernel's window shaded."""
+        import cupy as cp
+
+        from ..plots import plot_sm_timeline
+
+        for label, policy, q in (POLICIES[1], POLICIES[2]):
+            k = spin_kernel(policy, q, name="background")
+            done = cp.zeros(long_d.size, dtype=cp.uint32)
+            low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
+            time.sleep(0.003)  # then the high-priority kernel, as in the latency measurement
+            high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)
+            t0 = low.start_ns
+            hw = high.records[high.written]
+            span = [((hw["start_ns"].min() - t0) / 1e3, (hw["end_ns"].max() - t0) / 1e3,
+                     "high-priority kernel")] if len(hw) else []
+            name = f"scheduling_preemption_{policy}.png"
+            plot_sm_timeline(low, ctx.plot_path(name), title=f"low-priority {label} kernel; high-priority kernel shaded",
+                             sm_count=ctx.caps.sm_count, highlight=span)
+            result.plots.append(name)
+
+    def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:
+        """The seed's table: lower overhead / preemption / load balance, with the numbers behind each answer."""
+        heavy = overhead["heavy"]
+
+        def worst_balance(label: str) -> float:
+            return max(r.ms / r.ideal_ms for r in balance if r.policy == label and r.workload != "uniform")
+
+        rows = []
+        for label, _, _ in POLICIES:
+            ov = heavy[label] / heavy["fixed_blocks"]
+            pre = preempt[label] / preempt["alone"]
+            bal = worst_balance(label)
+            rows.append([label,
+                         f"{'yes' if ov <= 1.1 else 'no'} ({ov:.2f}x fixed_blocks)",
+                         f"{'yes' if pre <= 10 else 'no'} ({pre:.1f}x alone)",
+                         f"{'yes' if bal <= 1.25 else 'no'} ({bal:.2f}x ideal)"])
+        rows.append(["clc (hardware)", "not measured: needs compute capability 10.0", "-", "-"])
+        result.tables.insert(0, Table(
+            "The seed's trade-off table, measured on this GPU",
+            ["policy", "lower overhead", "preemption", "load balance"], rows,
+            note="overhead: heavy-prologue time over fixed_blocks (yes if <= 1.1); preemption: high-priority latency "
+                 "over its time alone (yes if <= 10); load balance: worst makespan over ideal on the pareto, "
+                 "triangular and periodic workloads (yes if <= 1.25)"))
+        best_var = min(("fixed_work", "fixed_blocks", "steal"), key=worst_balance)
+        result.selection += [
+            Selection("variable work per tile", "steal (software CLC; clc on 10.0+)" if best_var == "steal" else best_var,
+                      f"worst makespan/ideal: steal {worst_balance('steal'):.2f}, fixed_work "
+                      f"{worst_balance('fixed_work'):.2f}, fixed_blocks {worst_balance('fixed_blocks'):.2f}",
+                      "fixed_work"),
+            Selection("heavy prologue", "steal or fixed_blocks",
+                      f"100 us prologue: steal {heavy['steal']:.2f} ms, fixed_blocks {heavy['fixed_blocks']:.2f} ms, "
+                      f"fixed_work {heavy['fixed_work']:.2f} ms", "fixed_blocks"),
+            Selection("work that must yield to higher priority", "steal with a quantum (clc on 10.0+), or fixed_work",
+                      f"latency {preempt['steal']:.3f} ms under steal, {preempt['fixed_work']:.3f} under fixed_work, "
+                      f"{preempt['fixed_blocks']:.3f} under fixed_blocks (alone {preempt['alone']:.3f})",
+                      "fixed_work"),
+        ]
