@@ -14,6 +14,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUADV_CACHE_DIR=${CUADV_CACHE_DIR:-/tmp/cuadv-cache}
 STEPS=${*:-tests check run}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds per step: one hung step must not lose the others' results
+t() { timeout --signal=INT --kill-after=10 "$STEP_TIMEOUT" "$@"; }
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 
@@ -31,19 +33,19 @@ for step in $STEPS; do
   start=$(date +%s)
   case $step in
     tests)
-      python3 -m pytest -m gpu -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+      t python3 -m pytest -m gpu -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
       note "tests: exit $? ($(tail -n 1 "$OUT/pytest.log")) in $(( $(date +%s) - start )) s" ;;
     check)
-      python3 -m cuadv check --log "$OUT/check-detail.log" ${CHECK_ARGS:-} > "$OUT/check.log" 2>&1
+      t python3 -m cuadv check --log "$OUT/check-detail.log" ${CHECK_ARGS:-} > "$OUT/check.log" 2>&1
       rc=$?
       tail -c 200000 "$OUT/check-detail.log" >> "$OUT/check.log" 2>/dev/null; rm -f "$OUT/check-detail.log"
       note "check: exit $rc in $(( $(date +%s) - start )) s" ;;
     run|run-full)
       flag=--quick; [ "$step" = run-full ] && flag=
-      python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
+      t python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     bench:*)
-      python3 -m cuadv bench "${step#bench:}" --out "$OUT/report" >> "$OUT/bench.log" 2>&1
+      t python3 -m cuadv bench "${step#bench:}" --out "$OUT/report" >> "$OUT/bench.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     *) note "unknown step $step" ;;
   esac

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -33,7 +34,12 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
             bar.update(task, lab=lab.name, description="")
             ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling,
                              progress=lambda msg, t=task: bar.update(t, description=msg))
-            report.results.append(run_one(lab, ctx))
+            started = time.perf_counter()
+            result = run_one(lab, ctx)
+            report.results.append(result)
+            # A line per lab also where no terminal shows the bar (logs, CI).
+            bar.console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"
+                              + (f" ({result.reason})" if result.reason else ""))
             bar.advance(task)
     return report
 

@@ -40,6 +40,7 @@ _POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc":
 DEFAULT_QUANTUM_US = 50.0
 DEFAULT_PROLOGUE_FACTOR = 9  # a block's prologue costs at most 1/10 of its time slice
 MAX_TILES = (2**31 - 1, 65535, 65535)
+MAX_STEAL_UNITS = 2**31 - 1  # the ticket and the exit count share one 64-bit word (work_stealing.cuh)
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
                            ("prologue_factor", "<u4"), ("reserved", "<u4"), ("state", "<u8"), ("trace", "<u8")])
@@ -304,6 +305,9 @@ class TileKernel:
         t = check_tiles(tiles, self.cluster)
         kernel, concrete = self.kernel(policy)
         quantum = self.quantum_ns if concrete == "steal" else 0
+        if concrete == "steal" and volume(t) // volume(self.cluster) > MAX_STEAL_UNITS:
+            raise LaunchConfigError(f"policy 'steal' takes at most {MAX_STEAL_UNITS} units of work (tiles / cluster "
+                                    f"size); got {volume(t) // volume(self.cluster)}")
         if volume(t) == 0:
             return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         handle = stream_handle(stream)

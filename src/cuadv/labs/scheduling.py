@@ -44,6 +44,7 @@ SPIN_BODY = r"""
         while (cuadv::ptx::globaltimer_ns() - t0 < d) {}
         atomicAdd(&done[tile.index], 1u);  // a tile run twice or never shows here
       }
+      __syncthreads();  // the whole block is busy for the tile: its warps hold their slot (occupancy)
 """
 TILES = 42_240  # the brief's feasibility measurement: 40 tiles per slot on 132 SMs x 8
 MEAN_TILE_NS = 25_000

@@ -38,13 +38,16 @@ namespace cuadv::ws {
 
 namespace cg = cooperative_groups;
 
-// Counters of one launch of a Steal kernel. Zero before the first launch; the last unit (block or
-// cluster) to exit sets them back to zero, so back-to-back launches and graph replays on one
-// stream need no host memset. Two launches that may overlap need two StealStates.
+// Counters of one launch of a Steal kernel, packed in one 64-bit word so that every update is a
+// relaxed read-modify-write of one location: their single modification order is all the ordering
+// the reset needs, and no fence is paid per tile. Zero before the first launch; the last unit
+// (block or cluster) to exit sets it back to zero, so back-to-back launches and graph replays on
+// one stream need no host memset. Two launches that may overlap need two StealStates.
 struct StealState {
-  unsigned long long next;  // next ticket: the index of the next unit (block or cluster) of work
-  unsigned long long done;  // units of the grid that have exited
+  unsigned long long word;  // low 32 bits: next ticket (a unit index); high 32 bits: units that exited
+  unsigned long long reserved;
 };
+constexpr unsigned long long kExited = 1ull << 32;
 
 // One record per tile when tracing, written by the block's thread 0.
 struct TraceRecord {
@@ -141,14 +144,21 @@ class Scheduler {
         }
       }
       if constexpr (kSteal) {
+        // The first claim has no tile to overlap with, so it is a plain hand-off through shared
+        // memory. It is never refused by the quantum: every block of the full grid takes a ticket
+        // unless the work is gone, which is what makes tickets 0 .. units-1 all taken.
         start_ns_ = ptx::globaltimer_ns();
-        sync_unit();  // barrier init visible to all threads (and, with clusters, all blocks are running)
-        request();
-        if (!wait_and_decode()) {
+        detail::Slots& sl = detail::slots();
+        if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before remote writes
+        if (leader_ && cluster_rank_ == 0) publish(first_claim());
+        sync_unit();  // the response (and the barrier init) is visible to every thread of the unit
+        const uint4 first = sl.result;
+        if (first.x == 0) {
           exit_protocol();
           return false;
         }
-      }
+        tile_ = make_tile(first.y + local_.x, first.z + local_.y, first.w + local_.z);
+          }
       return true;
     }
   }
@@ -266,21 +276,40 @@ class Scheduler {
     }
   }
 
-  // Software stand-in for try_cancel: take a ticket (or refuse once the quantum is spent), write
+  __device__ cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> state_word() const {
+    return cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(s_.state->word);
+  }
+
+  // A response: x = 1 if a unit was taken, y, z, w = its first ctaid (the hardware's get_first_ctaid).
+  __device__ uint4 take_ticket() const {
+    const unsigned long long ticket = state_word().fetch_add(1, cuda::memory_order_relaxed) & 0xffffffffull;
+    if (ticket >= units_) return make_uint4(0, 0, 0, 0);
+    const uint3 c = first_ctaid_of_unit(ticket);
+    return make_uint4(1, c.x, c.y, c.z);
+  }
+
+  // A block launched after the work is gone sees it with one load and exits without a claim.
+  __device__ uint4 first_claim() const {
+    if ((state_word().load(cuda::memory_order_relaxed) & 0xffffffffull) >= units_) return make_uint4(0, 0, 0, 0);
+    return take_ticket();
+  }
+
+  // The first response, written into every block of the unit (made visible by the sync after it).
+  __device__ void publish(uint4 response) const {
+    detail::Slots& sl = detail::slots();
+    if (clustered_) {
+      const unsigned result_addr = ptx::smem_addr(&sl.result);
+      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
+    } else {
+      sl.result = response;
+    }
+  }
+
+  // Software stand-in for try_cancel: take a ticket (or refuse once the time slice is spent), write
   // the response into every block of the cluster, complete 16 transaction bytes on each barrier.
   __device__ void software_try_cancel() {
-    uint4 response = make_uint4(0, 0, 0, 0);  // x: 1 if a unit was taken; y, z, w: its first ctaid
-    // The first request of a block is never refused: every block of the full grid takes at least one
-    // ticket, which is what guarantees that tickets 0 .. units-1 are all taken.
-    const bool expired = has_tile_ && slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
-    if (!expired) {
-      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> next(s_.state->next);
-      const unsigned long long ticket = next.fetch_add(1, cuda::memory_order_relaxed);
-      if (ticket < units_) {
-        const uint3 c = first_ctaid_of_unit(ticket);
-        response = make_uint4(1, c.x, c.y, c.z);
-      }
-    }
+    const bool expired = slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
+    const uint4 response = expired ? make_uint4(0, 0, 0, 0) : take_ticket();
     detail::Slots& sl = detail::slots();
     if (clustered_) {
       const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
@@ -312,7 +341,6 @@ class Scheduler {
       first = make_uint3(response.y, response.z, response.w);
     }
     tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
-    has_tile_ = true;
     // Release read access to `result` to the async proxy: our reads above come before its next write.
     ptx::fence_proxy_async_generic_release_cluster();
     return true;
@@ -321,12 +349,10 @@ class Scheduler {
   // Steal: the last unit of the grid to exit resets the counters for the next launch.
   __device__ void exit_protocol() const {
     if (!(leader_ && cluster_rank_ == 0)) return;
-    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> done(s_.state->done);
-    // acq_rel: this unit's ticket claims happen before its exit count; the last exiter sees all of them.
-    if (done.fetch_add(1, cuda::memory_order_acq_rel) == grid_clusters() - 1) {
-      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(s_.state->next).store(0, cuda::memory_order_relaxed);
-      done.store(0, cuda::memory_order_relaxed);
-    }
+    // Relaxed is enough: claims and exits update one word, so the exit that brings the count to
+    // the number of units comes after every other unit's last update in its modification order.
+    const unsigned long long before = state_word().fetch_add(kExited, cuda::memory_order_relaxed);
+    if ((before >> 32) == grid_clusters() - 1) state_word().store(0, cuda::memory_order_relaxed);
   }
 
   const Schedule s_;  // by value: members stay in the constant bank of the kernel parameter
@@ -338,7 +364,6 @@ class Scheduler {
   uint3 local_;
   bool clustered_ = false;
   bool leader_ = false;
-  bool has_tile_ = false;  // Steal: this block has taken a ticket (the quantum applies from then on)
   unsigned phase_ = 0;
   unsigned long long start_ns_ = 0;  // when the block began (Steal: its time slice counts from here)
   unsigned long long slice_ns_ = 0;  // Steal: the block's time slice (0 until the loop starts: first claim)
