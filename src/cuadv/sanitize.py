@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,12 +96,11 @@ def cmd_check(args, console) -> int:
     labs = [lab for lab in all_labs() if hasattr(lab, "smoke") and (not args.lab or lab.name in args.lab)
             and lab.supported(caps) is None]
     tools = args.tool or list(TOOLS)
-    outcomes = []
-    with console.status("compute-sanitizer") as status:
-        for lab in labs:
-            for tool in tools:
-                status.update(f"{tool} over {lab.name}")
-                outcomes.append(run_check(lab.name, tool, sanitizer))
+    jobs = [(lab.name, tool) for lab in labs for tool in tools]
+    # Sanitizer runs are mostly host-side instrumentation: several at once share the GPU well.
+    with console.status(f"compute-sanitizer: {len(jobs)} runs, {args.jobs} at a time"):
+        with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+            outcomes = list(pool.map(lambda job: run_check(job[0], job[1], sanitizer, args.timeout), jobs))
     rows = [[o.lab, o.tool, o.status, o.hazards] for o in outcomes]
     _print_table(console, Table(f"compute-sanitizer over every lab's kernels ({caps.name})",
                                 ["lab", "tool", "result", "hazards/errors"], rows))
@@ -117,6 +117,8 @@ def register(sub) -> None:
     p.add_argument("--tool", action="append", choices=TOOLS, help="sanitizer tool (repeatable; default all four)")
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
     p.add_argument("--log", metavar="FILE", help="write the full sanitizer output here")
+    p.add_argument("--jobs", type=int, default=4, help="sanitizer processes at once (default 4)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per sanitizer run (default 600)")
     p.set_defaults(handler=cmd_check)
 
 
