@@ -1,0 +1,257 @@
+"""Memory synchronization domains: does a fence wait for another kernel's writes? (seed 002)
+
+Shows: the launch attribute (``LaunchConfig(mem_sync_domain="default" | "remote")``) and an
+experiment: a fence-heavy kernel (every thread writes and fences, ``iterations`` times, at .gpu or
+.sys scope, or not at all as the control) runs alone, then beside a write-heavy kernel streaming
+writes in another stream - both in the default domain, then the writer in the remote domain. The
+two kernels are made to overlap (the fence kernel waits for the writer to start, the writer stops
+when the fence kernel is done) and the overlap is checked on every run. The fence kernel's loop
+time is measured in-kernel (%globaltimer). What the GPU shows is reported, "no difference" included.
+Needs: compute capability 9.0 and at least 2 memory sync domains.
+Key insight: a fence must wait until the memory operations it orders are visible; without domains
+the hardware may also make it wait for unrelated traffic in flight (in multi-GPU systems: NVLink
+writes of communication kernels). A kernel in another domain is not waited for. On one GPU,
+local writes drain fast, so expect a small difference; the writer's destination can be a peer
+GPU's memory (``FenceExperiment(writer_dst=...)``) for a multi-GPU variant.
+Run: ``cuadv bench domains`` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler import compile_source, kernel_source
+from ..errors import LaunchConfigError, ValidationError
+from ..launch import LaunchConfig, launch
+from ..results import LabResult, Table
+from ..timing import synchronize
+from .base import RunContext
+
+FENCE_BLOCK = 128
+WRITER_BLOCK = 256
+WRITER_BLOCKS_PER_SM = 2
+SCOPES = {"none (control)": 0, ".gpu (__threadfence)": 1, ".sys (__threadfence_system)": 2}
+CONDITIONS = {"alone": None, "writer, same domain": "default", "writer, remote domain": "remote"}
+WRITER_DTYPE = np.dtype([("dst", "<u8"), ("n_vec", "<u8"), ("active", "<u8"), ("stop", "<u8"), ("timeout_ns", "<u8"),
+                         ("passes", "<u8")])
+FENCE_DTYPE = np.dtype([("slots", "<u8"), ("iterations", "<u4"), ("scope", "<i4"), ("active", "<u8"), ("stop", "<u8"),
+                        ("blocks_done", "<u8"), ("times", "<u8"), ("overlap", "<u8"), ("gate_ns", "<u8")])
+assert WRITER_DTYPE.itemsize == 48 and FENCE_DTYPE.itemsize == 64  # mirror WriterParams / FenceParams in domains.cu
+
+
+def build_module(arch: str | None = None):
+    return compile_source(kernel_source("domains.cu"), name="domains", arch=arch)
+
+
+def check_domain(domain: str | None) -> None:
+    if domain not in (None, "default", "remote"):
+        raise LaunchConfigError(
+            f"memory sync domain must be 'default' or 'remote' (or None: no writer), got {domain!r}")
+
+
+def check_scope(scope: int) -> None:
+    if scope not in SCOPES.values():
+        raise LaunchConfigError(f"fence scope must be 0 (none), 1 (.gpu) or 2 (.sys), got {scope}")
+
+
+@dataclass
+class FenceSample:
+    loop_us: float  # the fence kernel's loop: latest block end minus earliest block start
+    overlapped: bool  # the writer was running at every fence block's loop start and end
+    writer_passes: int  # completed passes summed over writer blocks
+
+
+class FenceExperiment:
+    """The fence kernel and the writer, their buffers and control words.
+
+    writer_dst: the writer's destination (a device pointer with writer_bytes behind it; default: a
+    buffer of this GPU). Pass a peer GPU's buffer for a multi-GPU run.
+    """
+
+    def __init__(self, module, caps, *, iterations: int, writer_bytes: int, fence_blocks: int | None = None,
+                 writer_timeout_ns: int = 2_000_000_000, gate_ns: int = 200_000_000, writer_dst: int | None = None):
+        import cupy as cp
+
+        if iterations < 1:
+            raise LaunchConfigError(f"fence iterations must be >= 1, got {iterations}")
+        if writer_bytes < 16 or writer_bytes % 16:
+            raise LaunchConfigError(f"the writer's buffer must be a positive multiple of 16 bytes, got {writer_bytes}")
+        self.cp = cp
+        self.fence = module.kernel("dom_fence")
+        self.writer = module.kernel("dom_writer")
+        self.iterations, self.gate_ns, self.writer_timeout_ns = iterations, gate_ns, writer_timeout_ns
+        self.fence_blocks = fence_blocks or caps.sm_count
+        self.writer_blocks = caps.sm_count * WRITER_BLOCKS_PER_SM
+        self.n_vec = writer_bytes // 16
+        self.own_dst = None if writer_dst is not None else cp.empty(self.n_vec * 4, dtype=cp.uint32)
+        self.dst_ptr = writer_dst if writer_dst is not None else self.own_dst.data.ptr
+        self.slots = cp.zeros(self.fence_blocks * FENCE_BLOCK, dtype=cp.uint32)
+        self.control = cp.zeros(3, dtype=cp.uint32)  # active, stop, blocks_done
+        self.times = cp.zeros(2 * self.fence_blocks, dtype=cp.uint64)
+        self.overlap = cp.zeros(self.fence_blocks, dtype=cp.uint32)
+        self.passes = cp.zeros(1, dtype=cp.uint64)
+        self.fence_stream = cp.cuda.Stream(non_blocking=True)
+        self.writer_stream = cp.cuda.Stream(non_blocking=True)
+
+    def _writer_params(self) -> bytes:
+        rec = np.zeros((), WRITER_DTYPE)
+        base = self.control.data.ptr
+        rec["dst"], rec["n_vec"], rec["active"], rec["stop"] = self.dst_ptr, self.n_vec, base, base + 4
+        rec["timeout_ns"], rec["passes"] = self.writer_timeout_ns, self.passes.data.ptr
+        return rec.tobytes()
+
+    def _fence_params(self, scope: int, gate: bool) -> bytes:
+        rec = np.zeros((), FENCE_DTYPE)
+        base = self.control.data.ptr
+        rec["slots"], rec["iterations"], rec["scope"] = self.slots.data.ptr, self.iterations, scope
+        rec["active"], rec["stop"], rec["blocks_done"] = base, base + 4, base + 8
+        rec["times"], rec["overlap"] = self.times.data.ptr, self.overlap.data.ptr
+        rec["gate_ns"] = self.gate_ns if gate else 0
+        return rec.tobytes()
+
+    def run_once(self, scope: int, writer_domain: str | None, fence_domain: str = "default") -> FenceSample:
+        """One fence-kernel run, beside a writer in `writer_domain` (None: alone)."""
+        check_scope(scope)
+        check_domain(writer_domain)
+        cp = self.cp
+        self.control.fill(0)
+        self.times.fill(0)
+        self.overlap.fill(0)
+        self.passes.fill(0)
+        self.slots.fill(np.uint32(0xFFFFFFFF))
+        cp.cuda.Device().synchronize()
+        if writer_domain is not None:
+            cfg = LaunchConfig(grid=self.writer_blocks, block=WRITER_BLOCK, mem_sync_domain=writer_domain)
+            launch(self.writer, cfg, self._writer_params(), stream=self.writer_stream)
+        launch(self.fence, LaunchConfig(grid=self.fence_blocks, block=FENCE_BLOCK, mem_sync_domain=fence_domain),
+               self._fence_params(scope, gate=writer_domain is not None), stream=self.fence_stream)
+        synchronize(self.fence_stream)
+        synchronize(self.writer_stream)
+        times = cp.asnumpy(self.times).reshape(-1, 2)
+        self._check_fence_output()
+        overlapped = writer_domain is not None and bool((cp.asnumpy(self.overlap) == 3).all())
+        return FenceSample(loop_us=float(times[:, 1].max() - times[:, 0].min()) / 1e3, overlapped=overlapped,
+                           writer_passes=int(cp.asnumpy(self.passes)[0]))
+
+    def _check_fence_output(self) -> None:
+        slots = self.cp.asnumpy(self.slots)
+        if not (slots == self.iterations - 1).all():
+            raise ValidationError(f"fence kernel: {(slots != self.iterations - 1).sum()} of {slots.size} slots do not "
+                                  f"hold the last iteration {self.iterations - 1}")
+
+    def check_writer_output(self) -> None:
+        """Every uint4 of the writer's own buffer was written at least once (its .y is its index)."""
+        if self.own_dst is None:
+            return
+        got = self.cp.asnumpy(self.own_dst.reshape(-1, 4)[:, 1])
+        if not np.array_equal(got, np.arange(self.n_vec, dtype=np.uint32)):
+            raise ValidationError("writer kernel: some elements of its buffer were never written")
+
+
+class DomainsLab:
+    name = "domains"
+    title = "Memory synchronization domains: a fence-heavy kernel beside a write-heavy kernel"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return (f"memory sync domains need compute capability >= 9.0 (got {caps.cc_string()}); "
+                    "fallback: launch in the default domain")
+        if caps.mem_sync_domain_count < 2:
+            return (f"memory sync domains need 2 or more domains (this GPU has {caps.mem_sync_domain_count}); "
+                    "fallback: launch in the default domain")
+        return None
+
+    def build(self, arch: str):
+        return [build_module(arch)]
+
+    def smoke(self) -> None:
+        from ..device import current_device
+
+        caps = current_device().caps
+        exp = FenceExperiment(build_module(caps.arch), caps, iterations=8, writer_bytes=4 << 20, fence_blocks=4,
+                              writer_timeout_ns=20_000_000, gate_ns=10_000_000)
+        for scope in SCOPES.values():
+            for domain in CONDITIONS.values():
+                exp.run_once(scope, domain)
+        exp.check_writer_output()
+
+    def run(self, ctx: RunContext) -> LabResult:
+        caps = ctx.caps
+        result = LabResult(self.name, self.title)
+        repeats = 7 if ctx.quick else 21
+        exp = FenceExperiment(build_module(caps.arch), caps, iterations=256 if ctx.quick else 512,
+                              writer_bytes=(256 if ctx.quick else 512) << 20)
+        medians: dict[tuple[str, str], float] = {}
+        not_overlapped = 0
+        for scope_name, scope in SCOPES.items():
+            for cond, domain in CONDITIONS.items():
+                ctx.progress(f"domains: {scope_name}, {cond}")
+                exp.run_once(scope, domain)  # warm-up
+                samples = [exp.run_once(scope, domain) for _ in range(repeats)]
+                if domain is not None:
+                    not_overlapped += sum(not s.overlapped for s in samples)
+                medians[(scope_name, cond)] = float(np.median([s.loop_us for s in samples]))
+        exp.check_writer_output()
+        result.checks.append("every fence-kernel thread's slot holds its last iteration after every run, and the "
+                             "writer wrote every element of its buffer")
+        runs = len(SCOPES) * (len(CONDITIONS) - 1) * repeats
+        if not_overlapped == 0:
+            result.checks.append(f"in all {runs} runs with a writer, the writer was running when every fence block "
+                                 "started and ended its loop")
+        else:
+            result.notes.append(f"in {not_overlapped} of {runs} runs with a writer, some fence block found the writer "
+                                "not running at its start or end (those runs are included in the medians)")
+        self._table(medians, exp, caps, repeats, result)
+        self._plot(medians, ctx, result)
+        return result
+
+    def _table(self, medians, exp: FenceExperiment, caps, repeats: int, result: LabResult) -> None:
+        rows = []
+        for scope_name in SCOPES:
+            alone, same, remote = (medians[(scope_name, c)] for c in CONDITIONS)
+            diff = 100 * (remote / same - 1)
+            rows.append([scope_name, alone, same, remote, same / alone, remote / alone, diff,
+                         1e3 * same / exp.iterations])
+            key = scope_name.split()[0].strip(".()")
+            result.figures[f"domains_{key}_same_over_alone"] = same / alone
+            result.figures[f"domains_{key}_remote_vs_same_pct"] = diff
+        result.tables.append(Table(
+            "Fence-heavy kernel: loop time (us) alone and beside a write-heavy kernel",
+            ["fence", "alone", "writer, same domain", "writer, remote domain", "same / alone", "remote / alone",
+             "remote vs same %", "ns per fence (same domain)"], rows,
+            note=(f"fence kernel: {exp.fence_blocks} blocks x {FENCE_BLOCK} threads, {exp.iterations} x (write own "
+                  f"slot, fence); writer: {exp.writer_blocks} blocks x {WRITER_BLOCK} threads streaming uint4 writes "
+                  f"over {exp.n_vec * 16 >> 20} MiB in another stream; fence kernel always in the default domain; "
+                  f"medians of {repeats} runs, loop time from %globaltimer in the kernel; this GPU has "
+                  f"{caps.mem_sync_domain_count} domains")))
+        for scope_name in list(SCOPES)[1:]:
+            same, remote = medians[(scope_name, "writer, same domain")], medians[(scope_name, "writer, remote domain")]
+            diff = 100 * (remote / same - 1)
+            if abs(diff) < 5:
+                result.notes.append(f"{scope_name}: no measurable difference between the writer in the same and in "
+                                    f"the remote domain ({diff:+.1f}%) on this single GPU")
+            else:
+                result.notes.append(f"{scope_name}: the fence loop took {diff:+.1f}% with the writer in the remote "
+                                    "domain compared with the same domain")
+
+    def _plot(self, medians, ctx: RunContext, result: LabResult) -> None:
+        from ..plots import _pyplot
+
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.26
+        xs = np.arange(len(SCOPES))
+        for i, cond in enumerate(CONDITIONS):
+            ax.bar(xs + (i - 1) * width, [medians[(s, cond)] for s in SCOPES], width, label=cond)
+        ax.set_xticks(xs, list(SCOPES), fontsize=8)
+        ax.set_ylabel("fence-kernel loop time (us)")
+        ax.set_title("Fences beside a write-heavy kernel: same vs remote domain")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+        fig.tight_layout()
+        name = "domains_fence.png"
+        fig.savefig(ctx.plot_path(name), dpi=110)
+        plt.close(fig)
+        result.plots.append(name)

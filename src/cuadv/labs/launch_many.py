@@ -1,0 +1,581 @@
+"""Launching many small tasks: host launches, CUDA graphs, a persistent work queue, dynamic
+parallelism and device graph launch, on the same N tasks (seed 002).
+
+Shows: the cost per task of N tiny tasks (N = 10 ... 100,000; one warp each, whose only effect is
+counts[i] += 1) under
+  - one host launch per task (cuadv's launch, and CuPy's RawKernel as the peer),
+  - a CUDA graph with one kernel node per task (captured once, replayed),
+  - a persistent kernel (SMs x resident blocks) whose warps take tasks from one global atomic
+    ticket, one task per ticket (the atomic hot spot) or 16 per ticket; its exit protocol loses and
+    duplicates nothing and its counters reset themselves, so it replays in a graph,
+  - dynamic parallelism: a parent grid that launches one child grid per task (relocatable device
+    code linked with cudadevrt),
+  - device graph launch: a one-node graph, instantiated for device launch, that runs one task and
+    tail-launches itself for the next.
+Every run is checked: each task ran exactly once per launch.
+Needs: compute capability 9.0 for the lab as a whole (device graph launch needs 9.0; dynamic
+parallelism 5.0 with CDP2); libcudadevrt.a for the two device-side mechanisms (without it, those
+rows say why and the rest runs).
+Key insight: a launch costs microseconds wherever it comes from (host, graph node, device); a
+persistent kernel pays one launch and then an atomic per task (or per chunk of tasks), which is
+nanoseconds - as long as the tasks are small and the queue is not a hot spot.
+Run: ``cuadv bench launch`` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._cuda import check, driver
+from ..compiler import CompiledModule, compile_source, kernel_source
+from ..errors import CuadvError, LaunchConfigError, ValidationError
+from ..launch import LaunchConfig, launch
+from ..results import LabResult, Selection, Table
+from ..timing import synchronize, time_gpu
+from .base import RunContext
+
+WARP = 32
+PERSISTENT_BLOCK = 128
+DP_PARENT_BLOCK = 128
+CHUNK = 16
+N_VALUES = (10, 100, 1_000, 10_000, 100_000)
+VALIDATION_N = (0, 1, 9_973)
+TASK_DTYPE = np.dtype([("counts", "<u8"), ("n", "<u4"), ("pad", "<u4"), ("task_ns", "<u8")])
+assert TASK_DTYPE.itemsize == 24  # mirrors TaskParams in launch_many.cu
+CUPY_LAUNCH_US = 8.9  # H200 reference: an empty kernel launched from Python through CuPy
+GRAPH_NODE_US = 0.51  # H200 reference: one node of a captured CUDA graph
+TARGET_US = 0.1  # target for the persistent queue
+
+
+def task_params(counts_ptr: int, n: int, task_ns: int = 0) -> bytes:
+    rec = np.zeros((), TASK_DTYPE)
+    rec["counts"], rec["n"], rec["task_ns"] = counts_ptr, n, task_ns
+    return rec.tobytes()
+
+
+def check_task_count(n: int) -> int:
+    if not 0 <= n <= 2**32 - 1:
+        raise LaunchConfigError(f"task count {n} is outside [0, {2**32 - 1}]")
+    return n
+
+
+def check_chunk(chunk: int) -> int:
+    if not 1 <= chunk <= 2**31:
+        raise LaunchConfigError(f"tasks per ticket must be in [1, {2**31}], got {chunk}")
+    return chunk
+
+
+def build_modules(arch: str) -> dict[int, CompiledModule]:
+    """Part 0 (host-launched), 1 (dynamic parallelism, relocatable) and 2 (device graph, relocatable)."""
+    src = kernel_source("launch_many.cu")
+    return {part: compile_source(src, name=f"launch_many_{part}", arch=arch, defines={"CUADV_LM_PART": part},
+                                 rdc=part > 0) for part in (0, 1, 2)}
+
+
+@dataclass
+class Tasks:
+    """The counters of one task set; counts[i] is how often task i ran."""
+
+    n: int
+    task_ns: int = 0
+    counts: object = field(init=False)
+
+    def __post_init__(self):
+        import cupy as cp
+
+        check_task_count(self.n)
+        self.counts = cp.zeros(max(self.n, 1), dtype=cp.uint32)
+
+    @property
+    def params(self) -> bytes:
+        return task_params(self.counts.data.ptr, self.n, self.task_ns)
+
+    def check(self, runs: int, label: str) -> None:
+        import cupy as cp
+
+        got = cp.asnumpy(self.counts)[: self.n]
+        if not np.array_equal(got, np.full(self.n, runs, dtype=np.uint32)):
+            lost, dup = int((got < runs).sum()), int((got > runs).sum())
+            raise ValidationError(f"{label}, N={self.n}: after {runs} runs {lost} tasks ran fewer times and {dup} "
+                                  "more times than that (each task must run exactly once per run)")
+
+
+class ContextLimit:
+    """Raise a context limit (cuCtxSetLimit) for a while and put the old value back. A limit the
+    driver refuses leaves ``error`` set (the work then runs under the old limit)."""
+
+    def __init__(self, name: str, value: int):
+        drv = driver()
+        self.limit = getattr(drv.CUlimit, f"CU_LIMIT_{name}")
+        self.name, self.value = name, value
+        self.old: int | None = None
+        self.error = ""
+
+    def __enter__(self):
+        drv = driver()
+        try:
+            old = int(check(drv.cuCtxGetLimit(self.limit), f"cuCtxGetLimit({self.name})"))
+            if self.value > old:
+                check(drv.cuCtxSetLimit(self.limit, self.value), f"cuCtxSetLimit({self.name}={self.value})")
+                self.old = old
+        except CuadvError as exc:
+            self.error = str(exc)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            driver().cuCtxSetLimit(self.limit, self.old)
+
+
+# -- the mechanisms --------------------------------------------------------------------------
+class Mechanism:
+    """One way of running N tasks: prepare(tasks) once, then run() enqueues one full run on the stream."""
+
+    label = ""
+    max_n = math.inf
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def prepare(self, tasks: Tasks) -> float:
+        """Host seconds spent preparing (capture, instantiation)."""
+        self.tasks = tasks
+        return 0.0
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        pass
+
+    def after_check(self) -> None:
+        """Mechanism-specific checks after the runs (errors recorded on the device, reset state)."""
+
+
+class HostLaunches(Mechanism):
+    label = "host launch per task (cuadv)"
+
+    def __init__(self, stream, module):
+        super().__init__(stream)
+        self.kernel = module.kernel("lm_task")
+        self.cfg = LaunchConfig(grid=1, block=WARP)
+        scratch = Tasks(1)  # the configuration's first (checked) launch, outside any capture
+        launch(self.kernel, self.cfg, scratch.params, np.uint32(0), stream=stream)
+        synchronize(stream)
+
+    def run(self) -> None:
+        params = self.tasks.params
+        for i in range(self.tasks.n):
+            launch(self.kernel, self.cfg, params, np.uint32(i), stream=self.stream)
+
+
+class CupyLaunches(Mechanism):
+    label = "host launch per task (CuPy RawKernel, peer)"
+
+    def __init__(self, stream):
+        import cupy as cp
+
+        super().__init__(stream)
+        module = cp.RawModule(code=kernel_source("launch_many.cu"), options=("-std=c++17", "-DCUADV_LM_PART=0"))
+        self.kernel = module.get_function("lm_task_args")
+
+    def run(self) -> None:
+        t = self.tasks
+        n, ns = np.uint32(t.n), np.uint64(t.task_ns)
+        with self.stream:
+            for i in range(t.n):
+                self.kernel((1,), (WARP,), (t.counts, n, ns, np.uint32(i)))
+
+
+class GraphOfLaunches(Mechanism):
+    label = "CUDA graph, one node per task"
+
+    def __init__(self, stream, module):
+        super().__init__(stream)
+        self.host = HostLaunches(stream, module)
+        self.graph = None
+
+    def prepare(self, tasks: Tasks) -> float:
+        from ..graphs import Graph
+
+        super().prepare(tasks)
+        self.host.prepare(tasks)
+        t0 = time.perf_counter()
+        self.graph = Graph.capture(self.stream, self.host.run) if tasks.n else None
+        return time.perf_counter() - t0
+
+    def run(self) -> None:
+        if self.graph is not None:
+            self.graph.launch(self.stream)
+
+    def release(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
+
+
+class PersistentQueue(Mechanism):
+    """SMs x resident blocks of 128 threads; every warp takes `chunk` tasks per ticket."""
+
+    def __init__(self, stream, module, caps, chunk: int):
+        import cupy as cp
+
+        from ..occupancy import max_active_blocks_per_sm
+
+        super().__init__(stream)
+        self.kernel = module.kernel("lm_persistent")
+        self.chunk = check_chunk(chunk)
+        per_sm = max_active_blocks_per_sm(self.kernel, PERSISTENT_BLOCK)
+        if per_sm < 1:
+            raise LaunchConfigError(f"lm_persistent does not fit an SM with {PERSISTENT_BLOCK} threads per block")
+        self.cfg = LaunchConfig(grid=caps.sm_count * per_sm, block=PERSISTENT_BLOCK)
+        self.state = cp.zeros(2, dtype=cp.uint64)  # QueueState {next, exited}; resets itself
+        self.label = f"persistent queue, {chunk} task{'s' if chunk > 1 else ''} per ticket"
+
+    def run(self) -> None:
+        launch(self.kernel, self.cfg, self.tasks.params, self.state, np.uint32(self.chunk), stream=self.stream)
+
+    def after_check(self) -> None:
+        import cupy as cp
+
+        synchronize(self.stream)
+        state = cp.asnumpy(self.state)
+        if state.any():
+            raise ValidationError(f"{self.label}: the queue state did not reset itself (next={state[0]}, "
+                                  f"exited={state[1]})")
+
+
+class DynamicParallelism(Mechanism):
+    label = "dynamic parallelism, one child grid per task"
+
+    def __init__(self, stream, linked: CompiledModule):
+        import cupy as cp
+
+        super().__init__(stream)
+        self.parent = linked.kernel("lm_dp_parent")
+        self.error = cp.zeros(1, dtype=cp.int32)
+
+    def run(self) -> None:
+        n = self.tasks.n
+        if n == 0:
+            return
+        cfg = LaunchConfig(grid=-(-n // DP_PARENT_BLOCK), block=DP_PARENT_BLOCK)
+        launch(self.parent, cfg, self.tasks.params, self.error, stream=self.stream)
+
+    def after_check(self) -> None:
+        import cupy as cp
+
+        synchronize(self.stream)
+        code = int(cp.asnumpy(self.error)[0])
+        if code:
+            raise ValidationError(f"{self.label}: a device-side launch failed with {_cuda_error(code)} (raise the "
+                                  "pending-launch limit for more children in flight)")
+
+
+class DeviceGraphLaunch(Mechanism):
+    label = "device graph launch, one launch per task"
+
+    def __init__(self, stream, linked: CompiledModule):
+        import cupy as cp
+
+        super().__init__(stream)
+        self.task_kernel = linked.kernel("lm_graph_task")
+        self.launcher = linked.kernel("lm_graph_launcher")
+        self.state = cp.zeros(2, dtype=cp.int32)  # GraphTaskState {cursor, error}
+        self.graphs = []
+        self._warm()
+
+    def _warm(self) -> None:
+        """One launch of each kernel outside a graph (checks the configurations; neither launches a graph)."""
+        import cupy as cp
+
+        scratch = cp.zeros(1, dtype=cp.uint32)
+        launch(self.task_kernel, LaunchConfig(grid=1, block=WARP), task_params(scratch.data.ptr, 1), self.state,
+               stream=self.stream)
+        launch(self.launcher, LaunchConfig(grid=1, block=WARP), np.uint64(0), np.uint32(0), self.state,
+               stream=self.stream)
+        synchronize(self.stream)
+        self.after_check()
+
+    def prepare(self, tasks: Tasks) -> float:
+        from ..graphs import Graph
+
+        super().prepare(tasks)
+        t0 = time.perf_counter()
+        task_graph = Graph.capture(self.stream, lambda: launch(
+            self.task_kernel, LaunchConfig(grid=1, block=WARP), tasks.params, self.state, stream=self.stream),
+            device_launch=True)
+        self.graphs.append(task_graph)
+        task_graph.upload(self.stream)  # device resources in place before the first device-side launch
+        self.graphs.append(Graph.capture(self.stream, lambda: launch(
+            self.launcher, LaunchConfig(grid=1, block=WARP), np.uint64(task_graph.exec_handle), np.uint32(tasks.n),
+            self.state, stream=self.stream)))
+        synchronize(self.stream)
+        return time.perf_counter() - t0
+
+    def run(self) -> None:
+        self.graphs[-1].launch(self.stream)
+
+    def release(self) -> None:
+        for g in reversed(self.graphs):
+            g.close()
+        self.graphs = []
+
+    def after_check(self) -> None:
+        import cupy as cp
+
+        synchronize(self.stream)
+        cursor, error = (int(v) for v in cp.asnumpy(self.state))
+        if error:
+            raise ValidationError(f"{self.label}: a device-side cudaGraphLaunch failed with {_cuda_error(error)}")
+        if cursor:
+            raise ValidationError(f"{self.label}: the cursor did not return to 0 (it is {cursor})")
+
+
+# -- running and timing ------------------------------------------------------------------------
+def runs_for(mechanism: Mechanism, n: int, quick: bool) -> tuple[int, int]:
+    """(warm-up, repeats): few for host launches of many tasks (seconds each), more otherwise."""
+    if isinstance(mechanism, (HostLaunches, CupyLaunches)):
+        return (1, 2) if n >= 10_000 else (1, 5)
+    if n >= 100_000:
+        return (1, 3) if quick else (2, 5)
+    return (2, 10) if quick else (3, 20)
+
+
+def measure(mechanism: Mechanism, n: int, quick: bool) -> tuple[float, float]:
+    """(microseconds per task, host seconds of preparation); every task checked exactly once per run."""
+    tasks = Tasks(n)
+    prep = mechanism.prepare(tasks)
+    warmup, repeats = runs_for(mechanism, n, quick)
+    try:
+        t = time_gpu(mechanism.run, stream=mechanism.stream, warmup=warmup, repeats=repeats)
+        tasks.check(warmup + repeats, mechanism.label)
+        mechanism.after_check()
+    finally:
+        mechanism.release()
+    return t.median_ms * 1e3 / max(n, 1), prep
+
+
+def validate(mechanism: Mechanism, sizes=VALIDATION_N, runs: int = 2) -> None:
+    """Exactly once per run at sizes with tails (0, 1, a prime)."""
+    for n in sizes:
+        tasks = Tasks(n)
+        mechanism.prepare(tasks)
+        try:
+            for _ in range(runs):
+                mechanism.run()
+            synchronize(mechanism.stream)
+            tasks.check(runs, mechanism.label)
+            mechanism.after_check()
+        finally:
+            mechanism.release()
+
+
+def device_side_mechanisms(modules: dict[int, CompiledModule], stream) -> tuple[dict, dict]:
+    """The two mechanisms that need cudadevrt, or the reason each is unavailable (kept apart so the
+    rest of the lab runs without them)."""
+    from ..linking import link_device_runtime
+
+    made, missing = {}, {}
+    for part, make in ((1, DynamicParallelism), (2, DeviceGraphLaunch)):
+        try:
+            made[make.label] = make(stream, link_device_runtime(modules[part]))
+        except Exception as exc:  # linking, loading or the first launch: this mechanism only
+            missing[make.label] = _reason(exc)
+    return made, missing
+
+
+def _cuda_error(code: int) -> str:
+    """'cudaErrorX (n)' for a runtime error code recorded by device code."""
+    try:
+        from cuda.bindings import runtime
+
+        return f"{runtime.cudaError_t(code).name} ({code})"
+    except Exception:  # an unknown code
+        return f"cudaError {code}"
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, CuadvError) else f"{type(exc).__name__}: {exc}"
+
+
+class LaunchManyLab:
+    name = "launch"
+    title = "Many small tasks: host launches, graphs, a persistent queue, dynamic parallelism, device graphs"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return (f"this lab's device graph launch and timings assume compute capability >= 9.0 "
+                    f"(got {caps.cc_string()}); fallback: CUDA graphs or a persistent kernel")
+        return None
+
+    def build(self, arch: str):
+        return list(build_modules(arch).values())
+
+    def smoke(self) -> None:
+        import cupy as cp
+
+        from ..device import current_device
+
+        caps = current_device().caps
+        modules = build_modules(caps.arch)
+        stream = cp.cuda.Stream(non_blocking=True)
+        mechanisms = [HostLaunches(stream, modules[0]), GraphOfLaunches(stream, modules[0]),
+                      PersistentQueue(stream, modules[0], caps, 1), PersistentQueue(stream, modules[0], caps, CHUNK)]
+        with ContextLimit("DEV_RUNTIME_PENDING_LAUNCH_COUNT", 4096):
+            device, missing = device_side_mechanisms(modules, stream)
+            if missing:
+                raise CuadvError("; ".join(f"{k}: {v}" for k, v in missing.items()))
+            for m in mechanisms + list(device.values()):
+                validate(m, sizes=(0, 1, 37), runs=2)
+
+    def run(self, ctx: RunContext) -> LabResult:
+        import cupy as cp
+
+        result = LabResult(self.name, self.title)
+        caps = ctx.caps
+        modules = build_modules(caps.arch)
+        stream = cp.cuda.Stream(non_blocking=True)
+        host_max = 10_000 if ctx.quick else 100_000
+        mechanisms: list[Mechanism] = [
+            HostLaunches(stream, modules[0]), CupyLaunches(stream), GraphOfLaunches(stream, modules[0]),
+            PersistentQueue(stream, modules[0], caps, 1), PersistentQueue(stream, modules[0], caps, CHUNK)]
+        for m in mechanisms[:3]:
+            m.max_n = host_max
+        with ContextLimit("DEV_RUNTIME_PENDING_LAUNCH_COUNT", max(N_VALUES) + 4096) as limit:
+            if limit.error:
+                result.notes.append(f"the pending device-launch limit could not be raised: {limit.error}")
+            device, missing = device_side_mechanisms(modules, stream)
+            mechanisms += list(device.values())
+            for label, reason in missing.items():
+                result.notes.append(f"{label}: not measured - {reason}")
+            ctx.progress("launch: exactly-once checks")
+            for m in list(mechanisms):
+                try:
+                    validate(m, sizes=VALIDATION_N, runs=2)
+                except Exception as exc:
+                    if m not in device.values():
+                        raise
+                    mechanisms.remove(m)  # a device-side mechanism fails alone; the others still run
+                    missing[m.label] = _reason(exc)
+                    result.notes.append(f"{m.label}: not measured - {missing[m.label]}")
+            result.checks.append("every mechanism ran every task exactly once per run at N = 0, 1 and 9,973 (two runs "
+                                 "each) and in every timed run below (per-task counters)")
+            self._graph_replay_check(mechanisms, stream, result)
+            per_task, prep = {}, {}
+            for m in mechanisms:
+                for n in N_VALUES:
+                    if n > m.max_n:
+                        continue
+                    ctx.progress(f"launch: {m.label}, N = {n:,}")
+                    try:
+                        per_task[(m.label, n)], prep[(m.label, n)] = measure(m, n, ctx.quick)
+                    except Exception as exc:
+                        if m not in device.values():
+                            raise
+                        result.notes.append(f"{m.label} at N = {n:,}: not measured - {_reason(exc)}")
+                        break
+        self._table(mechanisms, per_task, prep, missing, host_max, result)
+        self._plot(mechanisms, per_task, ctx, result)
+        self._select(mechanisms, per_task, result)
+        return result
+
+    def _graph_replay_check(self, mechanisms, stream, result: LabResult) -> None:
+        """The persistent queue captured into a graph and replayed: its counters reset themselves."""
+        from ..graphs import Graph
+
+        queue = next(m for m in mechanisms if isinstance(m, PersistentQueue) and m.chunk > 1)
+        tasks = Tasks(9_973)
+        queue.prepare(tasks)
+        with Graph.capture(stream, queue.run) as graph:
+            for _ in range(5):
+                graph.launch(stream)
+            synchronize(stream)
+        tasks.check(5, queue.label + " replayed in a CUDA graph")
+        queue.after_check()
+        result.checks.append("the persistent queue captured into a CUDA graph and replayed 5 times ran every task 5 "
+                             "times: its ticket counter resets itself at exit (no host reset)")
+
+    def _table(self, mechanisms, per_task, prep, missing, host_max: int, result: LabResult) -> None:
+        rows = []
+        graph_top = max((n for n in N_VALUES if (GraphOfLaunches.label, n) in per_task), default=None)
+        graph_us = per_task.get((GraphOfLaunches.label, graph_top))
+        for m in mechanisms:
+            cells = [per_task.get((m.label, n), float("nan")) for n in N_VALUES]
+            measured = [n for n in N_VALUES if (m.label, n) in per_task]
+            if not measured:
+                rows.append([m.label, *(["failed"] * len(N_VALUES)), float("nan"), float("nan")])
+                continue
+            top = max(measured)
+            setup = prep.get((m.label, top), 0.0)
+            rows.append([m.label, *cells, graph_us / per_task[(m.label, top)] if graph_us else float("nan"), setup])
+            for n in measured:
+                result.figures[f"launch_us_per_task_{_key(m.label)}_N{n}"] = per_task[(m.label, n)]
+        for label, reason in missing.items():
+            rows.append([label, *(["unavailable"] * len(N_VALUES)), float("nan"), float("nan")])
+        result.tables.append(Table(
+            "Cost per task (microseconds) of N empty one-warp tasks",
+            ["mechanism", *(f"N={n:,}" for n in N_VALUES), "x cheaper than a graph node (largest N)",
+             "host setup s (largest N)"],
+            rows,
+            note=(f"median of CUDA-event timings of whole runs divided by N; every run checked (each task exactly "
+                  f"once). H200 references: an empty kernel launched from Python through CuPy {CUPY_LAUNCH_US} us, one "
+                  f"graph node {GRAPH_NODE_US} us; target for the persistent queue {TARGET_US} us per task or less. "
+                  "Host launches and graphs run one task after another on one stream; host setup = stream capture "
+                  f"and instantiation. '-': not run (host launches and graphs stop at {host_max:,} tasks in this "
+                  "mode)")))
+
+    def _plot(self, mechanisms, per_task, ctx: RunContext, result: LabResult) -> None:
+        from ..plots import _pyplot
+
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(8.5, 5))
+        for m in mechanisms:
+            ns = [n for n in N_VALUES if (m.label, n) in per_task]
+            ax.plot(ns, [per_task[(m.label, n)] for n in ns], marker="o", label=m.label)
+        for y, text in ((CUPY_LAUNCH_US, "CuPy launch (H200 ref.)"), (GRAPH_NODE_US, "graph node (H200 ref.)"),
+                        (TARGET_US, "target")):
+            ax.axhline(y, color="grey", linestyle=":", linewidth=1)
+            ax.text(N_VALUES[0], y * 1.08, text, fontsize=7, color="grey")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tasks N")
+        ax.set_ylabel("microseconds per task")
+        ax.set_title("Cost per task of N tiny tasks")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = "launch_cost_per_task.png"
+        fig.savefig(ctx.plot_path(name), dpi=110)
+        plt.close(fig)
+        result.plots.append(name)
+
+    def _select(self, mechanisms, per_task, result: LabResult) -> None:
+        largest = max(N_VALUES)
+        at_largest = {m.label: per_task[(m.label, largest)] for m in mechanisms if (m.label, largest) in per_task}
+        best = min(at_largest, key=at_largest.get)
+        graph_top = max(n for n in N_VALUES if (GraphOfLaunches.label, n) in per_task)
+        graph = per_task[(GraphOfLaunches.label, graph_top)]
+        host = per_task[(HostLaunches.label, graph_top)]
+        result.selection.append(Selection(
+            scenario="many small tasks",
+            choice=best,
+            evidence=(f"{at_largest[best]:.3f} us per task at N={largest:,}; CUDA graph node {graph:.2f} us and host "
+                      f"launch {host:.2f} us per task at N={graph_top:,}"),
+            fallback="a CUDA graph of the launches (any GPU), or a persistent kernel with an atomic queue"))
+        queue = [label for label in at_largest if label.startswith("persistent queue")]
+        if queue:
+            best_queue = min(at_largest[q] for q in queue)
+            result.figures["launch_persistent_best_us_per_task"] = best_queue
+            if best_queue > TARGET_US:
+                result.notes.append(f"the persistent queue took {best_queue:.3f} us per task at N={largest:,}; "
+                                    f"the target was {TARGET_US} us")
+
+
+def _key(label: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "_", label.lower()).strip("_")

@@ -1,0 +1,420 @@
+"""Programmatic dependent launch (PDL): overlap a kernel's setup with the previous kernel (seed 002, exercise 4).
+
+Shows: a producer/consumer pair where the consumer does independent setup before
+``griddepcontrol.wait``; a consumer with the wait misplaced (it reads first) that returns wrong
+results - made deterministic: the producer triggers its dependents, then holds its writes back
+until every consumer block has reported its early read, so the stale read is certain whenever the
+grids overlap; without the PDL attribute a flag protocol shows they never overlap. Then a chain of
+K small kernels, the same kernel with and without the attribute, in a stream and in a CUDA graph:
+the time saved per kernel boundary, with 0 or more microseconds of independent setup.
+Needs: compute capability 9.0 (griddepcontrol, the programmatic-stream-serialization attribute).
+Key insight: PDL hides the launch gap between dependent kernels (about a microsecond) and any setup
+that needs nothing from the previous kernel - but only the code after the wait may read its output;
+the trigger orders no memory.
+Run: ``cuadv bench pdl`` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler import compile_source, kernel_source
+from ..errors import LaunchConfigError, ValidationError
+from ..launch import LaunchConfig, launch
+from ..results import LabResult, Selection, Table
+from ..timing import EventPair, synchronize, time_gpu
+from .base import RunContext
+
+THREADS = 256
+POISON = -7  # the producer's output buffer holds this until the producer writes
+DEMO_MAX_CONSUMER_BLOCKS = 64  # all consumer blocks must be resident beside the producer
+DEMO_PRODUCER_BLOCKS = 4
+DEMO_DTYPE = np.dtype([("in_", "<u8"), ("mid", "<u8"), ("out", "<u8"), ("n", "<u4"), ("consumer_blocks", "<u4"),
+                       ("arrivals", "<u8"), ("observed", "<u8"), ("times", "<u8"), ("timeout_ns", "<u8")])
+assert DEMO_DTYPE.itemsize == 64  # mirrors DemoParams in pdl.cu
+CONSUMERS = ("correct", "misplaced")
+MODES = {"off": (False, 0), "pdl, trigger at end": (True, 0), "pdl, trigger at start": (True, 1)}
+
+
+def build_module(arch: str | None = None):
+    return compile_source(kernel_source("pdl.cu"), name="pdl", arch=arch)
+
+
+@dataclass
+class DemoOutcome:
+    """One run of the producer/consumer pair."""
+
+    consumer: str
+    pdl: bool
+    n: int
+    producer_blocks: int
+    observed: int  # producer blocks that saw every consumer block arrive before writing
+    right: int  # outputs equal to the correct value
+    stale: int  # outputs computed from the poisoned (unwritten) buffer
+    overlap_ns: int | None  # latest producer write minus earliest consumer start (> 0: the grids overlapped)
+
+    @property
+    def overlapped(self) -> bool:
+        return self.observed == self.producer_blocks
+
+    @property
+    def all_right(self) -> bool:
+        return self.right == self.n
+
+    @property
+    def all_stale(self) -> bool:
+        return self.stale == self.n
+
+
+def check_demo_size(n: int) -> int:
+    """Consumer blocks for n elements; raises when they could not all be resident beside the producer."""
+    if n < 1:
+        raise LaunchConfigError(f"the PDL demo needs at least 1 element, got {n}")
+    blocks = -(-n // THREADS)
+    if blocks > DEMO_MAX_CONSUMER_BLOCKS:
+        raise LaunchConfigError(f"the PDL demo's consumer of {blocks} blocks exceeds {DEMO_MAX_CONSUMER_BLOCKS} blocks "
+                                f"(n = {n}, {THREADS} threads per block): every consumer block must be resident "
+                                "while the producer waits for it")
+    return blocks
+
+
+class PdlDemo:
+    """Buffers and kernels of the producer/consumer pair for n elements."""
+
+    def __init__(self, module, n: int, stream):
+        import cupy as cp
+
+        self.cp = cp
+        self.n, self.stream = n, stream
+        self.consumer_blocks = check_demo_size(n)
+        self.producer = module.kernel("pdl_demo_producer")
+        self.consumers = {c: module.kernel(f"pdl_demo_consumer_{c}") for c in CONSUMERS}
+        self.inp = cp.asarray(np.random.default_rng().integers(-1000, 1000, n, dtype=np.int32))
+        self.mid = cp.empty(n, dtype=cp.int32)
+        self.out = cp.empty(n, dtype=cp.int32)
+        self.control = cp.zeros(2, dtype=cp.uint32)  # arrivals, observed
+        self.times = cp.zeros(2, dtype=cp.uint64)
+        self.expected = 2 * (3 * cp.asnumpy(self.inp).astype(np.int64) + 1)
+
+    def params(self, timeout_ns: int) -> bytes:
+        rec = np.zeros((), DEMO_DTYPE)
+        rec["in_"], rec["mid"], rec["out"] = self.inp.data.ptr, self.mid.data.ptr, self.out.data.ptr
+        rec["n"], rec["consumer_blocks"] = self.n, self.consumer_blocks
+        rec["arrivals"], rec["observed"] = self.control.data.ptr, self.control.data.ptr + 4
+        rec["times"], rec["timeout_ns"] = self.times.data.ptr, timeout_ns
+        return rec.tobytes()
+
+    def reset(self) -> None:
+        """Poison the buffers and clear the flags (on the legacy stream, then wait for it)."""
+        self.mid.fill(POISON)
+        self.out.fill(-1)
+        self.control.fill(0)
+        self.times.set(np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64))  # latest end, earliest start
+        self.cp.cuda.Device().synchronize()
+
+    def enqueue(self, consumer: str, pdl: bool, timeout_ns: int) -> None:
+        params = self.params(timeout_ns)
+        launch(self.producer, LaunchConfig(grid=DEMO_PRODUCER_BLOCKS, block=THREADS), params, stream=self.stream)
+        launch(self.consumers[consumer], LaunchConfig(grid=self.consumer_blocks, block=THREADS, pdl=pdl), params,
+               stream=self.stream)
+
+    def outcome(self, consumer: str, pdl: bool) -> DemoOutcome:
+        synchronize(self.stream)
+        out = self.cp.asnumpy(self.out).astype(np.int64)
+        observed = int(self.cp.asnumpy(self.control)[1])
+        t_end, t_start = (int(t) for t in self.cp.asnumpy(self.times))
+        overlap = t_end - t_start if t_start != np.iinfo(np.uint64).max and t_end else None
+        return DemoOutcome(consumer, pdl, self.n, DEMO_PRODUCER_BLOCKS, observed,
+                           right=int((out == self.expected).sum()), stale=int((out == 2 * POISON).sum()),
+                           overlap_ns=overlap)
+
+    def run(self, consumer: str, pdl: bool, timeout_ns: int) -> DemoOutcome:
+        self.reset()
+        self.enqueue(consumer, pdl, timeout_ns)
+        return self.outcome(consumer, pdl)
+
+    def run_in_graph(self, consumer: str, pdl: bool, timeout_ns: int) -> tuple[DemoOutcome, dict | None]:
+        """The same pair captured into a CUDA graph (launch it on a stream first so the configs are checked)."""
+        from ..graphs import Graph
+
+        self.run(consumer, pdl, timeout_ns)
+        with Graph.capture(self.stream, lambda: self.enqueue(consumer, pdl, timeout_ns)) as graph:
+            edges = graph.edge_types()
+            self.reset()
+            graph.launch(self.stream)
+            return self.outcome(consumer, pdl), edges
+
+
+def check_demo(o: DemoOutcome) -> str | None:
+    """What is wrong with a demo outcome, or None. The guaranteed facts only:
+    the correct consumer is always right; without PDL the grids never overlap and every output is
+    right; when they overlapped the misplaced consumer read nothing but poison."""
+    if not o.pdl and o.observed != 0:
+        return f"without the PDL attribute {o.observed} producer blocks saw the consumer start early"
+    if (o.consumer == "correct" or not o.pdl) and not o.all_right:
+        return f"{o.n - o.right} of {o.n} outputs are wrong ({o.consumer} consumer, pdl={o.pdl})"
+    if o.consumer == "misplaced" and o.pdl and o.overlapped and not o.all_stale:
+        return f"the grids overlapped yet only {o.stale} of {o.n} outputs are stale"
+    return None
+
+
+class Chain:
+    """K launches of pdl_chain_step over two buffers (a -> b -> a ...); every link adds 1."""
+
+    def __init__(self, module, caps, stream, n: int | None = None):
+        import cupy as cp
+
+        self.cp, self.stream = cp, stream
+        self.step = module.kernel("pdl_chain_step")
+        self.spin = module.kernel("pdl_spin")
+        self.grid = caps.sm_count
+        self.n = n if n is not None else caps.sm_count * THREADS * 4
+        self.bufs = [cp.zeros(self.n, dtype=cp.float32), cp.zeros(self.n, dtype=cp.float32)]
+
+    def reset(self) -> None:
+        for b in self.bufs:
+            b.fill(0)
+        self.cp.cuda.Device().synchronize()
+
+    def enqueue(self, k: int, pdl: bool, early: int, setup_ns: int) -> None:
+        cfg = LaunchConfig(grid=self.grid, block=THREADS, pdl=pdl)
+        n, setup = np.uint32(self.n), np.uint64(setup_ns)
+        for i in range(k):
+            src, dst = self.bufs[i % 2], self.bufs[(i + 1) % 2]
+            launch(self.step, cfg, src, dst, n, setup, np.int32(early), stream=self.stream)
+
+    def check(self, links: int) -> None:
+        """After `links` links (an even number) from zeros, buffer 0 holds `links` everywhere."""
+        synchronize(self.stream)
+        got = self.cp.asnumpy(self.bufs[0])
+        want = np.float32(links)
+        if not np.array_equal(got, np.full(self.n, want, dtype=np.float32)):
+            bad = int((got != want).sum())
+            raise ValidationError(f"PDL chain: {bad} of {self.n} elements differ from {want} after {links} links")
+
+    def time_stream(self, k: int, pdl: bool, early: int, setup_ns: int, repeats: int) -> tuple[float, int]:
+        """Median ms of a chain of k launches on a stream, queued behind a spin kernel so the host's
+        launch rate does not show; returns (ms, runs done)."""
+        gate_ns = 2_000_000 + k * 40_000
+        samples, runs = [], 0
+        gate_cfg = LaunchConfig(grid=1, block=32)
+        for rep in range(repeats + 1):  # the first run is the warm-up
+            ev = EventPair()
+            launch(self.spin, gate_cfg, np.uint64(gate_ns), stream=self.stream)
+            t0 = time.perf_counter()
+            ev.record_start(self.stream)
+            self.enqueue(k, pdl, early, setup_ns)
+            ev.record_stop(self.stream)
+            host_ns = (time.perf_counter() - t0) * 1e9
+            ms = ev.elapsed_ms()
+            runs += 1
+            if host_ns > 0.8 * gate_ns:  # the GPU may have caught up with the host: measure again, longer gate
+                gate_ns = int(2 * host_ns)
+                continue
+            if rep > 0:
+                samples.append(ms)
+        if not samples:
+            raise ValidationError("PDL chain: the host could not queue the chain ahead of the GPU")
+        return float(np.median(samples)), runs
+
+    def capture(self, k: int, pdl: bool, early: int, setup_ns: int):
+        """Two links on the stream (so the configuration is checked outside the capture), then k captured."""
+        from ..graphs import Graph
+
+        self.enqueue(2, pdl, early, setup_ns)
+        return Graph.capture(self.stream, lambda: self.enqueue(k, pdl, early, setup_ns))
+
+
+class PdlLab:
+    name = "pdl"
+    title = "Programmatic dependent launch: the misplaced wait, and the launch gap it hides"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return (f"programmatic dependent launch needs compute capability >= 9.0 (got {caps.cc_string()}); "
+                    "fallback: plain stream order or a CUDA graph")
+        return None
+
+    def build(self, arch: str):
+        return [build_module(arch)]
+
+    def smoke(self) -> None:
+        import cupy as cp
+
+        from ..device import current_device
+
+        caps = current_device().caps
+        module = build_module(caps.arch)
+        stream = cp.cuda.Stream(non_blocking=True)
+        demo = PdlDemo(module, 1000, stream)
+        for consumer in CONSUMERS:
+            for pdl in (False, True):
+                problem = check_demo(demo.run(consumer, pdl, timeout_ns=20_000_000))
+                if problem:
+                    raise ValidationError(f"PDL demo: {problem}")
+        chain = Chain(module, caps, stream, n=caps.sm_count * THREADS + 3)
+        chain.reset()
+        chain.enqueue(4, True, 1, 1000)
+        chain.check(4)
+
+    def run(self, ctx: RunContext) -> LabResult:
+        import cupy as cp
+
+        result = LabResult(self.name, self.title)
+        module = build_module(ctx.caps.arch)
+        stream = cp.cuda.Stream(non_blocking=True)
+        ctx.progress("PDL: producer/consumer race")
+        self._demo(module, stream, result)
+        ctx.progress("PDL: kernel chains")
+        self._chains(module, ctx, stream, result)
+        return result
+
+    # -- the race ------------------------------------------------------------------------------
+    def _demo(self, module, stream, result: LabResult) -> None:
+        rows = []
+        outcomes = {}
+        for n in (1, 1000, 4099):
+            demo = PdlDemo(module, n, stream)
+            for consumer in CONSUMERS:
+                for pdl in (False, True):
+                    timeout = 1_000_000_000 if pdl else 2_000_000
+                    o = demo.run(consumer, pdl, timeout)
+                    problem = check_demo(o)
+                    if problem:
+                        raise ValidationError(f"PDL demo at n={n}: {problem}")
+                    outcomes[(n, consumer, pdl)] = o
+                    if n == 4099:
+                        rows.append(["stream", consumer, "on" if pdl else "off", _yes(o.overlapped), o.right, o.stale,
+                                     _overlap_us(o)])
+            if n == 4099:
+                for consumer in CONSUMERS:
+                    o, edges = demo.run_in_graph(consumer, True, 1_000_000_000)
+                    problem = check_demo(o)
+                    if problem:
+                        raise ValidationError(f"PDL demo in a graph: {problem}")
+                    outcomes[(n, consumer, "graph")] = o
+                    rows.append(["CUDA graph", consumer, "on", _yes(o.overlapped), o.right, o.stale, _overlap_us(o)])
+                    if edges is not None:
+                        result.figures["pdl_demo_graph_programmatic_edges"] = float(edges["programmatic"])
+        misplaced = outcomes[(4099, "misplaced", True)]
+        result.checks.append("the correct consumer (setup, then griddepcontrol.wait, then the read) returned every "
+                             "element right at n = 1, 1000, 4099, with and without PDL, in a stream and in a graph")
+        result.checks.append("without the PDL attribute no producer block ever saw a consumer block start "
+                             "(flag protocol), and the misplaced consumer was then right as well")
+        if misplaced.overlapped:
+            result.checks.append(f"with PDL the misplaced consumer (read before the wait) returned the stale value in "
+                                 f"all {misplaced.n} elements: the producer held its writes until every consumer block "
+                                 "had read, so the wrong result is certain, not luck")
+        else:
+            result.notes.append("with PDL the consumer did not start early within 1 s on this run, so the misplaced "
+                                "wait could not show its wrong result (PDL permits overlap; it does not force it)")
+        graph_misplaced = outcomes.get((4099, "misplaced", "graph"))
+        if graph_misplaced is not None:
+            if graph_misplaced.overlapped:
+                result.checks.append("captured into a CUDA graph, the PDL pair still overlapped (the misplaced "
+                                     "consumer read stale data again): the programmatic dependency survives capture")
+            else:
+                result.notes.append("captured into a CUDA graph, the PDL pair did not overlap on this run")
+        result.tables.append(Table(
+            "Producer/consumer with the wait in the right place and misplaced (n = 4099 int32)",
+            ["path", "consumer", "PDL", "grids overlapped", "right outputs", "stale outputs",
+             "consumer start before producer end (us)"], rows,
+            note=f"producer: {DEMO_PRODUCER_BLOCKS} blocks trigger first and hold their writes until every consumer "
+                 "block reports (timeout 1 s with PDL, 2 ms without); stale = computed from the poisoned buffer"))
+
+    # -- the chains ----------------------------------------------------------------------------
+    def _chains(self, module, ctx: RunContext, stream, result: LabResult) -> None:
+        k = 50 if ctx.quick else 100
+        repeats = 10 if ctx.quick else 25
+        setups = (0, 2000) if ctx.quick else (0, 1000, 3000)
+        chain = Chain(module, ctx.caps, stream)
+        per_kernel: dict[tuple[str, int, str], float] = {}
+        edges_seen = None
+        for setup in setups:
+            for mode, (pdl, early) in MODES.items():
+                ctx.progress(f"PDL chain: setup {setup} ns, {mode}, stream")
+                chain.reset()
+                ms, runs = chain.time_stream(k, pdl, early, setup, repeats)
+                chain.check(runs * k)
+                per_kernel[("stream", setup, mode)] = ms * 1e3 / k
+                ctx.progress(f"PDL chain: setup {setup} ns, {mode}, graph")
+                chain.reset()
+                with chain.capture(k, pdl, early, setup) as graph:
+                    if pdl and early and setup == 0:
+                        edges_seen = graph.edge_types()
+                    t = time_gpu(lambda: graph.launch(stream), stream=stream, warmup=3, repeats=repeats)
+                    chain.check(2 + (3 + repeats) * k)  # two links ran before the capture, then every replay
+                per_kernel[("graph", setup, mode)] = t.median_ms * 1e3 / k
+        self._chain_table(per_kernel, setups, k, chain, ctx, result)
+        if edges_seen is not None:
+            result.figures["pdl_chain_graph_programmatic_edges"] = float(edges_seen["programmatic"])
+            if edges_seen["programmatic"] >= k - 1:
+                result.checks.append(f"the captured PDL chain has {edges_seen['programmatic']} programmatic edges "
+                                     f"for {k - 1} kernel boundaries")
+            else:
+                result.notes.append(f"the captured PDL chain has {edges_seen['programmatic']} programmatic and "
+                                    f"{edges_seen['default']} full edges for {k - 1} kernel boundaries")
+        self._plot(per_kernel, setups, ctx, result)
+
+    def _chain_table(self, per_kernel, setups, k, chain, ctx, result: LabResult) -> None:
+        rows = []
+        for path in ("stream", "graph"):
+            for setup in setups:
+                off, late, early = (per_kernel[(path, setup, m)] for m in MODES)
+                saved = (off - early) * k / (k - 1)
+                rows.append([path, setup / 1000, off, late, early, saved, off / early])
+                result.figures[f"pdl_saved_us_per_boundary_{path}_setup{setup}ns"] = saved
+                result.figures[f"pdl_us_per_kernel_{path}_setup{setup}ns_pdl"] = early
+                result.figures[f"pdl_us_per_kernel_{path}_setup{setup}ns_off"] = off
+        result.tables.append(Table(
+            f"A chain of {k} dependent kernels: microseconds per kernel",
+            ["path", "independent setup (us)", "no PDL", "PDL, trigger at end", "PDL, trigger at start",
+             "saved per boundary (us)", "x no PDL"], rows,
+            note=f"each kernel: {chain.grid} blocks x {THREADS} threads, dst = src + 1 over {chain.n} floats after the "
+                 "setup; stream chains are queued behind a spin kernel so Python's launch rate does not show; "
+                 "medians of CUDA-event timings; every chain's result checked (= number of links)"))
+        best = min(("stream", "graph"), key=lambda p: per_kernel[(p, 0, "pdl, trigger at start")])
+        saved0 = result.figures[f"pdl_saved_us_per_boundary_{best}_setup0ns"]
+        result.selection.append(Selection(
+            scenario="chained kernels",
+            choice=("PDL (trigger at start, wait before the first dependent read) in a "
+                    + ("CUDA graph" if best == "graph" else "stream")),
+            evidence=(f"{per_kernel[(best, 0, 'pdl, trigger at start')]:.2f} us per kernel vs "
+                      f"{per_kernel[(best, 0, 'off')]:.2f} us without PDL ({saved0:.2f} us saved per boundary); "
+                      f"graph without PDL {per_kernel[('graph', 0, 'off')]:.2f} us, stream without PDL "
+                      f"{per_kernel[('stream', 0, 'off')]:.2f} us"),
+            fallback="compute capability < 9.0: a CUDA graph without PDL"))
+        if saved0 < 0.5:
+            result.notes.append(f"PDL saved {saved0:.2f} us per boundary without setup ({best}); the target was 0.5 us")
+
+    def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
+        from ..plots import _pyplot
+
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        xs = [s / 1000 for s in setups]
+        for path, style in (("stream", "-"), ("graph", "--")):
+            for mode, marker in zip(MODES, "osD"):
+                ax.plot(xs, [per_kernel[(path, s, mode)] for s in setups], style, marker=marker,
+                        label=f"{path}: {mode}")
+        ax.set_xlabel("independent setup per kernel (us)")
+        ax.set_ylabel("time per kernel of the chain (us)")
+        ax.set_title("PDL: time per dependent kernel")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        name = "pdl_chain.png"
+        fig.savefig(ctx.plot_path(name), dpi=110)
+        plt.close(fig)
+        result.plots.append(name)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _overlap_us(o: DemoOutcome) -> float:
+    return o.overlap_ns / 1e3 if o.overlap_ns is not None else float("nan")

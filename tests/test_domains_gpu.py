@@ -1,0 +1,43 @@
+"""Memory sync domains on the GPU: the fence kernel and the writer run to completion in every
+scope and domain, their outputs are complete; the overlap is reported, not asserted."""
+
+import pytest
+
+from cuadv import current_device
+from cuadv.labs.domains import CONDITIONS, SCOPES, DomainsLab, FenceExperiment, build_module
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def experiment():
+    caps = current_device().caps
+    reason = DomainsLab().supported(caps)
+    if reason:
+        pytest.skip(reason)
+    return FenceExperiment(build_module(caps.arch), caps, iterations=32, writer_bytes=64 << 20)
+
+
+@pytest.mark.parametrize("scope", list(SCOPES.values()))
+@pytest.mark.parametrize("domain", list(CONDITIONS.values()))
+def test_fence_beside_writer(experiment, scope, domain):
+    sample = experiment.run_once(scope, domain)
+    assert sample.loop_us >= 0
+    if domain is not None:
+        assert sample.writer_passes > 0
+        experiment.check_writer_output()
+
+
+def test_peer_style_destination(cp):
+    caps = current_device().caps
+    if DomainsLab().supported(caps):
+        pytest.skip(DomainsLab().supported(caps))
+    dst = cp.zeros((8 << 20) // 4, dtype=cp.uint32)
+    exp = FenceExperiment(build_module(caps.arch), caps, iterations=8, writer_bytes=dst.nbytes, fence_blocks=2,
+                          writer_dst=dst.data.ptr)
+    exp.run_once(2, "remote")
+    assert int(dst.reshape(-1, 4)[-1, 1]) == dst.size // 4 - 1
+
+
+def test_smoke():
+    DomainsLab().smoke()

@@ -1,0 +1,108 @@
+"""PDL on the GPU: the misplaced wait gives wrong results (deterministically), the correct wait never
+does, no overlap without the attribute, the chain is exact in streams and graphs, and the
+programmatic dependency survives stream capture."""
+
+import numpy as np
+import pytest
+
+from cuadv import current_device
+from cuadv.labs.pdl import Chain, PdlDemo, build_module, check_demo
+
+pytestmark = pytest.mark.gpu
+
+WITH_PDL_TIMEOUT = 1_000_000_000  # the producer waits up to 1 s for the consumer to start early
+WITHOUT_PDL_TIMEOUT = 2_000_000
+
+
+@pytest.fixture(scope="module")
+def module():
+    caps = current_device().caps
+    if caps.compute_capability < (9, 0):
+        pytest.skip("PDL needs compute capability 9.0")
+    return build_module(caps.arch)
+
+
+@pytest.fixture
+def stream(cp):
+    return cp.cuda.Stream(non_blocking=True)
+
+
+@pytest.mark.parametrize("n", [1, 255, 4099])
+def test_misplaced_wait_reads_stale_data(module, stream, n):
+    o = PdlDemo(module, n, stream).run("misplaced", True, WITH_PDL_TIMEOUT)
+    assert o.overlapped, f"no early consumer start ({o.observed} of {o.producer_blocks} producer blocks saw one)"
+    assert o.all_stale, f"only {o.stale} of {n} outputs are stale"
+    assert o.overlap_ns is not None and o.overlap_ns > 0
+
+
+@pytest.mark.parametrize("n", [1, 255, 4099])
+def test_correct_wait_is_right_with_and_without_pdl(module, stream, n):
+    demo = PdlDemo(module, n, stream)
+    for pdl in (True, False):
+        o = demo.run("correct", pdl, WITH_PDL_TIMEOUT if pdl else WITHOUT_PDL_TIMEOUT)
+        assert check_demo(o) is None
+        assert o.all_right
+
+
+def test_no_overlap_without_the_attribute(module, stream):
+    demo = PdlDemo(module, 1000, stream)
+    for consumer in ("misplaced", "correct"):
+        o = demo.run(consumer, False, WITHOUT_PDL_TIMEOUT)
+        assert o.observed == 0, "a consumer block started before the producer finished"
+        assert o.all_right
+        assert o.overlap_ns is None or o.overlap_ns <= 0
+
+
+def test_pdl_survives_stream_capture(module, stream):
+    demo = PdlDemo(module, 4099, stream)
+    o, edges = demo.run_in_graph("misplaced", True, WITH_PDL_TIMEOUT)
+    assert o.overlapped and o.all_stale, "captured into a graph the PDL pair no longer overlapped"
+    if edges is not None:
+        assert edges["programmatic"] == 1
+    o, _ = demo.run_in_graph("correct", True, WITH_PDL_TIMEOUT)
+    assert o.all_right
+
+
+@pytest.mark.parametrize("pdl,early,setup", [(False, 0, 0), (True, 0, 0), (True, 1, 0), (True, 1, 2000)])
+def test_chain_is_exact(module, stream, pdl, early, setup):
+    caps = current_device().caps
+    chain = Chain(module, caps, stream, n=caps.sm_count * 256 * 2 + 7)
+    chain.reset()
+    chain.enqueue(20, pdl, early, setup)
+    chain.check(20)
+    ms, runs = chain.time_stream(10, pdl, early, setup, repeats=2)
+    assert ms > 0
+    chain.check(20 + 10 * runs)
+
+
+def test_chain_in_a_graph(module, stream):
+    caps = current_device().caps
+    chain = Chain(module, caps, stream)
+    chain.reset()
+    with chain.capture(16, True, 1, 0) as graph:
+        edges = graph.edge_types()
+        for _ in range(3):
+            graph.launch(stream)
+        chain.check(2 + 3 * 16)
+    if edges is not None:
+        assert edges["programmatic"] == 15
+    with chain.capture(16, False, 0, 0) as graph:
+        edges = graph.edge_types()
+        graph.launch(stream)
+        chain.check(2 + 3 * 16 + 2 + 16)
+    if edges is not None:
+        assert edges["programmatic"] == 0
+
+
+def test_smoke_and_quick_run(tmp_path):
+    from cuadv.labs.base import RunContext
+    from cuadv.labs.pdl import PdlLab
+    from cuadv.timing import copy_ceiling
+
+    lab = PdlLab()
+    lab.smoke()
+    caps = current_device().caps
+    result = lab.run(RunContext(out_dir=tmp_path, quick=True, caps=caps, ceiling=copy_ceiling(1 << 28, repeats=3)))
+    assert result.tables and result.plots and result.selection
+    assert (tmp_path / result.plots[0]).exists()
+    assert np.isfinite(result.figures["pdl_saved_us_per_boundary_graph_setup0ns"])
