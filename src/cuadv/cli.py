@@ -31,12 +31,28 @@ def cmd_caps(args, console: Console) -> int:
     from .device import current_device
 
     caps = current_device().caps
+    occupancy = _occupancy_table(caps) if getattr(args, "occupancy", False) else None
     if args.json:
-        print(json.dumps(caps.as_dict(), indent=2))
+        data = caps.as_dict()
+        if occupancy is not None:
+            data["cluster_occupancy"] = {"columns": occupancy.columns, "rows": occupancy.rows}
+        print(json.dumps(data, indent=2))
     else:
         _print_table(console, Table(f"{caps.name} (device {caps.ordinal})", ["capability", "value"],
                                     [[k, str(v)] for k, v in caps.as_dict().items()]))
+        if occupancy is not None:
+            _print_table(console, occupancy)
     return 0
+
+
+def _occupancy_table(caps) -> Table:
+    """Largest cluster and active clusters of the DSM histogram kernel (`cuadv caps --occupancy`)."""
+    if not caps.cluster_launch:
+        return Table("Cluster occupancy", ["query", "value"],
+                     [["thread block clusters", f"not supported (compute capability {caps.cc_string()} < 9.0)"]])
+    from .labs.histogram import occupancy_table
+
+    return occupancy_table()
 
 
 def cmd_build(args, console: Console) -> int:
@@ -84,9 +100,8 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
         report = Report(caps=None, results=[], command=command)
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
     if gpu_free:
-        report.results += _gpu_free_results(console)
-    if reason is None:
-        _add_selection_matrix(report)
+        report.results += _gpu_free_results(console, out)
+    _add_selection_matrix(report)  # without a GPU its rows say which lab would have measured each and why not
     for r in report.results:
         for t in r.tables:
             _print_table(console, t)
@@ -106,7 +121,7 @@ def _has_simulator() -> bool:
     return True
 
 
-def _gpu_free_results(console: Console):
+def _gpu_free_results(console: Console, out: Path | None = None):
     """Build check for sm_90a and sm_100a (and the simulator, where present): these need no GPU."""
     from .buildcheck import build_all
     from .results import LabResult
@@ -124,7 +139,7 @@ def _gpu_free_results(console: Console):
     if _has_simulator():
         from .simulate import simulator_result
 
-        results.append(simulator_result())
+        results.append(simulator_result(out))
     return results
 
 
@@ -146,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     caps = sub.add_parser("caps", help="print what this GPU can do")
     caps.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    caps.add_argument("--occupancy", action="store_true",
+                      help="also query cluster occupancy (largest cluster, active clusters per size and shared memory)")
     build = sub.add_parser("build", help="compile every kernel for the given targets (no GPU needed)")
     build.add_argument("--arch", action="append", help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
     build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")

@@ -362,6 +362,9 @@ def launch(kernel: Kernel, config: LaunchConfig, *args: Any, stream: Any = None,
     if config not in kernel._checked:
         check_config(kernel, config)
         kernel._checked.add(config)
+    if config.cluster_size > PORTABLE_CLUSTER_SIZE:
+        # An occupancy query for a portable size may have cleared the attribute since the check.
+        kernel.set_non_portable_cluster(True)
     packed = PackedArguments(args, kernel.param_sizes)
     handle = stream_handle(stream)
     scalars = packed.as_scalars()

@@ -20,6 +20,16 @@ def _pyplot():
     return plt
 
 
+def _add_bars(ax, rows: np.ndarray, left: np.ndarray, width: np.ndarray, colors, height: float = 0.8) -> None:
+    """Horizontal bars as one PolyCollection: what ax.barh draws, but 100x faster for 40,000 tiles
+    (barh makes one Rectangle artist per bar: about a minute for a 42,240-tile trace)."""
+    from matplotlib.collections import PolyCollection
+
+    x0, x1, y0, y1 = left, left + width, rows - height / 2, rows + height / 2
+    corners = np.stack([np.stack(c, axis=1) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=1)
+    ax.add_collection(PolyCollection(corners, facecolors=colors, linewidths=0))
+
+
 def plot_sm_timeline(trace: "Trace", path: str | Path, title: str, sm_count: int | None = None,
                      highlight: Sequence[tuple[float, float, str]] = ()) -> None:
     """One row per SM, one bar per tile (start to end, microseconds from the first tile's start).
@@ -36,7 +46,7 @@ def plot_sm_timeline(trace: "Trace", path: str | Path, title: str, sm_count: int
         start = (rec["start_ns"] - t0) / 1e3
         width = np.maximum((rec["end_ns"] - rec["start_ns"]) / 1e3, 0.05)
         colors = plt.cm.tab20((rec["block"] % 20) / 20.0)
-        ax.barh(rec["smid"], width, left=start, height=0.8, color=colors, linewidth=0)
+        _add_bars(ax, rec["smid"].astype(np.float64), start, width, colors)
         ax.set_xlim(0, float((rec["end_ns"].max() - t0) / 1e3) * 1.01)
     for lo, hi, label in highlight:
         ax.axvspan(lo, hi, color="red", alpha=0.15, label=label)

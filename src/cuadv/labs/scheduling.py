@@ -55,8 +55,9 @@ POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks",
 
 
 def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin") -> TileKernel:
+    # min_blocks_per_sm=8 caps registers at 32, so every policy gets the same 8 slots per SM.
     return TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy=policy, block=SPIN_BLOCK, quantum_us=quantum_us,
-                      name=f"{name}_{policy}")
+                      name=f"{name}_{policy}", min_blocks_per_sm=8)
 
 
 def workload(kind: str, tiles: int, rng: np.random.Generator) -> np.ndarray:
@@ -322,7 +323,7 @@ class SchedulingLab:
         for q in (5, 20, 50, 200, 1000, math.inf):
             ctx.progress(f"quantum sweep: {q} us")
             k = TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy="steal", block=SPIN_BLOCK, quantum_us=q,
-                           prologue_factor=0, name="sweep_steal")
+                           prologue_factor=0, name="sweep_steal", min_blocks_per_sm=8)
             lat, _ = latency_under(k)
             heavy = self._run_spin(k, d, 100_000, repeats).median_ms
             sweep.append([q, lat, lat / alone, heavy, heavy / fixed_blocks_heavy])

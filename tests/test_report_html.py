@@ -1,0 +1,180 @@
+"""The report: every table and plot in index.html (parsed), self-contained, a working table of
+contents, the same content in report.md and results.json; and a real headless-browser render."""
+
+import base64
+import importlib.util
+import json
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from cuadv.report import Report, write_report
+from cuadv.results import LabResult, Selection, Table
+from cuadv.selection import selection_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPS = {"name": "NVIDIA H200", "compute_capability": (9, 0), "sm_count": 132, "l2_cache_bytes": 62_914_560,
+        "clc": False, "cluster_launch": True, "tma": True, "pdl": True, "cooperative_launch": True,
+        "persisting_l2_max_bytes": 39_321_600, "mem_sync_domain_count": 4, "stream_priority_low": 0,
+        "stream_priority_high": -5}
+
+
+def _plot(path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([0, 1, 2, 3], [1, 3, 2, 4], marker="o")
+    ax.set_title(title)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def make_report(out: Path) -> Report:
+    out.mkdir(parents=True, exist_ok=True)
+    ok = LabResult("scheduling", "Work stealing <measured> & traced")
+    ok.tables += [Table("makespan by policy", ["policy", "ms", "x fixed_work"], [["fixed_work", 4.99, 1.0],
+                                                                                ["steal", 0.97, 5.14]], note="medians"),
+                  Table("preemption", ["policy", "latency ms"], [["steal Q=4", 0.13]])]
+    for name in ("timeline_steal.png", "timeline_fixed.png"):
+        _plot(out / name, name)
+        ok.plots.append(name)
+    ok.checks.append("every tile exactly once")
+    ok.notes.append("the steal count per block is not guaranteed")
+    ok.selection.append(Selection("variable work per tile", "steal", "3.32 ms vs 4.57 ms fixed_blocks", "fixed_work"))
+    skipped = LabResult("tma", "TMA", status="skipped", reason="needs compute capability >= 9.0; fallback: cp.async")
+    failed = LabResult("pdl", "PDL", status="failed", reason="ValidationError: the wait was misplaced")
+    report = Report(caps=CAPS, results=[ok, skipped, failed], ceiling_tb_s=4.2, command="cuadv run --quick",
+                    skipped=[("lab l2", "no persisting L2 on this GPU")])
+    report.extra_tables.append(selection_matrix(report))
+    return report
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tables, self.images, self.ids, self.hrefs, self.external, self.h2 = 0, [], set(), [], [], []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "table":
+            self.tables += 1
+        elif tag == "img":
+            self.images.append(a.get("src", ""))
+        elif tag == "a" and "href" in a:
+            self.hrefs.append(a["href"])
+        elif tag in ("link", "script", "iframe"):
+            self.external.append(tag)
+        elif tag == "h2":
+            self._in_h2 = True
+            self.h2.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.h2[-1] += data
+
+
+@pytest.fixture
+def written(tmp_path):
+    report = make_report(tmp_path / "rep")
+    paths = write_report(report, tmp_path / "rep")
+    return report, {p.name: p for p in paths}
+
+
+def test_html_has_every_table_and_image_and_is_self_contained(written):
+    report, paths = written
+    page = Page()
+    page.feed(paths["index.html"].read_text())
+    lab_tables = sum(len(r.tables) for r in report.results)
+    cell_tables = sum(1 for r in report.results if r.selection)
+    # summary + capabilities + extra tables (selection matrix) + unsupported features + labs' + cells
+    assert page.tables == 1 + 1 + len(report.extra_tables) + 1 + lab_tables + cell_tables
+    assert len(page.images) == sum(len(r.plots) for r in report.results) == 2
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert page.external == []  # no stylesheet links, scripts or frames: one file is the whole report
+    for href in page.hrefs:
+        assert href.startswith("#") and href[1:] in page.ids, f"table of contents link {href} has no target"
+    assert len(page.hrefs) >= 3 + len(report.results)
+
+
+def test_html_order_and_content(written):
+    _, paths = written
+    text = paths["index.html"].read_text()
+    page = Page()
+    page.feed(text)
+    assert page.h2[:3] == ["Summary", "GPU capabilities", "Selection matrix: which mechanism to choose (NVIDIA H200)"]
+    assert page.h2[3] == "Unsupported features"
+    assert "Work stealing &lt;measured&gt; &amp; traced" in text  # escaped
+    assert "Cluster Launch Control" in text and "software CLC" in text
+    assert "ValidationError: the wait was misplaced" in text and "no persisting L2 on this GPU" in text
+    assert "4.20 TB/s" in text and "39,321,600 (37.5 MiB)" in text
+    assert "3.32 ms vs 4.57 ms fixed_blocks" in text
+
+
+def test_markdown_and_json_carry_the_same_content(written):
+    report, paths = written
+    md = paths["report.md"].read_text()
+    for title in ["makespan by policy", "preemption", "Selection matrix", "Unsupported features on NVIDIA H200"]:
+        assert title in md
+    assert "![timeline_steal.png](timeline_steal.png)" in md
+    assert '<a id="lab-scheduling"></a>' in md and "(#lab-scheduling)" in md
+    data = json.loads(paths["results.json"].read_text())
+    assert [r["lab"] for r in data["results"]] == ["scheduling", "tma", "pdl"]
+    assert data["unsupported_features"][0]["feature"].startswith("Cluster Launch Control")
+    assert data["extra_tables"][0]["title"].startswith("Selection matrix")
+
+
+def test_missing_plot_is_said_not_crashed(tmp_path):
+    report = make_report(tmp_path / "rep")
+    report.results[0].plots.append("never_written.png")
+    write_report(report, tmp_path / "rep")
+    assert "plot never_written.png is missing" in (tmp_path / "rep" / "index.html").read_text()
+
+
+def test_report_without_gpu(tmp_path):
+    report = Report(caps=None, results=[LabResult("build", "Build check")], skipped=[("lab vecscale", "no CUDA GPU")])
+    report.extra_tables.append(selection_matrix(report))
+    write_report(report, tmp_path)
+    text = (tmp_path / "index.html").read_text()
+    assert "No GPU was used" in text and "capabilities were not read" in text and "no CUDA GPU" in text
+
+
+def _screenshot_module():
+    spec = importlib.util.spec_from_file_location("screenshot_report", ROOT / "scripts" / "screenshot_report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_headless_browser_renders_the_report(written, tmp_path):
+    shot = _screenshot_module()
+    if shot.find_chromium() is None:
+        pytest.skip("no Chromium binary (install chromium or set CUADV_CHROMIUM)")
+    _, paths = written
+    png = shot.screenshot(paths["index.html"], tmp_path / "shot.png", width=1400, height=3000)
+    ink = shot.measure_ink(png)
+    assert (ink.width, ink.height) == (1400, 3000)
+    assert not ink.blank, ink
+
+
+def test_blank_screenshot_is_detected(tmp_path):
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    shot = _screenshot_module()
+    mpimg.imsave(tmp_path / "white.png", np.ones((50, 80, 3)))
+    assert shot.measure_ink(tmp_path / "white.png").blank
