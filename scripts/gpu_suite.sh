@@ -6,14 +6,14 @@
 #   scripts/gpu_suite.sh tests bench:scheduling run-full
 #   PYTEST_ARGS="-k clusters" CHECK_ARGS="--lab vecscale" RUN_ARGS="--only vecscale" scripts/gpu_suite.sh tests
 #
-# Steps: tests | check | run | run-full | bench:LAB
-# $OUT ends with at most 8 files: env.txt, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
+# Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | bench:LAB
+# $OUT ends with at most 8 files: env.txt, build.log, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
 set -u
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUADV_CACHE_DIR=${CUADV_CACHE_DIR:-/tmp/cuadv-cache}
-STEPS=${*:-tests check run}
+STEPS=${*:-build tests check run}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds per step: one hung step must not lose the others' results
 t() { timeout --signal=INT --kill-after=10 "$STEP_TIMEOUT" "$@"; }
 SUMMARY=$OUT/summary.txt
@@ -32,6 +32,10 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 for step in $STEPS; do
   start=$(date +%s)
   case $step in
+    build)
+      t python3 -m cuadv build --arch "$(python3 -c 'from cuadv.device import current_device as d; print(d().caps.arch)')" \
+        --jobs 12 > "$OUT/build.log" 2>&1
+      note "build: exit $? in $(( $(date +%s) - start )) s" ;;
     tests)
       t python3 -m pytest -m gpu -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
       note "tests: exit $? ($(tail -n 1 "$OUT/pytest.log")) in $(( $(date +%s) - start )) s" ;;

@@ -60,7 +60,7 @@ def cmd_build(args, console: Console) -> int:
 
     archs = args.arch or DEFAULT_ARCHS
     with console.status("compiling") as status:
-        rows = build_all(archs, progress=lambda m: status.update(f"compiling {m}"))
+        rows = build_all(archs, progress=lambda m: status.update(f"compiling {m}"), jobs=args.jobs)
     failed = [r for r in rows if r.error]
     table = Table(f"kernels compiled for {', '.join(archs)}",
                   ["lab", "target", "kernel", "registers", "static smem B", "stack B", "spill st/ld B"],
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="compile every kernel for the given targets (no GPU needed)")
     build.add_argument("--arch", action="append", help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
     build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")
+    build.add_argument("--jobs", type=int, default=1, help="compile labs in this many processes (default 1)")
     run = sub.add_parser("run", help="run every lab, validate, measure and write the report")
     run.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     run.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
