@@ -65,8 +65,8 @@ def test_cluster_shape_checked_at_construction():
 
 def test_schedule_layout_matches_header():
     b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
-                 trace_ptr=0x20).kernel_param_bytes()
-    assert len(b) == 56
+                 trace_ptr=0x20, order_ptr=0x30).kernel_param_bytes()
+    assert len(b) == 64 and int.from_bytes(b[56:64], "little") == 0x30
     assert int.from_bytes(b[0:4], "little") == 5 and int.from_bytes(b[16:20], "little") == 2
     assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[32:36], "little") == 3
     assert int.from_bytes(b[40:48], "little") == 0x10 and int.from_bytes(b[48:56], "little") == 0x20
@@ -131,3 +131,16 @@ def test_clc_sass_has_the_hardware_instruction(tmp_path):
     cubin.write_bytes(k.compile("sm_90a", "steal").cubin)
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     assert "UGETNEXTWORKID" not in sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
+
+
+def test_tile_order_must_be_a_permutation():
+    import numpy as np
+
+    from cuadv import TileOrder
+
+    with pytest.raises(LaunchConfigError, match="permutation"):
+        TileOrder(np.array([0, 0, 2]))
+    with pytest.raises(LaunchConfigError, match="permutation"):
+        TileOrder(np.array([0, 3, 1]))
+    with pytest.raises(LaunchConfigError, match="1-D integer"):
+        TileOrder(np.array([0.0, 1.0]))

@@ -14,13 +14,13 @@ from .errors import (CompileError, CuadvError, KernelArgumentError, LaunchConfig
                      UnsupportedFeatureError, ValidationError)
 from .launch import AccessPolicyWindow, Kernel, LaunchConfig, launch
 from .timing import Timing, copy_ceiling, time_gpu
-from .work_stealing import Schedule, TileKernel, Trace
+from .work_stealing import Schedule, TileKernel, TileOrder, Trace
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "Device", "DeviceCaps", "Kernel",
     "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "NoGpuError", "Schedule", "TileKernel", "Timing",
-    "Trace", "UnsupportedFeatureError", "ValidationError", "compile_source", "copy_ceiling", "current_device",
+    "TileOrder", "Trace", "UnsupportedFeatureError", "ValidationError", "compile_source", "copy_ceiling", "current_device",
     "launch", "time_gpu",
 ]

@@ -136,8 +136,10 @@ class CompiledModule:
         from cuda.core import ObjectCode
 
         if self._object_code is None:
-            self._object_code = ObjectCode.from_cubin(self.cubin, symbol_mapping=dict(self.lowered_names))
-        return Kernel(self._object_code.get_kernel(name), name=name, module=self)
+            self._object_code = ObjectCode.from_cubin(self.cubin)
+        # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
+        # they accept for symbol_mapping values.
+        return Kernel(self._object_code.get_kernel(self.lowered_names.get(name, name)), name=name, module=self)
 
 
 def _options(arch: str, defines: Mapping[str, object], extra: Iterable[str], rdc: bool) -> list[str]:

@@ -8,7 +8,7 @@ are within what it supports; ``cuLaunchKernelEx`` with launch attributes otherwi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Sequence
 
@@ -328,7 +328,7 @@ def _launch_driver(kernel: Kernel, config: LaunchConfig, packed: PackedArguments
 
 
 def _launch_core(kernel: Kernel, config: LaunchConfig, scalars: list, stream: int) -> None:
-    from cuda.core import LaunchConfig as CoreConfig, Stream, launch as core_launch
+    from cuda.core import LaunchConfig as CoreConfig, launch as core_launch
 
     grid = config.grid
     if config.cluster is not None:  # cuda.core counts clusters in grid when cluster is given
@@ -354,14 +354,20 @@ def _core_stream(handle: int):
     return s
 
 
+def prepare(kernel: Kernel, config: LaunchConfig) -> None:
+    """Run the device checks for a configuration once, without launching (for example before a
+    stream capture, or for a kernel that may only run inside a graph)."""
+    if config not in kernel._checked:
+        check_config(kernel, config)
+        kernel._checked.add(config)
+
+
 def launch(kernel: Kernel, config: LaunchConfig, *args: Any, stream: Any = None, backend: str = "auto") -> None:
     """Check ``config`` against the GPU and the kernel, pack ``args`` to the kernel's parameters, launch.
 
     backend: "auto" (cuda.core where it can express the launch, the driver otherwise), "core" or "driver".
     """
-    if config not in kernel._checked:
-        check_config(kernel, config)
-        kernel._checked.add(config)
+    prepare(kernel, config)
     if config.cluster_size > PORTABLE_CLUSTER_SIZE:
         # An occupancy query for a portable size may have cleared the attribute since the check.
         kernel.set_non_portable_cluster(True)

@@ -40,11 +40,11 @@ class EventPair:
         self.start = check(drv.cuEventCreate(flags), "cuEventCreate")
         self.stop = check(drv.cuEventCreate(flags), "cuEventCreate")
 
-    def record_start(self, stream: int) -> None:
-        check(driver().cuEventRecord(self.start, stream), "cuEventRecord")
+    def record_start(self, stream: Any = None) -> None:
+        check(driver().cuEventRecord(self.start, stream_handle(stream)), "cuEventRecord")
 
-    def record_stop(self, stream: int) -> None:
-        check(driver().cuEventRecord(self.stop, stream), "cuEventRecord")
+    def record_stop(self, stream: Any = None) -> None:
+        check(driver().cuEventRecord(self.stop, stream_handle(stream)), "cuEventRecord")
 
     def elapsed_ms(self) -> float:
         drv = driver()

@@ -43,10 +43,11 @@ MAX_TILES = (2**31 - 1, 65535, 65535)
 MAX_STEAL_UNITS = 2**31 - 1  # the ticket and the exit count share one 64-bit word (work_stealing.cuh)
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
-                           ("prologue_factor", "<u4"), ("reserved", "<u4"), ("state", "<u8"), ("trace", "<u8")])
+                           ("prologue_factor", "<u4"), ("reserved", "<u4"), ("state", "<u8"), ("trace", "<u8"),
+                           ("order", "<u8")])
 TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
 STATE_BYTES = 16
-assert SCHEDULE_DTYPE.itemsize == 56 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
+assert SCHEDULE_DTYPE.itemsize == 64 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
 
 
 def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
@@ -111,13 +112,39 @@ class Schedule:
     prologue_factor: int = 0
     state_ptr: int = 0
     trace_ptr: int = 0
+    order_ptr: int = 0
 
     def kernel_param_bytes(self) -> bytes:
         rec = np.zeros((), dtype=SCHEDULE_DTYPE)
         rec["tiles"], rec["cluster"] = self.tiles, self.cluster
         rec["quantum_ns"], rec["prologue_factor"] = self.quantum_ns, self.prologue_factor
-        rec["state"], rec["trace"] = self.state_ptr, self.trace_ptr
+        rec["state"], rec["trace"], rec["order"] = self.state_ptr, self.trace_ptr, self.order_ptr
         return rec.tobytes()
+
+
+class TileOrder:
+    """The order in which units of work (tiles, or cluster-shaped groups of tiles) are handed out:
+    the i-th unit any policy hands out is ``permutation[i]``. Giving the heaviest tiles first (when
+    their cost is known, as in causal attention) lets an online scheduler approach the ideal makespan.
+    Checked to be a permutation (so every tile still runs exactly once) and uploaded once."""
+
+    def __init__(self, permutation):
+        perm = np.asarray(permutation)
+        if perm.ndim != 1 or perm.dtype.kind not in "iu":
+            raise LaunchConfigError(f"a tile order is a 1-D integer array, got {perm.dtype} of shape {perm.shape}")
+        if perm.size and (perm.min() < 0 or perm.max() >= perm.size or
+                          np.bincount(perm.astype(np.int64), minlength=perm.size).max() != 1):
+            raise LaunchConfigError(f"a tile order must be a permutation of 0 .. {perm.size - 1}: every unit exactly once")
+        if perm.size > 2**32 - 1:
+            raise LaunchConfigError(f"a tile order holds at most 2**32 - 1 units, got {perm.size}")
+        self.units = int(perm.size)
+        self.buffer = DeviceBuffer(max(perm.size, 1) * 4, fill=None)
+        self.buffer.from_host(perm.astype(np.uint32))
+
+    @classmethod
+    def heaviest_first(cls, costs) -> "TileOrder":
+        """Units sorted by decreasing cost (longest processing time first)."""
+        return cls(np.argsort(-np.asarray(costs, dtype=np.float64), kind="stable"))
 
 
 class StatePool:
@@ -300,9 +327,14 @@ class TileKernel:
         return self._fixed_blocks_grid[key]
 
     def __call__(self, tiles: int | Sequence[int], *args: Any, stream: Any = None, trace: bool = False,
-                 priority: int | None = None, policy: str | None = None) -> Trace | None:
-        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (read when first used)."""
+                 priority: int | None = None, policy: str | None = None,
+                 order: TileOrder | None = None) -> Trace | None:
+        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (read when first used).
+        ``order``: a TileOrder over the units (tiles / cluster size) to hand them out in that order."""
         t = check_tiles(tiles, self.cluster)
+        if order is not None and order.units != volume(t) // volume(self.cluster):
+            raise LaunchConfigError(f"the tile order has {order.units} units but the launch has "
+                                    f"{volume(t) // volume(self.cluster)} (tiles / cluster size)")
         kernel, concrete = self.kernel(policy)
         quantum = self.quantum_ns if concrete == "steal" else 0
         if concrete == "steal" and volume(t) // volume(self.cluster) > MAX_STEAL_UNITS:
@@ -314,7 +346,7 @@ class TileKernel:
         trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=0xFF) if trace else None
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=_pool.slot_for(handle) if concrete == "steal" else 0,
-                            trace_ptr=trace_buf.ptr if trace_buf else 0)
+                            trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0)
         launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 

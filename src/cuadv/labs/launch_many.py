@@ -291,16 +291,12 @@ class DeviceGraphLaunch(Mechanism):
         self._warm()
 
     def _warm(self) -> None:
-        """One launch of each kernel outside a graph (checks the configurations; neither launches a graph)."""
-        import cupy as cp
+        """Check both configurations without launching: a kernel that launches device graphs may only
+        run inside a graph (launched directly it fails with CUDA_ERROR_NOT_SUPPORTED)."""
+        from ..launch import prepare
 
-        scratch = cp.zeros(1, dtype=cp.uint32)
-        launch(self.task_kernel, LaunchConfig(grid=1, block=WARP), task_params(scratch.data.ptr, 1), self.state,
-               stream=self.stream)
-        launch(self.launcher, LaunchConfig(grid=1, block=WARP), np.uint64(0), np.uint32(0), self.state,
-               stream=self.stream)
-        synchronize(self.stream)
-        self.after_check()
+        for kernel in (self.task_kernel, self.launcher):
+            prepare(kernel, LaunchConfig(grid=1, block=WARP))
 
     def prepare(self, tasks: Tasks) -> float:
         from ..graphs import Graph

@@ -48,6 +48,7 @@ struct StealState {
   unsigned long long reserved;
 };
 constexpr unsigned long long kExited = 1ull << 32;
+constexpr unsigned long long kRefused = ~0ull;  // a software request refused because the time slice is spent
 
 // One record per tile when tracing, written by the block's thread 0.
 struct TraceRecord {
@@ -67,8 +68,9 @@ struct Schedule {
   unsigned int reserved;
   StealState* state;              // Steal: this launch's counters
   TraceRecord* trace;             // one record per tile, or nullptr
+  const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
 };
-static_assert(sizeof(Schedule) == 56, "Schedule layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(Schedule) == 64, "Schedule layout is mirrored in cuadv/work_stealing.py");
 
 struct Tile {
   unsigned int x, y, z;
@@ -132,10 +134,10 @@ class Scheduler {
     if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
       unit_ = cluster_index();
       if (unit_ >= units_) return false;
-      tile_ = tile_of_unit(unit_);
+      tile_ = tile_of_unit(unit_for(unit_));
       return true;
     } else {
-      tile_ = make_tile(blockIdx.x, blockIdx.y, blockIdx.z);
+      tile_ = tile_of_ctaid(make_uint3(blockIdx.x - local_.x, blockIdx.y - local_.y, blockIdx.z - local_.z));
       if constexpr (kRequestLoop) {
         if (leader_) {
           detail::Slots& sl = detail::slots();
@@ -170,7 +172,7 @@ class Scheduler {
       run_tile(body, tile_);
     } else if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
       const unsigned long long stride = grid_clusters();
-      for (unsigned long long u = unit_; u < units_; u += stride) run_tile(body, tile_of_unit(u));
+      for (unsigned long long i = unit_; i < units_; i += stride) run_tile(body, tile_of_unit(unit_for(i)));
     } else {
       if constexpr (kSteal) {
         if (leader_ && cluster_rank_ == 0 && s_.quantum_ns != 0) {  // only the submitter reads the slice
@@ -183,8 +185,9 @@ class Scheduler {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
         sync_unit();
-        request();
+        const unsigned long long claim = request();  // in flight while the body runs
         run_tile(body, tile_);
+        if constexpr (kSteal) complete_software_request(claim);
         if (!wait_and_decode()) break;  // a failed response: no further request, no decoding
       }
       if constexpr (kSteal) exit_protocol();
@@ -213,9 +216,23 @@ class Scheduler {
     return make_uint3(ux * s_.cluster[0], uy * s_.cluster[1], uz * s_.cluster[2]);
   }
 
+  // The unit handed out i-th: order[i] when the schedule carries an order, else i.
+  __device__ unsigned long long unit_for(unsigned long long i) const {
+    return s_.order != nullptr ? s_.order[i] : i;
+  }
+
   __device__ Tile tile_of_unit(unsigned long long u) const {
     const uint3 c = first_ctaid_of_unit(u);
     return make_tile(c.x + local_.x, c.y + local_.y, c.z + local_.z);
+  }
+
+  // For grids launched over the tile grid (FixedWork, CLC): the block at `first` (cluster-local 0)
+  // stands for the unit with its linear index, handed out through order like a ticket.
+  __device__ Tile tile_of_ctaid(uint3 first) const {
+    if (s_.order == nullptr) return make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
+    const unsigned long long i = first.x / s_.cluster[0] + static_cast<unsigned long long>(units_dim_[0]) *
+        (first.y / s_.cluster[1] + static_cast<unsigned long long>(units_dim_[1]) * (first.z / s_.cluster[2]));
+    return tile_of_unit(unit_for(i));
   }
 
   __device__ unsigned long long grid_clusters() const {
@@ -251,9 +268,11 @@ class Scheduler {
 
   // One request per round, submitted by one thread of the block (or of the cluster); each
   // block's thread 0 arrives on its own barrier expecting the 16 response bytes.
-  __device__ void request() {
+  // Steal: returns the raw ticket (or kRefused), whose value is first used after the body.
+  __device__ unsigned long long request() {
     detail::Slots& sl = detail::slots();
     const bool submitter = leader_ && cluster_rank_ == 0;
+    unsigned long long claim = kRefused;
     if (submitter) {
       // Acquire write access to `result` for the async proxy, after the generic reads of the last round.
       ptx::fence_proxy_async_generic_acquire_cluster();
@@ -267,25 +286,34 @@ class Scheduler {
         }
 #endif
       } else {
-        software_try_cancel();
+        // Software stand-in for try_cancel: a ticket, or a refusal once the time slice is spent.
+        const bool expired = slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
+        if (!expired) claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
       }
     }
     if (leader_) {
       if (clustered_) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
       else ptx::mbarrier_arrive_expect_tx_relaxed<false>(&sl.bar, sizeof(uint4));
     }
+    return claim;
   }
 
   __device__ cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> state_word() const {
     return cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(s_.state->word);
   }
 
-  // A response: x = 1 if a unit was taken, y, z, w = its first ctaid (the hardware's get_first_ctaid).
-  __device__ uint4 take_ticket() const {
-    const unsigned long long ticket = state_word().fetch_add(1, cuda::memory_order_relaxed) & 0xffffffffull;
+  // A response from the state word before a claim: x = 1 if a unit was taken, y, z, w = its first
+  // ctaid (what the hardware's get_first_ctaid returns).
+  __device__ uint4 response_for(unsigned long long claim) const {
+    if (claim == kRefused) return make_uint4(0, 0, 0, 0);
+    const unsigned long long ticket = claim & 0xffffffffull;
     if (ticket >= units_) return make_uint4(0, 0, 0, 0);
-    const uint3 c = first_ctaid_of_unit(ticket);
+    const uint3 c = first_ctaid_of_unit(unit_for(ticket));
     return make_uint4(1, c.x, c.y, c.z);
+  }
+
+  __device__ uint4 take_ticket() const {
+    return response_for(state_word().fetch_add(1, cuda::memory_order_relaxed));
   }
 
   // A block launched after the work is gone sees it with one load and exits without a claim.
@@ -305,11 +333,12 @@ class Scheduler {
     }
   }
 
-  // Software stand-in for try_cancel: take a ticket (or refuse once the time slice is spent), write
-  // the response into every block of the cluster, complete 16 transaction bytes on each barrier.
-  __device__ void software_try_cancel() {
-    const bool expired = slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
-    const uint4 response = expired ? make_uint4(0, 0, 0, 0) : take_ticket();
+  // The second half of the software request, after the body (so the ticket's latency was hidden
+  // behind it): write the response into every block of the cluster, complete 16 transaction bytes
+  // on each barrier, as the async proxy does for try_cancel.
+  __device__ void complete_software_request(unsigned long long claim) const {
+    if (!(leader_ && cluster_rank_ == 0)) return;
+    const uint4 response = response_for(claim);
     detail::Slots& sl = detail::slots();
     if (clustered_) {
       const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
@@ -335,12 +364,13 @@ class Scheduler {
 #if CUADV_ARCH >= 1000
       if (!ptx::clusterlaunchcontrol_query_cancel_is_canceled(response)) return false;
       first = ptx::clusterlaunchcontrol_query_cancel_get_first_ctaid(response);
+      tile_ = tile_of_ctaid(first);  // the cancelled block's index is the ticket: map it through order
 #endif
     } else {
       if (response.x == 0) return false;
       first = make_uint3(response.y, response.z, response.w);
+      tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);  // already mapped
     }
-    tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
     // Release read access to `result` to the async proxy: our reads above come before its next write.
     ptx::fence_proxy_async_generic_release_cluster();
     return true;
