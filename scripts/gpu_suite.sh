@@ -49,7 +49,7 @@ for step in $STEPS; do
       t python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     bench:*)
-      t python3 -m cuadv bench "${step#bench:}" --out "$OUT/report" >> "$OUT/bench.log" 2>&1
+      t python3 -m cuadv bench "${step#bench:}" --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     *) note "unknown step $step" ;;
   esac

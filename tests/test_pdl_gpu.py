@@ -30,7 +30,9 @@ def stream(cp):
 @pytest.mark.parametrize("n", [1, 255, 4099])
 def test_misplaced_wait_reads_stale_data(module, stream, n):
     o = PdlDemo(module, n, stream).run("misplaced", True, WITH_PDL_TIMEOUT)
-    assert o.overlapped, f"no early consumer start ({o.observed} of {o.producer_blocks} producer blocks saw one)"
+    if not o.overlapped:  # PDL permits an early start but does not promise one: reported, not asserted
+        pytest.skip(f"the GPU did not start the consumer early ({o.observed} of {o.producer_blocks} producer blocks "
+                    "saw it); with an early start the misplaced wait must read stale data")
     assert o.all_stale, f"only {o.stale} of {n} outputs are stale"
     assert o.overlap_ns is not None and o.overlap_ns > 0
 

@@ -90,6 +90,8 @@ class Tasks:
 
         check_task_count(self.n)
         self.counts = cp.zeros(max(self.n, 1), dtype=cp.uint32)
+        # cp.zeros runs on CuPy's stream; the tasks run on a non-blocking stream that does not wait for it.
+        cp.cuda.Device().synchronize()
 
     @property
     def params(self) -> bytes:
@@ -235,6 +237,7 @@ class PersistentQueue(Mechanism):
             raise LaunchConfigError(f"lm_persistent does not fit an SM with {PERSISTENT_BLOCK} threads per block")
         self.cfg = LaunchConfig(grid=caps.sm_count * per_sm, block=PERSISTENT_BLOCK)
         self.state = cp.zeros(2, dtype=cp.uint64)  # QueueState {next, exited}; resets itself
+        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
         self.label = f"persistent queue, {chunk} task{'s' if chunk > 1 else ''} per ticket"
 
     def run(self) -> None:
@@ -259,6 +262,7 @@ class DynamicParallelism(Mechanism):
         super().__init__(stream)
         self.parent = linked.kernel("lm_dp_parent")
         self.error = cp.zeros(1, dtype=cp.int32)
+        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
 
     def run(self) -> None:
         n = self.tasks.n
@@ -287,6 +291,7 @@ class DeviceGraphLaunch(Mechanism):
         self.task_kernel = linked.kernel("lm_graph_task")
         self.launcher = linked.kernel("lm_graph_launcher")
         self.state = cp.zeros(2, dtype=cp.int32)  # GraphTaskState {cursor, error}
+        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
         self.graphs = []
         self._warm()
 

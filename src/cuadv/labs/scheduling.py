@@ -282,6 +282,7 @@ class SchedulingLab:
         short_d = cp.full(short_tiles, 20_000, dtype=cp.uint32)
         short = spin_kernel("fixed_work", name="urgent")
         short_done = cp.zeros(short_tiles, dtype=cp.uint32)
+        cp.cuda.Device().synchronize()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
 
         def high_latency_ms() -> float:
             from ..timing import EventPair
@@ -298,6 +299,7 @@ class SchedulingLab:
 
         def latency_under(kernel: TileKernel) -> tuple[float, float]:
             long_done = cp.zeros(long_d.size, dtype=cp.uint32)
+            cp.cuda.Device().synchronize()
             kernel(long_d.size, long_d, long_done, 0, stream=low_stream)  # compile + validate first
             low_stream.synchronize()
             if not bool((long_done == 1).all()):
@@ -376,6 +378,7 @@ class SchedulingLab:
         for label, policy, q in (POLICIES[1], POLICIES[2]):
             k = spin_kernel(policy, q, name="background")
             done = cp.zeros(long_d.size, dtype=cp.uint32)
+            cp.cuda.Device().synchronize()
             low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
             time.sleep(0.003)  # then the high-priority kernel, as in the latency measurement
             high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)

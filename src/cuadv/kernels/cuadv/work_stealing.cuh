@@ -291,11 +291,16 @@ class Scheduler {
         if (!expired) claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
       }
     }
-    if (leader_) {
-      if (clustered_) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
-      else ptx::mbarrier_arrive_expect_tx_relaxed<false>(&sl.bar, sizeof(uint4));
-    }
+    // Steal: the submitter arrives on its own block's barrier only after writing the response
+    // (complete_software_request), so its arrival orders that write for the waiting threads.
+    if (leader_ && !(kSteal && submitter)) arrive_expect_response();
     return claim;
+  }
+
+  __device__ void arrive_expect_response() const {
+    detail::Slots& sl = detail::slots();
+    if (clustered_) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
+    else ptx::mbarrier_arrive_expect_tx_relaxed<false>(&sl.bar, sizeof(uint4));
   }
 
   __device__ cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> state_word() const {
@@ -350,6 +355,7 @@ class Scheduler {
       ptx::fence_acq_rel_cluster();  // the response store happens before the completion below
       ptx::mbarrier_complete_tx_cta(&sl.bar, sizeof(uint4));
     }
+    arrive_expect_response();  // the arrival that completes this block's phase, after the response
   }
 
   // Wait for the response, decode it. False on a failed response (never decoded further).
