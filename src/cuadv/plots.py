@@ -31,12 +31,14 @@ def _add_bars(ax, rows: np.ndarray, left: np.ndarray, width: np.ndarray, colors,
 
 
 def plot_sm_timeline(trace: "Trace", path: str | Path, title: str, sm_count: int | None = None,
-                     highlight: Sequence[tuple[float, float, str]] = ()) -> None:
+                     highlight: Sequence[tuple[float, float, str]] = (),
+                     window_us: tuple[float, float] | None = None) -> None:
     """One row per SM, one bar per tile (start to end, microseconds from the first tile's start).
 
     Colour encodes the block that ran the tile, so a block that runs many tiles (stealing) shows as
     runs of one colour; gaps show idle SMs (tail effect) and preemption. ``highlight`` spans
-    (start_us, end_us, label) are shaded, e.g. when a high-priority kernel ran.
+    (start_us, end_us, label) are shaded, e.g. when a high-priority kernel ran. ``window_us`` zooms
+    the time axis to (start_us, end_us).
     """
     plt = _pyplot()
     rec = trace.records[trace.written]
@@ -52,6 +54,8 @@ def plot_sm_timeline(trace: "Trace", path: str | Path, title: str, sm_count: int
         ax.axvspan(lo, hi, color="red", alpha=0.15, label=label)
     if highlight:
         ax.legend(loc="upper right")
+    if window_us is not None:
+        ax.set_xlim(*window_us)
     ax.set_ylim(-1, (sm_count or (int(rec["smid"].max()) + 1 if len(rec) else 1)))
     ax.set_xlabel("time since the first tile started (us)")
     ax.set_ylabel("SM")

@@ -386,9 +386,11 @@ class SchedulingLab:
             hw = high.records[high.written]
             span = [((hw["start_ns"].min() - t0) / 1e3, (hw["end_ns"].max() - t0) / 1e3,
                      "high-priority kernel")] if len(hw) else []
+            # Zoom on the preemption: 0.5 ms either side of the high-priority kernel.
+            window = (max(span[0][0] - 500, 0), span[0][1] + 500) if span else None
             name = f"scheduling_preemption_{policy}.png"
             plot_sm_timeline(low, ctx.plot_path(name), title=f"low-priority {label} kernel; high-priority kernel shaded",
-                             sm_count=ctx.caps.sm_count, highlight=span)
+                             sm_count=ctx.caps.sm_count, highlight=span, window_us=window)
             result.plots.append(name)
 
     def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:

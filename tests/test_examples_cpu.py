@@ -1,0 +1,32 @@
+"""The documented examples compile for both targets (running them needs a GPU)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "steal"]),
+                                            ("sm_100a", ["fixed_work", "fixed_blocks", "steal", "clc"])])
+def test_blur_example_compiles(arch, policies):
+    blur = load("blur_work_stealing")
+    for policy in policies:
+        res = blur.blur_kernel(policy).compile(arch, policy).resources_for(f"blur_{policy}")
+        assert res.spill_store_bytes == 0
+
+
+def test_blur_reference_is_a_normalised_filter():
+    blur = load("blur_work_stealing")
+    flat = np.full((20, 30), 3.0, dtype=np.float32)
+    assert np.allclose(blur.reference(flat, 2.0), 3.0)
+    assert blur.tiles_for(4099, 3001) == (94, 129)
