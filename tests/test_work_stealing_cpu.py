@@ -125,11 +125,15 @@ def test_clc_sass_has_the_hardware_instruction(tmp_path):
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     k = TileKernel("unsigned int* count", COUNT_BODY)
     cubin = tmp_path / "clc.cubin"
-    cubin.write_bytes(k.compile("sm_100a", "clc").cubin)
-    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    assert "UGETNEXTWORKID" in sass  # the try_cancel of sm_100
-    cubin.write_bytes(k.compile("sm_90a", "steal").cubin)
-    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+    def sass_of(arch: str, policy: str) -> str:
+        cubin.write_bytes(k.compile(arch, policy).cubin)
+        done = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
+        assert done.returncode == 0, f"cuobjdump -sass failed (it needs nvdisasm beside it): {done.stderr}"
+        return done.stdout
+
+    assert "UGETNEXTWORKID" in sass_of("sm_100a", "clc")  # the try_cancel of sm_100
+    sass = sass_of("sm_90a", "steal")
     assert "UGETNEXTWORKID" not in sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
 
 
