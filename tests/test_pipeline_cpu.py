@@ -1,17 +1,14 @@
 """The stencil pipeline lab without a GPU: the NumPy reference, variants, parameter layout, copy alignment,
 compilation for sm_90a and sm_100a (no spills, cp.async in the pipelined kernels), trace analysis and plot."""
 
-import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
+from sass_tools import sass_ops
 
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import pipeline as lab
 
-CUOBJDUMP = shutil.which("cuobjdump") or "/tmp/venv/lib/python3.11/site-packages/nvidia/cu13/bin/cuobjdump"
 
 
 class FakeArray:
@@ -88,16 +85,7 @@ def test_compiles_without_spills(module):
 
 
 def test_pipelined_kernels_use_cp_async(module, tmp_path):
-    path = tmp_path / "p.cubin"
-    path.write_bytes(module.cubin)
-    out = subprocess.run([CUOBJDUMP, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
-    ops, current = {}, None
-    for line in out.splitlines():
-        if m := re.search(r"Function : (\S+)", line):
-            current = m.group(1)
-            ops[current] = set()
-        elif current and (m := re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)):
-            ops[current].add(m.group(1))
+    ops = sass_ops(module.cubin, tmp_path)
     low = module.lowered_names
     for v in lab.VARIANTS:
         for align in lab.ALIGNS:

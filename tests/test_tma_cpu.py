@@ -1,17 +1,14 @@
 """TMA without a GPU: every tensor-map rule raises a clear error, parameter layouts, the kernels compile for
 sm_90a and sm_100a without spills and contain the TMA instructions, the ncu CSV parser."""
 
-import re
-import shutil
-import subprocess
 
 import pytest
+from sass_tools import sass_ops
 
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import tma as lab
 from cuadv.tensormap import TensorMapError, TiledLayout, describe_array, pitch_elements
 
-CUOBJDUMP = shutil.which("cuobjdump") or "/tmp/venv/lib/python3.11/site-packages/nvidia/cu13/bin/cuobjdump"
 
 
 class FakeArray:
@@ -109,20 +106,6 @@ def module(request):
     return lab.build_module(request.param)
 
 
-def _sass_ops(module, tmp_path) -> dict[str, set[str]]:
-    path = tmp_path / "tma.cubin"
-    path.write_bytes(module.cubin)
-    out = subprocess.run([CUOBJDUMP, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
-    ops, current = {}, None
-    for line in out.splitlines():
-        if m := re.search(r"Function : (\S+)", line):
-            current = m.group(1)
-            ops[current] = set()
-        elif current and (m := re.search(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)):
-            ops[current].add(m.group(1))
-    return ops
-
-
 def test_every_kernel_compiles_without_spills(module):
     names = ["tma_copy", "thread_copy", "tma_load_tiles"] + lab.kernel_expressions()
     for name in names:
@@ -131,10 +114,8 @@ def test_every_kernel_compiles_without_spills(module):
         assert res.registers <= 255, res
 
 
-@pytest.mark.skipif(not shutil.which(CUOBJDUMP) and not __import__("os").path.exists(CUOBJDUMP),
-                    reason="cuobjdump not found")
 def test_sass_uses_tma_and_multicast(module, tmp_path):
-    ops = _sass_ops(module, tmp_path)
+    ops = sass_ops(module.cubin, tmp_path)
     low = module.lowered_names
     copy = ops["tma_copy"]
     assert any(o.startswith("UTMALDG") for o in copy) and any(o.startswith("UTMASTG") for o in copy)

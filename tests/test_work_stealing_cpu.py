@@ -1,8 +1,6 @@
 """Work stealing without a GPU: policy choice, input checks, and the CLC code for sm_100a."""
 
 import math
-import shutil
-import subprocess
 
 import pytest
 
@@ -107,34 +105,13 @@ def test_clc_ptx_has_try_cancel_and_steal_does_not():
     assert "atom.add.relaxed.gpu.u64" in steal  # the ticket
 
 
-def _cuobjdump():
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        found = find_nvidia_binary_utility("cuobjdump")
-        if found:
-            return found
-    except Exception:
-        pass
-    return shutil.which("cuobjdump")
-
-
 def test_clc_sass_has_the_hardware_instruction(tmp_path):
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    from sass_tools import sass
+
     k = TileKernel("unsigned int* count", COUNT_BODY)
-    cubin = tmp_path / "clc.cubin"
-
-    def sass_of(arch: str, policy: str) -> str:
-        cubin.write_bytes(k.compile(arch, policy).cubin)
-        done = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
-        assert done.returncode == 0, f"cuobjdump -sass failed (it needs nvdisasm beside it): {done.stderr}"
-        return done.stdout
-
-    assert "UGETNEXTWORKID" in sass_of("sm_100a", "clc")  # the try_cancel of sm_100
-    sass = sass_of("sm_90a", "steal")
-    assert "UGETNEXTWORKID" not in sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in sass
+    assert "UGETNEXTWORKID" in sass(k.compile("sm_100a", "clc").cubin, tmp_path)  # the try_cancel of sm_100
+    steal = sass(k.compile("sm_90a", "steal").cubin, tmp_path)
+    assert "UGETNEXTWORKID" not in steal and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in steal
 
 
 def test_tile_order_must_be_a_permutation():

@@ -96,7 +96,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     if reason is None:
         report = run_labs(labs, out, args.quick, console, command=command)
     else:
-        console.print(f"{reason}: running what needs no GPU (build check{', simulator' if _has_simulator() else ''})")
+        console.print(f"{reason}: running what needs no GPU (build check, simulator)")
         report = Report(caps=None, results=[], command=command)
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
     if gpu_free:
@@ -113,16 +113,8 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     return 1 if failed else 0
 
 
-def _has_simulator() -> bool:
-    try:
-        import cuadv.simulate  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
 def _gpu_free_results(console: Console, out: Path | None = None):
-    """Build check for sm_90a and sm_100a (and the simulator, where present): these need no GPU."""
+    """Build check for sm_90a and sm_100a and the scheduling simulator: these need no GPU."""
     from .buildcheck import build_all
     from .results import LabResult
 
@@ -136,18 +128,15 @@ def _gpu_free_results(console: Console, out: Path | None = None):
                                  f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                                 for r in rows if not r.error]))
     results = [result]
-    if _has_simulator():
-        from .simulate import simulator_result
+    from .simulate import simulator_result
 
-        results.append(simulator_result(out))
+    results.append(simulator_result(out))
     return results
 
 
 def _add_selection_matrix(report) -> None:
-    try:
-        from .selection import selection_matrix
-    except ModuleNotFoundError:
-        return
+    from .selection import selection_matrix
+
     report.extra_tables.append(selection_matrix(report))
 
 
@@ -175,22 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("lab", help="lab name (see `cuadv run --help`)")
     bench.add_argument("--quick", action="store_true")
     bench.add_argument("--out", default="cuadv-report")
-    for extra in _extra_commands():
-        extra.register(sub)
+    from . import sanitize, simulate
+
+    sanitize.register(sub)  # cuadv check
+    simulate.register(sub)  # cuadv simulate
     return p
 
-
-def _extra_commands():
-    """Commands contributed by optional modules (check, simulate)."""
-    found = []
-    for module_name in ("cuadv.sanitize", "cuadv.simulate"):
-        try:
-            module = __import__(module_name, fromlist=["register"])
-        except ModuleNotFoundError:
-            continue
-        if hasattr(module, "register"):
-            found.append(module)
-    return found
 
 
 COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_bench}

@@ -17,20 +17,14 @@ def all_labs() -> list[Lab]:
     """Every registered lab, in report order. A lab whose module fails to import is reported as failed."""
     labs: list[Lab] = [VecScaleLab()]
     for module_name, class_name in _OPTIONAL_LABS:
-        lab = _load(module_name, class_name)
-        if lab is not None:
-            labs.append(lab)
+        labs.append(_load(module_name, class_name))
     return labs
 
 
-def _load(module_name: str, class_name: str) -> Lab | None:
+def _load(module_name: str, class_name: str) -> Lab:
     try:
         module = importlib.import_module(f"cuadv.labs.{module_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"cuadv.labs.{module_name}":
-            return None  # not written yet
-        return BrokenLab(module_name, exc)
-    except Exception as exc:  # a broken lab must not take the others down
+    except Exception as exc:  # a broken lab (a missing dependency, say) must not take the others down
         return BrokenLab(module_name, exc)
     return getattr(module, class_name)()
 
@@ -54,7 +48,7 @@ class BrokenLab:
         raise self.error
 
 
-# (module, class) of labs added by later work; a missing module is skipped.
+# (module, class) of every lab after vecscale, in report order.
 _OPTIONAL_LABS: list[tuple[str, str]] = [
     ("scheduling", "SchedulingLab"),      # issue 3: work stealing  (cuadv bench scheduling)
     ("cooperative", "CooperativeLab"),    # issue 4: cooperative groups, grid sync, clusters

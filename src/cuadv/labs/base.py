@@ -27,6 +27,13 @@ class RunContext:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return self.out_dir / name
 
+    def save_figure(self, fig, name: str, result: "LabResult") -> None:
+        """Write a matplotlib figure next to the report, close it, and list it in the result."""
+        from ..plots import save_figure
+
+        save_figure(fig, self.plot_path(name))
+        result.plots.append(name)
+
 
 class Lab(Protocol):
     name: str

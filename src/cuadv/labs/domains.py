@@ -250,8 +250,4 @@ class DomainsLab:
         ax.set_title("Fences beside a write-heavy kernel: same vs remote domain")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3, axis="y")
-        fig.tight_layout()
-        name = "domains_fence.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "domains_fence.png", result)

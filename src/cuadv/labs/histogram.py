@@ -784,11 +784,7 @@ class HistogramLab:
         axes[0].set_ylabel("GB/s of input")
         axes[1].legend(fontsize=8, loc="best")
         fig.suptitle("Histogram throughput by variant")
-        fig.tight_layout()
-        name = "histogram_throughput.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "histogram_throughput.png", result)
 
     def _judge(self, result: LabResult, ctx, ms: list[Measurement]) -> None:
         """Targets of the issue, reported (not asserted), and the selection-matrix cell."""

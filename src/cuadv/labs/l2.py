@@ -363,8 +363,4 @@ class L2Lab:
         b.set_ylabel("speedup over no window (%)")
         b.set_title("hitRatio sweep (largest table)")
         b.grid(alpha=0.3)
-        fig.tight_layout()
-        name = "l2_persistence.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "l2_persistence.png", result)

@@ -550,11 +550,7 @@ class LaunchManyLab:
         ax.set_title("Cost per task of N tiny tasks")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        name = "launch_cost_per_task.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "launch_cost_per_task.png", result)
 
     def _select(self, mechanisms, per_task, result: LabResult) -> None:
         largest = max(N_VALUES)

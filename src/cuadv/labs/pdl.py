@@ -405,11 +405,7 @@ class PdlLab:
         ax.set_title("PDL: time per dependent kernel")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        name = "pdl_chain.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "pdl_chain.png", result)
 
 
 def _yes(flag: bool) -> str:

@@ -285,7 +285,7 @@ def trace_phases(rec: np.ndarray, stages: int) -> dict[str, float]:
 def plot_timeline(traces: dict[str, tuple[np.ndarray, int]], path, title: str, blocks: int = 3) -> None:
     """One panel per variant, one row per block: copies in flight (issued -> ready, thin, stacked by slot),
     waits (wait -> ready, red) and compute (ready -> done, thick); fill and drain shaded."""
-    from ..plots import _pyplot
+    from ..plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(traces), 1, figsize=(12, 2.2 + 1.6 * len(traces)), squeeze=False)
@@ -316,9 +316,7 @@ def plot_timeline(traces: dict[str, tuple[np.ndarray, int]], path, title: str, b
                                Patch(color="gold", alpha=0.3, label="fill"),
                                Patch(color="purple", alpha=0.2, label="drain")],
                       loc="upper right", fontsize=7, ncol=5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 class PipelineLab:

@@ -216,11 +216,7 @@ class SchedulingLab:
         ax.set_ylabel("makespan / ideal (log)")
         ax.set_title("Load balance per policy")
         ax.legend()
-        fig.tight_layout()
-        name = "scheduling_balance.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "scheduling_balance.png", result)
 
     def _overhead(self, ctx, result, slots, repeats) -> dict:
         """a. Vector-scalar multiply with a prologue per running block, and the spin workload with a
@@ -363,11 +359,7 @@ class SchedulingLab:
         ax.set_ylabel("high-priority latency (ms, log)")
         ax.set_yscale("log")
         ax.set_title("steal: the quantum trades preemption latency for prologue cost")
-        fig.tight_layout()
-        name = "scheduling_quantum_sweep.png"
-        fig.savefig(ctx.plot_path(name), dpi=110)
-        plt.close(fig)
-        result.plots.append(name)
+        ctx.save_figure(fig, "scheduling_quantum_sweep.png", result)
 
     def _preemption_timeline(self, ctx, result, low_stream, high_stream, long_d, short, short_d, short_done) -> None:
         """Trace of the low-priority steal kernel with the high-priority kernel's window shaded."""

@@ -1,0 +1,50 @@
+"""Reading the SASS of a compiled module in CPU tests (cuobjdump and nvdisasm from the test extra)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+_FUNCTION = re.compile(r"Function : (\S+)")
+_OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
+
+
+def cuobjdump() -> str | None:
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        found = find_nvidia_binary_utility("cuobjdump")
+        if found:
+            return str(found)
+    except Exception:  # older cuda-pathfinder: no binary-utility lookup
+        pass
+    return shutil.which("cuobjdump")
+
+
+def sass(cubin: bytes, tmp_path: Path) -> str:
+    """The SASS text of a cubin; skips the test where no cuobjdump is installed."""
+    tool = cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    path = tmp_path / "module.cubin"
+    path.write_bytes(cubin)
+    done = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, f"cuobjdump -sass failed (it needs nvdisasm beside it): {done.stderr}"
+    return done.stdout
+
+
+def sass_ops(cubin: bytes, tmp_path: Path) -> dict[str, set[str]]:
+    """Opcodes per kernel (mangled name) of a cubin."""
+    ops: dict[str, set[str]] = {}
+    current = None
+    for line in sass(cubin, tmp_path).splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+            ops[current] = set()
+        elif current and (m := _OPCODE.search(line)):
+            ops[current].add(m.group(1))
+    return ops
