@@ -160,7 +160,7 @@ class Scheduler {
           return false;
         }
         tile_ = make_tile(first.y + local_.x, first.z + local_.y, first.w + local_.z);
-          }
+      }
       return true;
     }
   }
@@ -205,7 +205,7 @@ class Scheduler {
   __device__ uint3 first_ctaid_of_unit(unsigned long long u) const {
     if (units_dim_[1] == 1 && units_dim_[2] == 1)  // 1-D: u < 2^31, no division
       return make_uint3(static_cast<unsigned>(u) * s_.cluster[0], 0, 0);
-    if (u <= 0xffffffffull) {  // 32-bit division is far cheaper than 64-bit
+    if (units_ <= 0xffffffffull) {  // every index and plane size fits 32 bits: far cheaper division
       const unsigned v = static_cast<unsigned>(u), per_plane = units_dim_[0] * units_dim_[1];
       return make_uint3((v % units_dim_[0]) * s_.cluster[0], ((v / units_dim_[0]) % units_dim_[1]) * s_.cluster[1],
                         (v / per_plane) * s_.cluster[2]);
