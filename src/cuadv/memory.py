@@ -19,8 +19,13 @@ class DeviceBuffer:
         if fill is not None:
             self.fill(fill)
 
-    def fill(self, byte: int, stream: int = 0) -> None:
-        check(driver().cuMemsetD8Async(self.ptr, byte & 0xFF, self.nbytes, stream), "cuMemsetD8Async")
+    def fill(self, byte: int, stream: int | None = None) -> None:
+        """Set every byte; on ``stream`` (ordered with the work there), or at once when None (the
+        buffer is then ready for any stream, non-blocking ones included)."""
+        if stream is None:
+            check(driver().cuMemsetD8(self.ptr, byte & 0xFF, self.nbytes), "cuMemsetD8")
+        else:
+            check(driver().cuMemsetD8Async(self.ptr, byte & 0xFF, self.nbytes, stream), "cuMemsetD8Async")
 
     def to_host(self, dtype=np.uint8, stream: int = 0) -> np.ndarray:
         drv = driver()

@@ -162,8 +162,7 @@ class StatePool:
     def slot_for(self, stream: int) -> int:
         with self._lock:
             if self._buffer is None:
-                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
-                check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)  # zeroed before any launch
             capturing = _is_capturing(stream)
             if not capturing and stream in self._by_stream:
                 return self._by_stream[stream]
@@ -343,7 +342,10 @@ class TileKernel:
         if volume(t) == 0:
             return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         handle = stream_handle(stream)
-        trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=0xFF) if trace else None
+        trace_buf = None
+        if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
+            trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
+            trace_buf.fill(0xFF, stream=handle)
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=_pool.slot_for(handle) if concrete == "steal" else 0,
                             trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0)
