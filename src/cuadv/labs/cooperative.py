@@ -197,34 +197,27 @@ def enqueue_two_phase(x, partials, rounds: int, mode: str, grid: int, block: int
 
 
 class CapturedGraph:
-    """Work enqueued by ``enqueue(stream)`` captured once into a CUDA graph, replayed by ``launch()``."""
+    """Work enqueued by ``enqueue(stream)`` captured once into a CUDA graph on a stream of its own,
+    replayed by ``launch()`` (capture and instantiation: cuadv.graphs.Graph)."""
 
     def __init__(self, enqueue: Callable[[int], None]):
+        from ..graphs import Graph
+
         drv = driver()
         self.stream = check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
-        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED  # loading or querying kernels stays legal
-        check(drv.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
-        try:
-            enqueue(int(self.stream))
-        finally:
-            graph = check(drv.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
-        try:
-            self.exec = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        finally:
-            drv.cuGraphDestroy(graph)
+        self.graph = Graph.capture(self.handle, lambda: enqueue(self.handle))
 
     @property
     def handle(self) -> int:
         return int(self.stream)
 
     def launch(self) -> None:
-        check(driver().cuGraphLaunch(self.exec, self.stream), "cuGraphLaunch")
+        self.graph.launch(self.handle)
 
     def __del__(self):
         try:
-            drv = driver()
-            drv.cuGraphExecDestroy(self.exec)
-            drv.cuStreamDestroy(self.stream)
+            self.graph.close()
+            driver().cuStreamDestroy(self.stream)
         except Exception:
             pass
 
