@@ -5,6 +5,7 @@
 #   scripts/gpu_suite.sh                 tests, check, run (--quick)
 #   scripts/gpu_suite.sh tests bench:scheduling run-full
 #   PYTEST_ARGS="-k clusters" CHECK_ARGS="--lab vecscale" RUN_ARGS="--only vecscale" scripts/gpu_suite.sh tests
+#   BENCH_ARGS=--peer scripts/gpu_suite.sh bench:domains     (on a machine with 2 GPUs)
 #
 # Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | bench:LAB
 # $OUT ends with at most 8 files: env.txt, build.log, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
@@ -22,6 +23,7 @@ SUMMARY=$OUT/summary.txt
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
+  nvidia-smi topo -m  # how the GPUs are linked (NVLink or PCIe), for multi-GPU runs
   python3 -c "import sys, cuda.core, cuda.bindings, numpy; print(sys.version); print('cuda.core', cuda.core.__version__, 'cuda.bindings', cuda.bindings.__version__, 'numpy', numpy.__version__)"
   python3 -c "import cupy; print('cupy', cupy.__version__)"
   python3 -m cuadv caps
@@ -49,7 +51,7 @@ for step in $STEPS; do
       t python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     bench:*)
-      t python3 -m cuadv bench "${step#bench:}" --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
+      t python3 -m cuadv bench "${step#bench:}" ${BENCH_ARGS:-} --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     *) note "unknown step $step" ;;
   esac

@@ -53,3 +53,119 @@ def test_argument_count_is_checked():
     assert packed.address != 0
     assert [int(v) for v in packed.as_scalars()] == [3, 7]
     assert PackedArguments([b"x" * 48], [48]).as_scalars() is None
+
+
+# -- the repeated-launch packer: the same bytes as PackedArguments, plans per argument types ---------
+from cuadv.args import ArgumentPacker  # noqa: E402
+
+
+def _params_through_pointers(packer: ArgumentPacker) -> list[bytes]:
+    """What the driver reads: follow the void* array to each parameter."""
+    if not packer.sizes:
+        return []
+    slots = (ctypes.c_void_p * len(packer.sizes)).from_address(packer.address)
+    return [ctypes.string_at(slots[i], size) for i, size in enumerate(packer.sizes)]
+
+
+class ParamBytes:
+    def __init__(self, data):
+        self.data = data
+
+    def kernel_param_bytes(self):
+        return self.data
+
+
+class DeviceArray:  # __cuda_array_interface__ on the class, as CuPy, PyTorch and cuadv's DeviceBuffer have it
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (1,), "typestr": "|u1", "version": 3}
+
+
+class S(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_float)]
+
+
+SIZES = (8, 4, 4, 8, 2, 1, 24, 8, 8, 8, 16, 4, 8, 4, 2)
+CALLS = [
+    # pointer, int32 param from int, float param from float, double from float, half, uint8, struct bytes,
+    # interface array, instance interface, uint64, kernel_param_bytes, float32, int64 negative, NaN, int into 2 bytes
+    (FakeArray(0x1000), 7, 1.5, 2.25, np.float16(0.5), np.uint8(200), b"\x01" * 24, DeviceArray(0xBEEF00),
+     FakeArray(0x2000), np.uint64(2**64 - 1), ParamBytes(b"\x02" * 16), np.float32(-3.5), np.int64(-9), float("nan"),
+     -2),
+    (FakeArray(0x3000), -1, 1e-3, -0.0, np.float16(-2.0), np.uint8(0), bytes(range(24)), DeviceArray(0xCAFE00),
+     FakeArray(0x4000), np.uint64(5), ParamBytes(b"\x03" * 16), np.float32(np.inf), np.int64(2**40), 3e38, 65535),
+    (FakeArray(0x5000), 2**32 - 1, 1e39, 1e308, np.float16(np.nan), np.uint8(1), bytearray(24), DeviceArray(0),
+     FakeArray(0x6000), np.uint64(0), ParamBytes(bytes(16)), np.float32(np.nan), np.int64(0), -1e-45, 0),
+]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 1e39 into a float: inf, both paths
+def test_packer_writes_the_bytes_of_the_uncached_path():
+    packer = ArgumentPacker(SIZES)
+    for args in CALLS + CALLS[::-1]:
+        packer.pack(args)
+        want = PackedArguments(args, SIZES).blobs
+        assert packer.blobs() == want
+        assert _params_through_pointers(packer) == want
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_packer_memory_stays_put_and_slots_are_aligned():
+    packer = ArgumentPacker(SIZES)
+    address = packer.address
+    slots = list((ctypes.c_void_p * len(SIZES)).from_address(address))
+    for args in CALLS:
+        packer.pack(args)
+    assert packer.address == address and list((ctypes.c_void_p * len(SIZES)).from_address(address)) == slots
+    assert all(o % 8 == 0 for o in packer.offsets)
+    assert ArgumentPacker(()).address == 0
+
+
+def test_a_plan_per_type_signature_and_a_new_one_when_types_change():
+    packer = ArgumentPacker((4, 8))
+    packer.pack((np.int32(3), FakeArray(0x10)))
+    packer.pack((np.int32(4), FakeArray(0x20)))
+    assert len(packer._plans) == 1
+    packer.pack((5, FakeArray(0x30)))  # int instead of np.int32: another plan, the right bytes
+    assert len(packer._plans) == 2
+    assert packer.blobs() == [np.int32(5).tobytes(), (0x30).to_bytes(8, "little")]
+    packer.pack((np.int32(-6), 7))  # an int into the pointer-sized parameter
+    assert packer.blobs() == [np.int32(-6).tobytes(), np.uint64(7).tobytes()]
+    packer.pack((np.int32(8), FakeArray(0x40)))  # back to the first signature
+    assert len(packer._plans) == 3
+    assert packer.blobs() == [np.int32(8).tobytes(), (0x40).to_bytes(8, "little")]
+
+
+@pytest.mark.parametrize("first, bad, message", [
+    ((np.int32(1),), (np.int64(1),), "4-byte parameter but got 8 bytes"),  # the size changes with the type
+    ((1,), (2**32,), "does not fit the kernel's 4-byte parameter"),  # same type, value out of range
+    ((1,), (-(2**31) - 1,), "does not fit the kernel's 4-byte parameter"),
+    ((b"abcd",), (b"abc",), "4-byte parameter but got 3 bytes"),  # same type, another length
+    ((bytearray(4),), (bytearray(5),), "4-byte parameter but got 5 bytes"),
+    ((1,), (True,), "bool is ambiguous"),
+    ((1,), ("x",), "cannot pass str"),
+    ((1,), (np.zeros(1, np.int32),), "host memory"),
+    ((1,), (1, 2), "takes 1 arguments, got 2"),
+    ((1,), (), "takes 1 arguments, got 0"),
+])
+def test_repeated_calls_raise_the_uncached_errors(first, bad, message):
+    packer = ArgumentPacker((4,))
+    packer.pack(first)
+    with pytest.raises(KernelArgumentError, match=message):
+        packer.pack(bad)
+    with pytest.raises(KernelArgumentError, match=message):
+        PackedArguments(bad, (4,))
+    packer.pack(first)  # still usable after the error
+    assert packer.blobs() == PackedArguments(first, (4,)).blobs
+
+
+def test_struct_instances_are_packed_each_call():
+    packer = ArgumentPacker((8,))
+    s = S(1, 2.0)
+    packer.pack((s,))
+    s.a = 9  # a mutable argument: its current value, not the first one
+    packer.pack((s,))
+    assert packer.blobs() == [bytes(S(9, 2.0))]

@@ -58,3 +58,8 @@ def test_run_without_gpu_runs_what_needs_none(tmp_path):
 def test_unknown_lab_is_a_clear_error():
     r = cuadv("bench", "nosuchlab")
     assert r.returncode != 0 and "no lab named 'nosuchlab'" in (r.stderr + r.stdout)
+
+
+def test_peer_applies_to_domains_only():
+    r = cuadv("bench", "vecscale", "--peer")
+    assert r.returncode == 1 and "--peer applies to lab domains only" in r.stderr and "Traceback" not in r.stderr

@@ -4,7 +4,8 @@ scope and domain, their outputs are complete; the overlap is reported, not asser
 import pytest
 
 from cuadv import current_device
-from cuadv.labs.domains import CONDITIONS, SCOPES, DomainsLab, FenceExperiment, build_module
+from cuadv.errors import UnsupportedFeatureError
+from cuadv.labs.domains import CONDITIONS, SCOPES, DomainsLab, FenceExperiment, build_module, peer_destination
 
 pytestmark = pytest.mark.gpu
 
@@ -34,9 +35,29 @@ def test_peer_style_destination(cp):
         pytest.skip(DomainsLab().supported(caps))
     dst = cp.zeros((8 << 20) // 4, dtype=cp.uint32)
     exp = FenceExperiment(build_module(caps.arch), caps, iterations=8, writer_bytes=dst.nbytes, fence_blocks=2,
-                          writer_dst=dst.data.ptr)
+                          writer_dst=dst)
     exp.run_once(2, "remote")
+    exp.check_writer_output()
     assert int(dst.reshape(-1, 4)[-1, 1]) == dst.size // 4 - 1
+
+
+def test_writer_into_a_peer_gpu(cp):
+    """The seed's case: the writer streams into a second GPU's memory; both kernels complete and
+    every element arrives. Needs 2 GPUs with peer access (else the error names what is missing)."""
+    caps = current_device().caps
+    if DomainsLab().supported(caps):
+        pytest.skip(DomainsLab().supported(caps))
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        with pytest.raises(UnsupportedFeatureError, match="second GPU"):
+            peer_destination(1 << 20, caps.ordinal)
+        pytest.skip("one GPU: the peer experiment needs two")
+    dst = peer_destination(16 << 20, caps.ordinal)
+    assert dst.device.id != caps.ordinal
+    exp = FenceExperiment(build_module(caps.arch), caps, iterations=8, writer_bytes=dst.nbytes, fence_blocks=2,
+                          writer_dst=dst)
+    for domain in CONDITIONS.values():
+        exp.run_once(2, domain)
+    exp.check_writer_output()
 
 
 def test_smoke():

@@ -19,6 +19,9 @@ def test_every_kernel_compiles_without_spills(arch):
     # DSM atomics and the cluster barrier are really there.
     assert "barrier.cluster.arrive" in module.ptx and "mapa" in module.ptx
     assert "ld.global.nc.L1::no_allocate.L2::256B.v4.u32" in module.ptx
+    # The exchange: 16-byte remote stores into the owners' mailboxes and the split cluster barrier.
+    assert "st.shared::cluster.v4.u32" in module.ptx
+    assert "barrier.cluster.arrive.release;" in module.ptx and "barrier.cluster.wait.acquire;" in module.ptx
 
 
 def test_lab_protocol():
@@ -43,8 +46,9 @@ def test_lab_protocol():
     (58_111, "shared", 1, 32),  # the most one block holds with 32-bit counters (plus the trash slot)
     (58_112, "dsm", 1, 16),
     (65_536, "dsm", 1, 16),
-    (262_144, "dsm", 4, 16),
-    (1 << 20, "dsm", 16, 16),
+    (131_072, "exchange", 4, 32),  # several blocks: the exchange (measured 2-3x remote atomics)
+    (262_144, "exchange", 8, 32),
+    (1 << 20, "exchange", 16, 16),
     (4 << 20, "global", 1, 0),
 ])
 def test_auto_plan(bins, variant, cluster, bits):
@@ -99,8 +103,33 @@ def test_plan_sizes_match_the_kernel_layout():
     (dict(bins=10, variant="dsm", cluster=32), LaunchConfigError, "cluster size 32 exceeds the largest cluster size 16"),
     (dict(bins=10, variant="dsm", cluster=3), LaunchConfigError, "power of two in 1..16, got 3"),
     (dict(bins=10, variant="dsm", cluster=0), LaunchConfigError, "power of two"),
-    (dict(bins=10, variant="global", cluster=2), LaunchConfigError, "applies to variant 'dsm' only"),
-    (dict(bins=10, variant="shared", aggregate=True), ValueError, "apply to variant 'dsm' only"),
+    (dict(bins=10, variant="global", cluster=2), LaunchConfigError, "applies to variants 'dsm' and 'exchange' only"),
+    (dict(bins=10, variant="hot", cluster=2), LaunchConfigError, "applies to variants 'dsm' and 'exchange' only"),
+    (dict(bins=10, variant="shared", aggregate=True), ValueError, "aggregate applies to variant 'dsm' only"),
+    (dict(bins=10, variant="exchange", aggregate=True), ValueError, "aggregate applies to variant 'dsm' only"),
+    (dict(bins=10, variant="shared", counter_bits=16), ValueError, "counter_bits applies to variants 'dsm' and"),
+    (dict(bins=10, variant="dsm", hot=5), ValueError, "hot applies to variants 'hot' and 'exchange' only, not 'dsm'"),
+    (dict(bins=10, variant="hot", vectors=1), ValueError, "vectors applies to variant 'exchange' only"),
+    (dict(bins=10, variant="hot", hot=11), ValueError, r"hot must be an int in \[0, bins = 10\], got 11"),
+    (dict(bins=10, variant="hot", hot=-1), ValueError, r"hot must be an int in \[0, bins = 10\]"),
+    (dict(bins=10, variant="hot", hot=0), ValueError, r"at least one privatised bin \(hot >= 1\)"),
+    (dict(bins=10, variant="exchange", hot=2.0), ValueError, "hot must be an int"),
+    (dict(bins=100_000, variant="hot", hot=60_000), LaunchConfigError,
+     r"hot = 60000 low bins need 240000 B .* limit is 232448 B \(at most 58112 bins\)"),
+    (dict(bins=200, dtype="uint8", variant="hot"), ValueError, "variant 'hot' is for int32 input"),
+    (dict(bins=200, dtype="uint8", variant="exchange"), ValueError, "variant 'exchange' is for int32 input"),
+    (dict(bins=10, variant="exchange", cluster=1), LaunchConfigError,
+     "the exchange variant needs a cluster of 2, 4, 8, 16 blocks"),
+    (dict(bins=10, variant="exchange", vectors=4), ValueError, "vectors must be one of 1, 2, got 4"),
+    (dict(bins=10, variant="exchange", sort="radix"), ValueError, "sort must be one of ballot, atomic, got 'radix'"),
+    (dict(bins=10, variant="dsm", sort="atomic"), ValueError, "sort applies to variant 'exchange' only"),
+    (dict(bins=1 << 20, variant="exchange", cluster=8), LaunchConfigError,
+     r"cluster of 8 blocks leave 131072 local bins per block; mailbox entries are 16-bit, so at most 65536 "
+     r"\(use a cluster of 16 or more\)"),
+    (dict(bins=1 << 20, variant="exchange", largest_cluster=8), LaunchConfigError, "cluster of 8 blocks leave 131072"),
+    (dict(bins=262_144, variant="exchange", cluster=4, counter_bits=32), LaunchConfigError,
+     r"cluster of 4 blocks \(32-bit counters, hot = 0, 8192 elements per round\) need \d+ B .* limit is 232448 B"),
+    (dict(bins=1 << 20, variant="exchange", hot=8192), LaunchConfigError, "need 246592 B of shared memory per block"),
     (dict(bins=10, variant="dsm", counter_bits=8), ValueError, "counter_bits must be 16 or 32"),
     (dict(bins=10, dtype="uint8", variant="dsm", counter_bits=16), ValueError, "16-bit counters are for int32"),
     (dict(bins=70_000, variant="shared"), LaunchConfigError,
@@ -196,9 +225,11 @@ def test_zipf_cdf_and_host_data():
 
 
 def test_older_targets_get_the_portable_kernels_only():
-    assert not any("hist_cluster" in e for e in h.kernel_expressions("sm_80"))
+    exprs = h.kernel_expressions("sm_80")
+    assert not any("hist_cluster" in e or "hist_exchange" in e for e in exprs) and "hist_hot<int>" in exprs
     module = h.build_module("sm_80")
     assert module.resources_for("hist_block<int>").spill_store_bytes == 0
+    assert module.resources_for("hist_hot<int>").spill_store_bytes == 0
 
 
 def test_cluster_kernel_below_sm90_fails_with_a_message():
@@ -208,6 +239,117 @@ def test_cluster_kernel_below_sm90_fails_with_a_message():
     with pytest.raises(CompileError, match="hist_cluster needs sm_90 or newer"):
         compile_source(kernel_source("histogram.cu"), name="histogram_old", arch="sm_80",
                        name_expressions=["hist_cluster<int, false, false>"])
+    with pytest.raises(CompileError, match="hist_exchange needs sm_90 or newer"):
+        compile_source(kernel_source("histogram.cu"), name="histogram_old_x", arch="sm_80",
+                       name_expressions=["hist_exchange<false, 4, 1>"])
+
+
+@pytest.mark.parametrize("bins, cluster, bits", [
+    (1, 2, 32), (5000, 2, 32), (70_001, 2, 32), (131_072, 2, 16), (131_073, 4, 32), (262_144, 4, 16),
+    (1 << 20, 16, 16),
+])
+def test_exchange_default_plans(bins, cluster, bits):
+    plan = h.plan_histogram(bins, variant="exchange")
+    assert (plan.variant, plan.cluster, plan.counter_bits, plan.hot, plan.vectors) == ("exchange", cluster, bits, 0, 2)
+    assert plan.clustered and plan.threads == h.THREADS and plan.kernel_expr in h.kernel_expressions()
+    assert plan.scalar_args() == (0, plan.cap, 1) and plan.cap == h.exchange_cap(cluster, 2)
+    assert plan.shared_bytes == h.exchange_layout(bins, cluster, bits, 0, plan.cap)["bytes"] <= h.H200_SHARED_PER_BLOCK
+    assert plan.label == f"dsm exchange c={cluster} ({bits}-bit, 8K/round, atomic sort)"  # atomic: the default
+    ballot = h.plan_histogram(bins, variant="exchange", sort="ballot", vectors=1)
+    assert ballot.scalar_args() == (0, h.exchange_cap(cluster, 1), 0) and ballot.sort == "ballot"
+    assert ballot.label == f"dsm exchange c={cluster} ({bits}-bit, 4K/round, ballot sort)"
+
+
+def test_exchange_sizes_and_layout():
+    # 1.25x a uniform chunk's share per owner, in 16-byte vectors of 16-bit entries.
+    assert h.exchange_chunk(1) == 4096 and h.exchange_chunk(2) == 8192
+    assert [h.exchange_cap(c, 2) for c in h.EXCHANGE_CLUSTER_SIZES] == [5120, 2560, 1280, 640]
+    assert h.exchange_cap(16, 1) == 320 and h.exchange_cap(2, 1) == 2560
+    for c in h.EXCHANGE_CLUSTER_SIZES:
+        for v in h.EXCHANGE_VECTORS:
+            cap = h.exchange_cap(c, v)
+            assert cap % 8 == 0 and cap * c >= 5 * h.exchange_chunk(v) // 4
+            for bins, bits, hot in ((1, 32, 0), (4097, 32, 1365), (70_001, 16, 3), (1 << 20, 16, 4096)):
+                lay = h.exchange_layout(bins, c, bits, hot, cap)
+                offsets = [lay[k] for k in ("counters_off", "stage_off", "mbox_off", "mcount_off", "cursor_off",
+                                            "bytes")]
+                assert all(o % 16 == 0 for o in offsets) and offsets == sorted(offsets)
+                assert lay["stride"] >= cap and lay["stride"] % 8 == 0 and (lay["stride"] // 2) % 32 == 4
+                assert lay["counters_off"] >= 4 * hot
+                words = -(-bins // c) if bits == 32 else -(-(-(-bins // c)) // 2)
+                assert lay["stage_off"] - lay["counters_off"] >= 4 * words
+                assert lay["mbox_off"] - lay["stage_off"] == 2 * 2 * c * lay["stride"]
+                assert lay["mcount_off"] - lay["mbox_off"] == 2 * 2 * c * cap
+                assert lay["bytes"] - lay["cursor_off"] >= 4 * 3 * c
+    # The largest case the lab measures fits an H200 block: 1M bins over 16 blocks, 8K per round, 4096 hot bins.
+    big = h.plan_histogram(1 << 20, variant="exchange", hot=h.EXCHANGE_HOT)
+    assert big.shared_bytes == 230_208 <= h.H200_SHARED_PER_BLOCK
+    assert big.label == "dsm exchange c=16 (16-bit, 8K/round, atomic sort) +hot 4096"
+    assert big.scalar_args() == (4096, 640, 1)  # 1: the atomic sort
+    # At 70,001 bins over 2 blocks the 32-bit shard and a hot range no longer fit: 16-bit counters instead.
+    assert h.plan_histogram(70_001, variant="exchange", cluster=2, hot=4096).counter_bits == 16
+
+
+def test_hot_plans():
+    assert h.hot_max() == 57_344
+    plan = h.plan_histogram(1 << 20, variant="hot")
+    assert (plan.hot, plan.shared_bytes, plan.cluster, plan.clustered) == (57_344, 4 * 57_344, 1, False)
+    assert plan.kernel_expr == "hist_hot<int>" and plan.scalar_args() == (57_344,)
+    assert plan.label == "skew-aware: shared [0, 57344) + global"
+    assert h.plan_histogram(300, variant="hot").hot == 300  # never more than bins
+    assert h.plan_histogram(300, variant="hot", hot=7).scalar_args() == (7,)
+
+
+class FakeCaps:
+    shared_mem_per_block_optin = h.H200_SHARED_PER_BLOCK
+    shared_mem_per_sm = h.H200_SHARED_PER_SM
+    cluster_launch = True
+    max_cluster_size_nonportable = 16
+    sm_count = 132
+
+    def cc_string(self):
+        return "9.0"
+
+
+def fake_engine(monkeypatch=None):
+    eng = h.HistogramEngine.__new__(h.HistogramEngine)  # no GPU: plans only
+    eng.caps, eng._module, eng._kernels, eng._resident = FakeCaps(), None, {}, {}
+    if monkeypatch is not None:
+        monkeypatch.setattr(h, "_engine", eng)
+    return eng
+
+
+def test_options_cover_the_new_variants():
+    eng = fake_engine()
+    for bins in (1, 256, 4097, 70_001, 1 << 20):
+        opts = eng.options(bins, "int32")
+        hot = [o for o in opts if o["variant"] == "hot"]
+        assert hot == [{"variant": "hot", "hot": max(1, min(bins // 3, 16384))}]
+        ex = [o for o in opts if o["variant"] == "exchange"]
+        clusters = [o["cluster"] for o in ex if "vectors" not in o]
+        assert clusters == ([16] if bins == 1 << 20 else [2, 4, 8, 16])
+        assert ex[-1] == {"variant": "exchange", "cluster": 16, "vectors": 1, "sort": "atomic",
+                          "hot": max(1, min(bins // 3, 4096))}
+        for o in opts:
+            eng.plan(bins, "int32", **{k: v for k, v in o.items()})
+    assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "uint8"))
+    assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "int32", extras=False))
+
+
+def test_the_lab_measures_the_new_variants_where_no_block_holds_the_bins(monkeypatch):
+    fake_engine(monkeypatch)
+    small = h.HistogramLab._plans("int32", "uniform", 65_536)
+    assert not any(o["variant"] in ("hot", "exchange") for o in small)
+    for dist in ("uniform", "zipf"):
+        mid = h.HistogramLab._plans("int32", dist, 262_144)
+        assert {"variant": "hot", "hot": 16384} in mid and {"variant": "hot", "hot": 57_344} in mid
+        ex = [(o["cluster"], o["sort"], o["vectors"], o.get("hot", 0)) for o in mid if o["variant"] == "exchange"]
+        assert ex == [(c, s, v, hot) for c in (4, 8, 16) for s in ("ballot", "atomic")
+                      for v, hot in ((1, 0), (2, 0), (2, 4096))]
+        big = h.HistogramLab._plans("int32", dist, 1 << 20)
+        ex = [(o["cluster"], o["sort"], o["vectors"], o.get("hot", 0)) for o in big if o["variant"] == "exchange"]
+        assert ex == [(16, s, v, hot) for s in ("ballot", "atomic") for v, hot in ((1, 0), (2, 0), (2, 4096))]
+        assert {"variant": "global"} in big and {"variant": "dsm", "cluster": 16} in big
 
 
 def test_report_from_measurements(tmp_path):
@@ -231,6 +373,12 @@ def test_report_from_measurements(tmp_path):
                 ms.append(h.Measurement("int32", dist, bins, "shared (1 block, x32)", "shared", 1, 0.4, 3000.0, 528))
             for c in (1, 16):
                 ms.append(h.Measurement("int32", dist, bins, f"dsm c={c} (16-bit)", "dsm", c, 1.0, 900.0 / c, 132))
+            if bins == 1 << 20:
+                for v, gbps in ((1, 700.0), (2, 1100.0)):
+                    label = f"dsm exchange c=16 (16-bit, {4 * v}K/round, ballot sort)"
+                    ms.append(h.Measurement("int32", dist, bins, label, "exchange", 16, 1.0, gbps, 112))
+                ms.append(h.Measurement("int32", dist, bins, "skew-aware: shared [0, 57344) + global", "hot", 1, 1.0,
+                                        2500.0 if dist == "zipf" else 300.0, 132))
             ms.append(h.Measurement("int32", dist, bins, "cupy.histogram (CUB)", "cupy", 0, 10.0, 100.0))
             ms.append(h.Measurement("int32", dist, bins, "cupy.bincount", "bincount", 0, 10.0, 90.0))
     ms.append(h.Measurement("uint8", "uniform", 256, "shared (1 block, x32)", "shared", 1, 0.4, 2500.0, 528))
@@ -246,7 +394,79 @@ def test_report_from_measurements(tmp_path):
     summary = result.tables[0]
     assert len(summary.rows) == 9 and summary.rows[0][3] == "shared (1 block, x32)"
     assert result.figures["hist_int32_uniform_256_best_x_cupy"] == pytest.approx(30.0)
-    assert result.figures["hist_int32_uniform_1048576_dsm_x_global"] == pytest.approx(4.5)
+    assert result.figures["hist_int32_uniform_65536_dsm_x_global"] == pytest.approx(4.5)
+    # 1M bins: the exchange is the best DSM variant, the skew-aware hybrid the best on Zipf data.
+    rows = {(r[1], r[2]): r for r in summary.rows}
+    assert rows[("uniform", 1 << 20)][3] == rows[("uniform", 1 << 20)][9] == \
+        "dsm exchange c=16 (16-bit, 8K/round, ballot sort)"
+    assert rows[("zipf", 1 << 20)][3] == "skew-aware: shared [0, 57344) + global"
+    assert result.figures["hist_int32_uniform_1048576_dsm_x_global"] == pytest.approx(5.5)
+    assert result.figures["hist_int32_uniform_1048576_exchange_x_global"] == pytest.approx(5.5)
+    assert result.figures["hist_int32_zipf_1048576_best_x_cupy"] == pytest.approx(25.0)
     assert "target >= 70%" in result.notes[0] and "uint8" in result.notes[0]
+    assert "best DSM (dsm exchange c=16 (16-bit, 8K/round, ballot sort)) 5.50x global atomics" in result.notes[0]
+    every = result.tables[1]
+    assert any(r[3] == "dsm exchange c=16 (16-bit, 4K/round, ballot sort)" for r in every.rows)
     (cell,) = result.selection
-    assert cell.scenario == "data exchange between blocks" and "dsm c=1" in cell.choice and "global atomics" in cell.evidence
+    assert cell.scenario == "data exchange between blocks" and "dsm exchange c=16" in cell.choice
+    assert "global atomics" in cell.evidence and "skew-aware" in cell.evidence
+
+
+def ballot_sort_model(values: np.ndarray, c: int, hot: int, bins: int, cursor: np.ndarray) -> np.ndarray:
+    """A Python mirror of Exchange::partition's ballot sort for one warp: values[k, lane] for K slots.
+    Returns each element's position in its owner's run (-1: not exchanged); advances ``cursor``."""
+    k_slots, lanes = values.shape
+    log2c = c.bit_length() - 1
+    lt = [(1 << lane) - 1 for lane in range(lanes)]
+
+    def ballot(pred):
+        return sum(1 << lane for lane in range(lanes) if pred[lane])
+
+    place = np.zeros_like(values)
+    run = [0] * lanes
+    for k in range(k_slots):
+        v = values[k]
+        valid = [hot <= int(x) < bins for x in v]
+        peers = [ballot(valid)] * lanes
+        of_lane = [ballot(valid)] * lanes
+        for b in range(log2c):
+            bit = [bool(int(x) & (1 << b)) for x in v]
+            s = ballot(bit)
+            for lane in range(lanes):
+                peers[lane] &= s ^ (0 if bit[lane] else 0xFFFFFFFF)
+                of_lane[lane] &= s ^ (0 if (lane >> b) & 1 else 0xFFFFFFFF)
+        for lane in range(lanes):
+            place[k, lane] = run[int(v[lane]) & (c - 1)] + bin(peers[lane] & lt[lane]).count("1")
+        run = [run[lane] + bin(of_lane[lane]).count("1") for lane in range(lanes)]
+    base = [0] * lanes
+    for lane in range(min(c, lanes)):
+        base[lane] = int(cursor[lane])
+        cursor[lane] += run[lane]
+    pos = np.full_like(values, -1)
+    for k in range(k_slots):
+        for lane in range(lanes):
+            x = int(values[k, lane])
+            if hot <= x < bins:
+                pos[k, lane] = base[x & (c - 1)] + place[k, lane]
+    return pos
+
+
+@pytest.mark.parametrize("c", [2, 4, 8, 16])
+def test_ballot_sort_places_every_element_once(c):
+    rng = np.random.default_rng(c)
+    bins, hot = 1000, 37
+    cursor = np.zeros(c, dtype=np.int64)
+    seen = {o: [] for o in range(c)}
+    for _warp in range(3):  # three warps of one block share the cursors
+        values = rng.integers(-5, bins + 5, size=(4, 32))
+        values[1] = 123  # a slot where every lane has the same owner
+        pos = ballot_sort_model(values, c, hot, bins, cursor)
+        for k in range(4):
+            for lane in range(32):
+                x = int(values[k, lane])
+                if hot <= x < bins:
+                    seen[x & (c - 1)].append(int(pos[k, lane]))
+                else:
+                    assert pos[k, lane] == -1
+    for o in range(c):  # each owner's run is dense: places 0 .. count - 1, each once
+        assert sorted(seen[o]) == list(range(len(seen[o]))) and cursor[o] == len(seen[o])

@@ -54,6 +54,69 @@ def test_dsm_cluster_sizes_over_many_clusters(cp, cluster, bins, bits):
                         aggregate=aggregate, units=resident)
 
 
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
+@pytest.mark.parametrize("bins, bits", [(5000, 32), (5000, 16), (70_001, 16), (262_144, 16), (262_144, 32),
+                                        (1 << 20, 16)])
+def test_exchange_configs_over_many_clusters(cp, cluster, bins, bits):
+    if cluster > _largest():
+        pytest.skip(f"cluster of {cluster} exceeds this GPU's largest cluster")
+    try:
+        h.engine().plan(bins, "int32", "exchange", cluster, counter_bits=bits)
+    except LaunchConfigError:
+        pytest.skip(f"{bins} bins do not fit the exchange over {cluster} blocks with {bits}-bit counters")
+    rng = np.random.default_rng()
+    for dist in ("uniform", "zipf"):
+        host = h.host_data(rng, 3_000_017, bins, dist, "int32", out_of_range=True)
+        want = h.reference_counts(host, bins)
+        dev = h.on_device(cp, host, 1)
+        for vectors, sort, hot in ((1, "ballot", 0), (2, "ballot", 0), (1, "atomic", 0), (2, "atomic", 0),
+                                   (2, "ballot", 1), (1, "atomic", 4095), (2, "ballot", 4095)):
+            opts = dict(variant="exchange", cluster=cluster, counter_bits=bits, vectors=vectors, hot=hot, sort=sort)
+            try:
+                plan = h.engine().plan(bins, "int32", **opts)
+            except LaunchConfigError:
+                continue  # the private range does not fit beside this shard
+            # default grid (several clusters), the full persistent grid, one cluster (many rounds)
+            for units in (None, h.engine().resident_units(plan), 1):
+                h.check_variant(cp, host, bins, 1, dev=dev, want=want, units=units, **opts)
+
+
+@pytest.mark.parametrize("cluster", [2, 4, 16])
+@pytest.mark.parametrize("bits", [32, 16])
+def test_exchange_overflowing_runs(cp, cluster, bits):
+    """Runs longer than their capacity take the remote-atomic path: one value everywhere (every element
+    of a chunk to one owner), two values of one owner, and Zipf without a private range."""
+    if cluster > _largest():
+        pytest.skip(f"cluster of {cluster} exceeds this GPU's largest cluster")
+    rng = np.random.default_rng()
+    bins = 40_000
+    n = 2_000_003
+    cases = [np.full(n, 12_345, dtype=np.int32),
+             np.where(rng.random(n) < 0.5, 7, 7 + cluster).astype(np.int32),
+             h.host_data(rng, n, bins, "zipf", "int32", out_of_range=True)]
+    for host in cases:
+        host[rng.integers(0, n, size=500)] = rng.integers(-3, bins + 3, size=500)
+        want = h.reference_counts(host, bins)
+        dev = h.on_device(cp, host)
+        for vectors, sort in ((1, "ballot"), (2, "atomic")):
+            h.check_variant(cp, host, bins, dev=dev, want=want, variant="exchange", cluster=cluster,
+                            counter_bits=bits, vectors=vectors, sort=sort, units=2)
+
+
+def test_hot_range_edges(cp):
+    rng = np.random.default_rng()
+    for bins in (1, 300, 70_001, 1 << 20):
+        for dist in ("uniform", "zipf"):
+            host = h.host_data(rng, 1_000_003, bins, dist, "int32", out_of_range=True)
+            want = h.reference_counts(host, bins)
+            dev = h.on_device(cp, host, 1)
+            most = h.hot_max(current_device().caps.shared_mem_per_block_optin)
+            for hot in sorted({1, max(1, min(bins - 1, most)), min(bins, most), min(bins, 4097)}):
+                h.check_variant(cp, host, bins, 1, dev=dev, want=want, variant="hot", hot=hot)
+                if bins > 1:
+                    h.check_variant(cp, host, bins, 1, dev=dev, want=want, variant="hot", hot=hot, units=3)
+
+
 def test_packed_counters_wrap_exactly(cp):
     h.validate_packed_wraps(cp)
 
@@ -62,8 +125,10 @@ def test_more_blocks_than_work(cp):
     # Blocks with no whole batch still zero, synchronise and flush their (empty) shards.
     rng = np.random.default_rng()
     host = h.host_data(rng, 5000, 300, "uniform", "int32", out_of_range=False)
-    for opts, units in (({"variant": "global"}, 64), ({"variant": "shared"}, 64), ({"variant": "dsm", "cluster": 4}, 32)):
-        h.check_variant(cp, host, 300, units=units, **opts)  # 32 clusters of 4 fit on any Hopper GPU
+    for opts, units in (({"variant": "global"}, 64), ({"variant": "shared"}, 64), ({"variant": "dsm", "cluster": 4}, 32),
+                        ({"variant": "hot", "hot": 100}, 64), ({"variant": "exchange", "cluster": 4}, 16),
+                        ({"variant": "exchange", "cluster": 2, "vectors": 1, "hot": 50}, 32)):
+        h.check_variant(cp, host, 300, units=units, **opts)  # 32 clusters of 4 (16 of 4 with 1 block per SM) fit
 
 
 def test_auto_and_large_inputs(cp):
@@ -105,6 +170,25 @@ def test_errors(cp):
         h.histogram(x, 1 << 20, variant="dsm", cluster=8)
     with pytest.raises(LaunchConfigError, match="can be resident"):
         h.histogram(x, 100, variant="dsm", cluster=2, units=10**6)
+    with pytest.raises(LaunchConfigError, match="can be resident"):
+        h.histogram(x, 100, variant="exchange", cluster=4, units=10**6)
+    with pytest.raises(ValueError, match="variant 'exchange' is for int32 input"):
+        h.histogram(cp.zeros(10, dtype=cp.uint8), 100, variant="exchange")
+    with pytest.raises(ValueError, match=r"hot must be an int in \[0, bins = 100\], got 101"):
+        h.histogram(x, 100, variant="hot", hot=101)
+    with pytest.raises(LaunchConfigError, match="mailbox entries are 16-bit"):
+        h.histogram(x, 1 << 20, variant="exchange", cluster=4)
+
+
+def test_exchange_and_hot_on_a_large_input(cp):
+    """1 GiB-scale shapes (fewer elements): the exchange's many rounds and the hybrid's global path."""
+    for dist in ("uniform", "zipf"):
+        x = h.make_data(cp, (48 << 20) + 3, 1 << 20, dist, "int32")
+        want = cp.bincount(x, minlength=1 << 20)
+        for opts in ({"variant": "exchange"}, {"variant": "exchange", "hot": 4096, "vectors": 1},
+                     {"variant": "hot"}, {"variant": "hot", "hot": 16384}):
+            got = h.histogram(x, 1 << 20, **opts)
+            assert bool(cp.array_equal(got.astype(cp.int64), want)), (dist, opts)
 
 
 def test_occupancy_table():

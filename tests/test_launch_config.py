@@ -42,3 +42,133 @@ def test_driver_attributes_needed_only_for_extras():
     assert not LaunchConfig(grid=1, block=1, cooperative=True, pdl=True, cluster=1).needs_driver_attributes()
     assert LaunchConfig(grid=1, block=1, priority=-1).needs_driver_attributes()
     assert LaunchConfig(grid=1, block=1, mem_sync_domain="remote").needs_driver_attributes()
+
+
+# -- prepared launchers without a GPU: the device checks and the driver call are stand-ins ---------
+import ctypes  # noqa: E402
+import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from cuadv.args import PackedArguments  # noqa: E402
+from cuadv.errors import KernelArgumentError  # noqa: E402
+from cuadv.launch import Kernel, Launcher, launch, prepare  # noqa: E402
+
+launch_module = sys.modules["cuadv.launch"]  # (cuadv.launch the attribute is the function)
+
+
+class FakeArray:
+    def __init__(self, ptr):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4", "version": 3}
+
+
+class Driver:
+    """Records what cuLaunchKernelEx would have been given: grid, block, stream, parameter bytes."""
+
+    def __init__(self, sizes):
+        self.sizes, self.calls = sizes, []
+
+    def __call__(self, cfg, handle, params, extra):
+        slots = (ctypes.c_void_p * len(self.sizes)).from_address(params)
+        blobs = [ctypes.string_at(slots[i], s) for i, s in enumerate(self.sizes)]
+        self.calls.append(((cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ),
+                           int(cfg.hStream), cfg.numAttrs, blobs))
+        return (0,)
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    checks = []
+
+    def check_config(kernel, config):
+        checks.append(config)
+        if config.shared_mem == 12345:
+            raise LaunchConfigError("12345 B dynamic shared memory exceeds the stand-in limit")
+
+    monkeypatch.setattr(launch_module, "check_config", check_config)
+    kernel = Kernel(SimpleNamespace(handle=0xABC), "fake")
+    kernel.__dict__["param_sizes"] = (8, 4, 24)  # what cuKernelGetParamInfo would say
+    return kernel, checks
+
+
+def _driver(launcher: Launcher) -> Driver:
+    driver = Driver(launcher.kernel.param_sizes)
+    launcher._driver_launch = driver
+    return driver
+
+
+class Stream:
+    def __init__(self, handle):
+        self.ptr = handle
+
+
+def test_prepare_checks_once_and_returns_one_launcher_per_configuration(fake_kernel):
+    kernel, checks = fake_kernel
+    cfg = LaunchConfig(grid=(4, 2), block=64, pdl=True)
+    run = prepare(kernel, cfg)
+    assert checks == [cfg]
+    assert prepare(kernel, cfg) is run and prepare(kernel, LaunchConfig(grid=(4, 2, 1), block=(64,), pdl=True)) is run
+    assert checks == [cfg]  # an equal configuration is not checked again
+    other = prepare(kernel, LaunchConfig(grid=1, block=32))
+    assert other is not run and len(checks) == 2
+
+
+def test_a_failing_check_caches_nothing_and_raises_every_time(fake_kernel):
+    kernel, checks = fake_kernel
+    bad = LaunchConfig(grid=1, block=32, shared_mem=12345)
+    for _ in range(2):
+        with pytest.raises(LaunchConfigError, match="12345 B dynamic shared memory"):
+            launch(kernel, bad, FakeArray(1), 2, b"x" * 24)
+    assert checks == [bad, bad] and bad not in kernel._launchers
+
+
+def test_launcher_passes_the_uncached_bytes_the_config_and_the_stream(fake_kernel):
+    kernel, _ = fake_kernel
+    cfg = LaunchConfig(grid=(3, 2, 1), block=(32, 4), cluster=(1, 2), priority=-1)
+    run = prepare(kernel, cfg)
+    driver = _driver(run)
+    s1, s2 = Stream(0x51), Stream(0x52)
+    calls = [((FakeArray(0x100), 5, b"a" * 24), s1), ((FakeArray(0x200), np.uint32(6), bytes(24)), s1),
+             ((FakeArray(0x300), -7, bytearray(b"b" * 24)), s2), ((FakeArray(0x400), 8, b"c" * 24), None),
+             ((FakeArray(0x500), 9, b"d" * 24), 0x53)]
+    for args, stream in calls:
+        run(*args, stream=stream)
+    want_streams = [0x51, 0x51, 0x52, 0, 0x53]
+    assert [c[2] for c in driver.calls] == want_streams
+    assert all(c[0] == (3, 2, 1) and c[1] == (32, 4, 1) and c[3] == 2 for c in driver.calls)  # cluster + priority
+    assert [c[4] for c in driver.calls] == [PackedArguments(a, kernel.param_sizes).blobs for a, _ in calls]
+
+
+def test_launch_reuses_the_launcher_and_checks_arguments_each_call(fake_kernel):
+    kernel, checks = fake_kernel
+    cfg = LaunchConfig(grid=1, block=32)
+    driver = _driver(prepare(kernel, cfg))
+    for i in range(3):
+        launch(kernel, cfg, FakeArray(i), np.uint32(i), bytes(24), stream=Stream(0x60))
+        launch(kernel, LaunchConfig(grid=1, block=32), FakeArray(i), i, bytes(24))  # an equal, new config object
+    assert len(checks) == 1 and len(driver.calls) == 6
+    with pytest.raises(KernelArgumentError, match="4-byte parameter but got 8 bytes"):
+        launch(kernel, cfg, FakeArray(1), np.uint64(1), bytes(24))
+    with pytest.raises(KernelArgumentError, match="24-byte parameter but got 23 bytes"):
+        launch(kernel, cfg, FakeArray(1), 1, bytes(23))
+    with pytest.raises(LaunchConfigError, match="backend must be one of auto, driver, core"):
+        launch(kernel, cfg, FakeArray(1), 1, bytes(24), backend="cuda")
+    assert len(driver.calls) == 6  # nothing reached the driver
+
+
+def test_a_busy_launcher_packs_from_scratch(fake_kernel, monkeypatch):
+    kernel, _ = fake_kernel
+    run = prepare(kernel, LaunchConfig(grid=1, block=32))
+    driver = _driver(run)
+    uncached = []
+    monkeypatch.setattr(launch_module, "_launch_driver",
+                        lambda k, c, packed, stream: uncached.append((packed.blobs, stream)))
+    run(FakeArray(1), 1, bytes(24))
+    assert run._acquire(False)  # as if another thread were packing
+    try:
+        run(FakeArray(2), 2, b"z" * 24, stream=Stream(0x70))
+    finally:
+        run._release()
+    assert len(driver.calls) == 1
+    assert uncached == [(PackedArguments((FakeArray(2), 2, b"z" * 24), kernel.param_sizes).blobs, 0x70)]

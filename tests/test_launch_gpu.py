@@ -1,9 +1,12 @@
 """Every launch option on a real GPU, argument interop, and the device-side configuration errors."""
 
+import threading
+
 import numpy as np
 import pytest
 
 from cuadv import AccessPolicyWindow, LaunchConfig, compile_source, current_device, launch
+from cuadv.launch import prepare
 from cuadv.errors import LaunchConfigError
 from cuadv.timing import synchronize
 
@@ -234,3 +237,82 @@ def test_streams_from_cupy_and_cuda_core(module, cp):
     launch(module.kernel("add_one"), LaunchConfig(grid=16, block=256), x, n, stream=stream)
     stream.sync()
     assert (cp.asnumpy(x) == 2).all()
+
+
+def test_prepared_launcher_across_argument_types_views_and_streams(module, cp):
+    n = 1000
+    x = cp.zeros(n, dtype=cp.float32)
+    synchronize()  # zeroed on CuPy's stream
+    run = prepare(module.kernel("add_one"), LaunchConfig(grid=4, block=256))
+    before = set(run.packer._plans)  # the kernel object is shared with other tests
+    for _ in range(3):
+        run(x, n)  # a Python int into the unsigned long long parameter
+    run(x, np.uint64(n))  # another argument type: another plan, the same result
+    synchronize()
+    s = cp.cuda.Stream(non_blocking=True)
+    run(x, n, stream=s)
+    run(x, n, stream=s)
+    s.synchronize()
+    run(x[1:], n - 1)  # a view: its own pointer, back on the default stream
+    synchronize()
+    want = np.full(n, 6, dtype=np.float32)
+    want[1:] += 1
+    assert (cp.asnumpy(x) == want).all()
+    signatures = {(type(x), int), (type(x), np.uint64)}
+    assert signatures <= set(run.packer._plans)  # one plan per argument-type signature ...
+    assert set(run.packer._plans) - before <= signatures  # ... and none for views or streams
+
+
+def test_launch_from_several_threads(module, cp):
+    """Threads share the configuration's launcher; a call that finds it busy packs its own arguments."""
+    n, calls = 4096, 300
+    k = module.kernel("add_one")
+    cfg = LaunchConfig(grid=16, block=256)
+    xs = [cp.zeros(n, dtype=cp.float32) for _ in range(4)]
+    synchronize()
+    errors = []
+
+    def work(x):
+        try:
+            current_device().activate()  # the context is current per thread
+            for _ in range(calls):
+                launch(k, cfg, x, n)
+        except Exception as exc:  # reported below: a thread's exception would otherwise vanish
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    synchronize()
+    assert not errors
+    for x in xs:
+        assert (cp.asnumpy(x) == calls).all()
+
+
+def test_stream_gate_holds_work_until_released(module, cp):
+    """Work queued behind a StreamGate does not run before release() and runs after it."""
+    import time
+
+    from cuadv.timing import StreamGate
+
+    x = cp.zeros(256, dtype=cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    k = module.kernel("add_one")
+    launch(k, LaunchConfig(grid=1, block=256), x, x.size, stream=stream)  # loaded before any gated launch
+    stream.synchronize()
+    gate = StreamGate()
+    gate.hold(stream.ptr)
+    launch(k, LaunchConfig(grid=1, block=256), x, x.size, stream=stream)
+    time.sleep(0.05)
+    assert not stream.done and float(x[0].get()) == 1.0  # still held (read on CuPy's own stream)
+    gate.release()
+    stream.synchronize()
+    assert (cp.asnumpy(x) == 2.0).all()
+
+
+def test_one_kernel_object_per_name(module):
+    # Launchers and the kernel's shared-memory and cluster attributes are cached on the Kernel object,
+    # so two objects for one CUDA kernel would disagree about what the kernel is set to.
+    assert module.kernel("add_one") is module.kernel("add_one")

@@ -11,8 +11,9 @@ import pytest
 from cuadv import linking
 from cuadv.compiler import compile_source, kernel_source
 from cuadv.errors import CompileError, LaunchConfigError
-from cuadv.labs.launch_many import (TASK_DTYPE, CupyLaunches, HostLaunches, LaunchManyLab, build_modules,
-                                    check_chunk, check_task_count, runs_for, task_params)
+from cuadv.labs.launch_many import (SANITIZER_TOOL_ENV, TASK_DTYPE, CupyLaunches, HostLaunches, LaunchManyLab,
+                                    build_modules, check_chunk, check_task_count, device_side_skip_reason, runs_for,
+                                    sanitizer_tool, task_params)
 from cuadv.linking import DeviceRuntimeNotFoundError, LinkError, find_cudadevrt, is_relocatable, link_device_runtime
 
 PARTS = {0: {"lm_task", "lm_task_args", "lm_persistent"}, 1: {"lm_dp_parent", "lm_dp_child"},
@@ -78,6 +79,30 @@ def test_supported_names_capability_and_fallback():
 
     reason = LaunchManyLab().supported(Caps())
     assert "compute capability >= 9.0 (got 8.6)" in reason and "fallback" in reason
+
+
+# -- under compute-sanitizer ---------------------------------------------------------------------------
+def test_graph_task_kernel_has_no_block_barrier(modules):
+    # synccheck reported the old __syncthreads of lm_graph_task; the cursor now goes by shuffle.
+    ptx = modules[2].ptx
+    start = ptx.index(".entry lm_graph_task")
+    end = ptx.find(".entry", start + 1)
+    body = ptx[start:end if end > 0 else None]
+    assert "bar.sync" not in body and "barrier.sync" not in body and "shfl.sync" in body
+
+
+def test_sanitizer_tool_from_the_environment():
+    assert sanitizer_tool({SANITIZER_TOOL_ENV: "initcheck"}) == "initcheck"
+    assert sanitizer_tool({}) is None
+    assert sanitizer_tool({"LD_PRELOAD": "/opt/cuda/compute-sanitizer/libsanitizer-collection.so"}) == ""
+
+
+def test_device_side_mechanisms_run_only_under_tools_that_check_them():
+    assert device_side_skip_reason(None) is None and device_side_skip_reason("memcheck") is None
+    for tool in ("racecheck", "synccheck", "initcheck"):
+        reason = device_side_skip_reason(tool)
+        assert f"skipped under compute-sanitizer {tool}" in reason and "memcheck checks them" in reason
+    assert "tool unknown" in device_side_skip_reason("")
 
 
 # -- linking helper --------------------------------------------------------------------------------

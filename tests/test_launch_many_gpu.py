@@ -95,4 +95,19 @@ def test_measure_reports_per_task_cost(modules, stream):
 def test_smoke():
     from cuadv.labs.launch_many import LaunchManyLab
 
-    LaunchManyLab().smoke()
+    assert LaunchManyLab().smoke(device_side=True) == []
+
+
+def test_smoke_under_a_tool_without_device_launches_skips_them_with_a_note(monkeypatch):
+    from cuadv.labs.launch_many import SANITIZER_TOOL_ENV, LaunchManyLab
+
+    monkeypatch.setenv(SANITIZER_TOOL_ENV, "synccheck")
+    notes = LaunchManyLab().smoke()
+    assert len(notes) == 1 and "skipped under compute-sanitizer synccheck" in notes[0]
+
+
+def test_host_launches_use_one_prepared_launcher(modules, stream):
+    host = HostLaunches(stream, modules[0])
+    launcher = host.launcher
+    validate(host, sizes=(3, 1_000), runs=2)
+    assert host.kernel._launchers == {host.cfg: launcher} and len(launcher.packer._plans) == 1

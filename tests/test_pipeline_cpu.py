@@ -1,14 +1,17 @@
-"""The stencil pipeline lab without a GPU: the NumPy reference, variants, parameter layout, copy alignment,
-compilation for sm_90a and sm_100a (no spills, cp.async in the pipelined kernels), trace analysis and plot."""
+"""The stencil pipeline lab without a GPU: the NumPy reference, variants, parameter layout, copy alignment, the
+strip split and stream (a Python model of pipeline.cu's Stream), compilation for sm_90a and sm_100a (no spills,
+cp.async and 16-byte stores where they belong, no cp.async.mbarrier.arrive without .noinc), errors raised before
+launch, trace analysis and plot."""
 
+import re
 
 import numpy as np
 import pytest
 from sass_tools import sass_ops
 
+from cuadv.compiler import kernel_source
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import pipeline as lab
-
 
 
 class FakeArray:
@@ -37,23 +40,46 @@ def test_reference_matches_the_kernels_order(shape):
 
 
 def test_variants():
-    assert [v.expression(16) for v in lab.VARIANTS] == [
-        "stencil_sync<16>", "stencil_pipeline_thread<2, 16>", "stencil_pipeline_block<2, 16>",
-        "stencil_pipeline_thread<4, 16>", "stencil_pipeline_block<4, 16>", "stencil_pipeline_block<8, 16>"]
-    assert lab.Variant("block", 4).shared_bytes == 4 * lab.STAGE_BYTES == 4 * 18 * 136 * 4
-    with pytest.raises(ValueError, match="2 to 8 stages"):
-        lab.Variant("block", 9)
-    with pytest.raises(ValueError, match="exactly one buffer"):
-        lab.Variant("sync", 2)
-    with pytest.raises(ValueError, match="sync, thread or block"):
-        lab.Variant("warp", 2)
+    assert [v.expression(16) for v in lab.TILE_VARIANTS] == [
+        "stencil_tile_sync<16>", "stencil_tile_thread<2, 16>", "stencil_tile_thread<4, 16>",
+        "stencil_tile_mbar<4, 16>"]
+    assert lab.strip("mbar", 512, 8, 4).expression(4) == "stencil_strip_mbar<512, 8, 4, 4>"
+    assert lab.strip("sync", 1024, 4).expression(16) == "stencil_strip_sync<1024, 4, 16>"
+    assert lab.tile("mbar", 4).shared_bytes == 4 * lab.STAGE_BYTES == 4 * 18 * 136 * 4
+    assert lab.strip("mbar", 512, 8, 4).shared_bytes == 4 * 8 * 520 * 4
+    assert lab.strip("mbar", 512, 8, 4, blocks_per_sm=2).key == "strip_mbar4_w512r8_b2"
+    assert lab.tile("thread", 2).key == "tile_thread2"
+    assert len(set(v.key for v in lab.VARIANTS)) == len(lab.VARIANTS)
+    assert len(set(v.label for v in lab.VARIANTS)) == len(lab.VARIANTS)
+    # every blocks_per_sm variant shares its kernel with another one: no extra compile
+    assert len(lab.stencil_expressions()) == len({v.expression(a) for v in lab.VARIANTS for a in lab.ALIGNS})
+    assert set(lab.TIMELINE_VARIANTS) <= set(lab.VARIANTS)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: lab.tile("mbar", 9), "2 to 8 stages"),
+    (lambda: lab.tile("sync", 3), "exactly 2 buffers"),
+    (lambda: lab.strip("sync", 512, 8, 4), "exactly 3 buffers"),
+    (lambda: lab.strip("mbar", 512, 8, 2), "3 to 8 stages"),
+    (lambda: lab.Variant("tile", "warp", 2), "sync, thread or mbar"),
+    (lambda: lab.Variant("diagonal", "mbar", 4), "tile or strip"),
+    (lambda: lab.strip("mbar", 384, 8, 4), "strip width"),
+    (lambda: lab.strip("mbar", 256, 6, 4), "multiple of 4"),
+    (lambda: lab.strip("mbar", 1024, 1, 4), ">= 2"),
+    (lambda: lab.Variant("tile", "mbar", 4, width=256), "tiles are 16 x 128"),
+    (lambda: lab.strip("mbar", 512, 8, 4, blocks_per_sm=-1), "blocks per SM"),
+])
+def test_variant_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
 
 
 def test_params_layout():
-    b = lab.StencilParams(1, 2, 3, 4, 5, 6, 0.5, 0.125, 7, 8).kernel_param_bytes()
+    b = lab.StencilParams(1, 2, 3, 4, 5, 6, 0.5, 0.125, 7, 8, lab.OUT_VEC16).kernel_param_bytes()
     assert len(b) == lab.PARAMS_BYTES == 72
     assert np.frombuffer(b[48:56], np.float32).tolist() == [0.5, 0.125]
     assert int.from_bytes(b[56:64], "little") == 7 and int.from_bytes(b[64:68], "little") == 8
+    assert int.from_bytes(b[68:72], "little") == 1
 
 
 def test_copy_alignment_is_what_the_array_guarantees():
@@ -67,9 +93,84 @@ def test_copy_alignment_is_what_the_array_guarantees():
         lab.Grid2D.of(FakeArray((10, 8), strides=(64, 8)), "x")
 
 
+def test_byte_span():
+    assert lab.Grid2D.of(FakeArray((3, 5), strides=(32, 4)), "x").byte_span() == (0x10000, 0x10000 + 4 * (2 * 8 + 5))
+    assert lab.Grid2D.of(FakeArray((0, 5)), "x").byte_span() == (0x10000, 0x10000)
+
+
 def test_tile_count():
     assert lab.tile_count(0, 5) == 0 and lab.tile_count(1, 1) == 1
     assert lab.tile_count(16, 128) == 1 and lab.tile_count(17, 129) == 4
+
+
+# A Python model of strip::Stream and strip::Cursor in pipeline.cu: (pos, strip, row, q, len).
+class StreamModel:
+    def __init__(self, rows, cols, width, block, grid):
+        work = -(-cols // width) * rows
+        w0, self.w1 = work * block // grid, work * (block + 1) // grid
+        self.rows = rows
+        self.s0 = w0 // rows
+        self.r0 = w0 - self.s0 * rows
+        self.len0 = min(self.w1, (self.s0 + 1) * rows) - w0
+        runs = (self.w1 - 1) // rows - self.s0 + 1 if self.w1 > w0 else 0
+        self.total = (self.w1 - w0) + 2 * runs
+
+    def run_length(self, strip):
+        return min(self.w1 - strip * self.rows, self.rows)
+
+    def at(self, pos):
+        if pos < self.len0 + 2:
+            return [pos, self.s0, self.r0 - 1 + pos, pos, self.len0]
+        after = pos - (self.len0 + 2)
+        j, q = divmod(after, self.rows + 2)
+        strip = self.s0 + 1 + j
+        return [pos, strip, q - 1, q, self.run_length(strip)]
+
+    def next(self, c):
+        c = [c[0] + 1, c[1], c[2] + 1, c[3] + 1, c[4]]
+        if c[3] > c[4] + 1:
+            c[1] += 1
+            c[2], c[3], c[4] = -1, 0, self.run_length(c[1])
+        return c
+
+
+@pytest.mark.parametrize("rows, cols, width, grid", [
+    (1, 1, 512, 1), (7, 1, 256, 1), (1, 5000, 256, 2), (33, 300, 256, 8), (129, 257, 256, 32), (35, 2100, 512, 9),
+    (12, 4, 1024, 1), (1000, 1001, 512, 125), (16384, 16383, 512, 396), (5, 20000, 1024, 12),
+])
+def test_strip_stream_model(rows, cols, width, grid):
+    """Every (strip, row) pair is output exactly once, by one block, with its neighbours in the same run; next()
+    agrees with at(); the stage counts match."""
+    strips = -(-cols // width)
+    seen = np.zeros((strips, rows), dtype=np.int32)
+    counts = lab.stage_counts(lab.strip("mbar", width, 8, 4), rows, cols, grid)
+    for b in range(grid):
+        s = StreamModel(rows, cols, width, b, grid)
+        assert counts[b] == -(-s.total // 8)
+        if s.total == 0:
+            continue
+        c = s.at(0)
+        walked = [c]
+        for pos in range(1, s.total):
+            c = s.next(c)
+            walked.append(c)
+        if s.total < 5000:  # at() for every position (cheap enough on the small cases)
+            assert walked == [s.at(p) for p in range(s.total)]
+        else:
+            assert all(walked[p] == s.at(p) for p in range(0, s.total, 97))
+        for p, (pos, strip, row, q, length) in enumerate(walked):
+            if 1 <= q <= length:  # an output position
+                assert 0 <= row < rows and 0 <= strip < strips
+                seen[strip, row] += 1
+                above, below = walked[p - 1], walked[p + 1]  # never outside the stream
+                assert (above[1], above[2]) == (strip, row - 1) and (below[1], below[2]) == (strip, row + 1)
+        assert not (1 <= walked[0][3] <= walked[0][4]) and not (1 <= walked[-1][3] <= walked[-1][4])
+    assert (seen == 1).all()
+
+
+def test_stage_counts_tile():
+    assert lab.stage_counts(lab.SYNC, 33, 300, 4) == [3, 2, 2, 2]  # 9 tiles over 4 blocks
+    assert sum(lab.stage_counts(lab.SYNC, 1000, 1001, 7)) == lab.tile_count(1000, 1001)
 
 
 @pytest.fixture(scope="module", params=["sm_90a", "sm_100a"])
@@ -82,9 +183,11 @@ def test_compiles_without_spills(module):
         res = module.resources_for(expr)
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, (module.arch, res)
         assert res.registers <= 255
+        if expr.startswith("stencil_strip"):
+            assert res.registers <= 64, (module.arch, res)  # __launch_bounds__(256, 4): 4 blocks fit by registers
 
 
-def test_pipelined_kernels_use_cp_async(module, tmp_path):
+def test_kernels_use_the_copies_and_stores_they_claim(module, tmp_path):
     ops = sass_ops(module.cubin, tmp_path)
     low = module.lowered_names
     for v in lab.VARIANTS:
@@ -94,15 +197,38 @@ def test_pipelined_kernels_use_cp_async(module, tmp_path):
             assert has_cp_async == (v.kind != "sync"), (v, align)
             bypass_16 = any(o.startswith("LDGSTS") and ".128" in o for o in got)
             assert bypass_16 == (v.kind != "sync" and align == 16), (v, align, sorted(got))
+            if v.layout == "strip":  # 16-byte output stores where the output allows them
+                assert any(o.startswith("STG") and ".128" in o for o in got), (v, align, sorted(got))
+
+
+def test_mbarrier_pipeline_arrives_once_per_phase(module):
+    """The fix for synccheck's 'Missing wait': no cp.async.mbarrier.arrive without .noinc anywhere, and the block
+    pipelines use no libcu++ block-scope cuda::pipeline."""
+    arrives = re.findall(r"cp\.async\.mbarrier\.arrive[\w.:]*", module.ptx)
+    assert arrives and all(".noinc" in a for a in arrives), set(arrives)
+    assert "pipeline_shared_state" not in kernel_source("pipeline.cu")
+
+
+def test_launch_errors_before_any_gpu_call(module):
+    stencil = lab.Stencil.__new__(lab.Stencil)  # no compile: the checks run before a kernel is looked up
+    stencil._fit = {}
+    with pytest.raises(LaunchConfigError, match="out has shape"):
+        stencil(lab.SYNC, FakeArray((4, 8)), FakeArray((4, 9), address=0x20000))
+    with pytest.raises(LaunchConfigError, match="cannot run in place"):
+        stencil(lab.SYNC, FakeArray((4, 8)), FakeArray((4, 8), address=0x10000 + 64))
+    with pytest.raises(LaunchConfigError, match="32 bits"):
+        stencil(lab.strip("mbar", 512, 8, 4), FakeArray((1 << 31, 1)), FakeArray((1 << 31, 1), address=1 << 40))
+    assert stencil(lab.SYNC, FakeArray((0, 8)), FakeArray((0, 8))) == 0  # empty: nothing launched
 
 
 def test_trace_phases():
-    # One block, 4 tiles, 2 stages: issued, wait, ready, done (ns).
+    # One block, 4 stages: issued, wait, ready, done (ns).
     rec = np.zeros((2, 5, 4), dtype=np.uint64)
     rec[0, :4] = [[0, 100, 1000, 2000], [500, 2000, 2100, 3000], [2050, 3000, 3500, 4000], [3050, 4000, 4200, 5000]]
-    ph = lab.trace_phases(rec, stages=2)
+    ph = lab.trace_phases(rec, pipelined=True)
     assert ph["fill_us"] == 1.0 and ph["drain_us"] == pytest.approx(1.95) and ph["block_span_us"] == 5.0
     assert ph["stall_us"] == pytest.approx(0.35)
+    assert lab.trace_phases(rec, pipelined=False)["drain_us"] == 0
 
 
 def test_timeline_plot(tmp_path):
@@ -111,5 +237,22 @@ def test_timeline_plot(tmp_path):
         for k in range(6):
             rec[b, k] = [1000 + k * 900, 1200 + k * 1000, 1500 + k * 1000, 2400 + k * 1000]
     path = tmp_path / "t.png"
-    lab.plot_timeline({"a": (rec, 4), "sync": (rec, 1)}, path, "test")
+    lab.plot_timeline({"a": (rec, 4, True), "sync": (rec, 3, False)}, path, "test")
     assert path.stat().st_size > 1000
+
+
+def test_summary_picks_the_best_by_measurement():
+    from cuadv.results import LabResult
+
+    result = LabResult("pipeline", "t")
+    pcts = {lab.SYNC: 60.0, lab.strip("sync", 512, 8): 75.0, lab.tile("thread", 2): 70.0,
+            lab.strip("mbar", 512, 8, 4): 88.0, lab.strip("mbar", 1024, 4, 4): 86.0}
+    for v, pct in pcts.items():
+        result.figures[f"pipeline_{v.key}_16384x16384_pct_ceiling"] = pct
+        result.figures[f"pipeline_{v.key}_16384x16384_x_sync"] = pct / 75.0
+    result.figures["pipeline_cupy_16384x16384_pct_ceiling"] = 40.0
+    lab.PipelineLab()._summary(result, measured_at="16384x16384")
+    assert result.figures["pipeline_best_pct_ceiling"] == 88.0
+    assert result.figures["pipeline_best_sync_pct_ceiling"] == 75.0
+    assert result.figures["pipeline_best_x_sync"] == pytest.approx(88.0 / 75.0)
+    assert "strip 512 cols x 8 rows: 4-stage mbarrier pipeline" in result.notes[-1] and "2.20x CuPy" in result.notes[-1]

@@ -1,8 +1,10 @@
-"""The stencil on a GPU: every variant bit for bit against NumPy, tails, pitches and misaligned bases, traces."""
+"""The stencil on a GPU: every variant bit for bit against NumPy, tails, pitches, misaligned bases and outputs,
+strip splits across blocks, traces with one stamp set per stage."""
 
 import numpy as np
 import pytest
 
+from cuadv.errors import LaunchConfigError
 from cuadv.labs import pipeline as lab
 
 pytestmark = pytest.mark.gpu
@@ -17,8 +19,8 @@ def test_validate_every_variant(stencil, cp):
     assert lab.validate(stencil)
 
 
-@pytest.mark.parametrize("variant", lab.VARIANTS, ids=lambda v: v.expression(16))
-@pytest.mark.parametrize("shape", [(3, 2), (16, 128), (31, 257), (300, 129)])
+@pytest.mark.parametrize("variant", lab.VARIANTS, ids=lambda v: v.key)
+@pytest.mark.parametrize("shape", [(3, 2), (16, 128), (31, 257), (300, 129), (1, 3000), (70, 1030), (9, 4)])
 def test_variant_shapes(stencil, cp, variant, shape):
     x = cp.asarray(np.random.default_rng().standard_normal(shape, dtype=np.float32))
     out = cp.full(shape, cp.nan, dtype=cp.float32)
@@ -27,8 +29,12 @@ def test_variant_shapes(stencil, cp, variant, shape):
     assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
 
 
-@pytest.mark.parametrize("variant", [lab.SYNC, lab.Variant("block", 4), lab.Variant("thread", 2)],
-                         ids=lambda v: v.label)
+MIXED = [lab.SYNC, lab.tile("mbar", 4), lab.tile("thread", 2), lab.strip("sync", 512, 8),
+         lab.strip("thread", 512, 8, 4), lab.strip("mbar", 512, 8, 4), lab.strip("mbar", 256, 8, 4),
+         lab.strip("mbar", 1024, 8, 3)]
+
+
+@pytest.mark.parametrize("variant", MIXED, ids=lambda v: v.key)
 def test_misaligned_views_take_4_byte_copies(stencil, cp, variant):
     storage = cp.asarray(np.random.default_rng().standard_normal((70, 300), dtype=np.float32))
     for view in (storage[:, 1:], storage[:, 3:299], storage[1:, 1:298]):  # 4-byte-aligned bases
@@ -38,20 +44,35 @@ def test_misaligned_views_take_4_byte_copies(stencil, cp, variant):
         assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(view)))
 
 
-def test_pitched_output(stencil, cp):
+@pytest.mark.parametrize("variant", MIXED, ids=lambda v: v.key)
+def test_pitched_and_misaligned_output(stencil, cp, variant):
     x = cp.asarray(np.random.default_rng().standard_normal((50, 200), dtype=np.float32))
+    expected = lab.reference(cp.asnumpy(x))
     out_storage = cp.full((50, 212), cp.nan, dtype=cp.float32)
-    stencil(lab.Variant("block", 4), x, out_storage[:, :200])
-    assert np.array_equal(cp.asnumpy(out_storage[:, :200]), lab.reference(cp.asnumpy(x)))
+    stencil(variant, x, out_storage[:, :200])  # 16-byte pitch: vector stores
+    assert np.array_equal(cp.asnumpy(out_storage[:, :200]), expected)
     assert np.isnan(cp.asnumpy(out_storage[:, 200:])).all()  # nothing written past the columns
+    out_storage.fill(cp.nan)
+    stencil(variant, x, out_storage[:, 3:203])  # base 12 bytes past a 16-byte boundary: 4-byte stores
+    assert np.array_equal(cp.asnumpy(out_storage[:, 3:203]), expected)
+    assert np.isnan(cp.asnumpy(out_storage[:, :3])).all() and np.isnan(cp.asnumpy(out_storage[:, 203:])).all()
 
 
 def test_empty_launches_nothing(stencil, cp):
     x = cp.zeros((0, 100), dtype=cp.float32)
-    assert stencil(lab.Variant("block", 4), x, x) == 0
+    for variant in (lab.tile("mbar", 4), lab.strip("mbar", 512, 8, 4)):
+        assert stencil(variant, x, x) == 0
+    y = cp.zeros((100, 0), dtype=cp.float32)
+    assert stencil(lab.strip("sync", 512, 8), y, y) == 0
 
 
-def test_large_grid_many_tiles_per_block(stencil, cp):
+def test_in_place_is_refused(stencil, cp):
+    x = cp.zeros((8, 8), dtype=cp.float32)
+    with pytest.raises(LaunchConfigError, match="in place"):
+        stencil(lab.strip("mbar", 512, 8, 4), x, x)
+
+
+def test_large_grid_many_stages_per_block(stencil, cp):
     x = cp.random.default_rng().standard_normal((2051, 3001), dtype=cp.float32)
     expected = lab.reference(cp.asnumpy(x))
     for variant in lab.VARIANTS:
@@ -60,25 +81,54 @@ def test_large_grid_many_tiles_per_block(stencil, cp):
         assert np.array_equal(cp.asnumpy(out), expected), variant.label
 
 
-@pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS, ids=lambda v: v.label)
+@pytest.mark.parametrize("shape", [(5, 20000), (4000, 3), (1, 100000), (2, 1025)])
+def test_strip_shares_span_strips(stencil, cp, shape):
+    """Wide and tall-thin arrays: blocks whose share of (strip, row) pairs is many short runs or one long one."""
+    x = cp.asarray(np.random.default_rng().standard_normal(shape, dtype=np.float32))
+    expected = lab.reference(cp.asnumpy(x))
+    for variant in lab.STRIP_VARIANTS:
+        out = cp.full(shape, cp.nan, dtype=cp.float32)
+        stencil(variant, x, out)
+        assert np.array_equal(cp.asnumpy(out), expected), variant.label
+
+
+def test_blocks_per_sm(stencil, cp):
+    from cuadv.device import current_device
+
+    sms = current_device().caps.sm_count
+    x = cp.random.default_rng().standard_normal((4096, 4096), dtype=cp.float32)
+    out = cp.empty_like(x)
+    limited = lab.strip("mbar", 512, 8, 4, blocks_per_sm=2)
+    assert stencil(limited, x, out) == 2 * sms
+    assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
+    full = lab.strip("mbar", 512, 8, 4)
+    assert stencil(full, x, out) == stencil.blocks_per_sm(full, 16) * sms
+    too_many = lab.strip("mbar", 512, 8, 4, blocks_per_sm=64)
+    with pytest.raises(LaunchConfigError, match="blocks per SM requested"):
+        stencil(too_many, x, out)
+
+
+@pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS + (lab.tile("mbar", 4), lab.SYNC),
+                         ids=lambda v: v.key)
 def test_trace_is_ordered(stencil, cp, variant):
     x = cp.random.default_rng().standard_normal((1024, 1024), dtype=cp.float32)
     out = cp.empty_like(x)
     trace = lab.Trace()
-    stencil(variant, x, out, trace=trace)
+    grid = stencil(variant, x, out, trace=trace)
     rec = trace.records().astype(np.int64)
-    tiles = lab.tile_count(1024, 1024)
+    counts = lab.stage_counts(variant, 1024, 1024, grid)
+    assert trace.blocks == grid and trace.capacity == max(counts)
     done = np.count_nonzero(rec[:, :, 3], axis=1)
-    assert done.sum() == min(tiles, trace.blocks * trace.capacity)
+    assert done.tolist() == counts  # one stamp set per stage, nothing past a block's last stage
     for block, n in zip(rec, done):
         b = block[:n]
         assert (b[:, 0] > 0).all()
         assert (b[:, 1] <= b[:, 2]).all() and (b[:, 2] <= b[:, 3]).all()  # wait <= ready <= done
-        assert (np.diff(b[:, 3]) >= 0).all()  # tiles finish in order
+        assert (np.diff(b[:, 3]) >= 0).all()  # stages finish in order
         if variant.kind != "sync":
             assert (b[:, 0] <= b[:, 2]).all()  # issued before ready
     assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
-    ph = lab.trace_phases(trace.records(), variant.stages)
+    ph = lab.trace_phases(trace.records(), variant.kind != "sync")
     assert ph["block_span_us"] > 0
 
 

@@ -91,12 +91,14 @@ class FakeMap:
 
 
 def test_parameter_layouts_match_the_kernels():
-    b = lab.TmaTileParams(FakeMap(1), FakeMap(2), 3, 4, 64, 32, 8192, 4).kernel_param_bytes()
+    b = lab.TmaTileParams(FakeMap(1), FakeMap(2), 3, 4, 64, 32, 8192, 4, 3, 5, 2, 6).kernel_param_bytes()
     assert len(b) == lab.TMA_PARAMS_BYTES == 320
     assert b[:128] == bytes([1]) * 128 and b[128:256] == bytes([2]) * 128
-    assert [int.from_bytes(b[256 + 4 * i:260 + 4 * i], "little") for i in range(6)] == [3, 4, 64, 32, 8192, 4]
-    t = lab.ThreadTileParams(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11).kernel_param_bytes()
-    assert len(t) == lab.THREAD_PARAMS_BYTES == 72
+    assert [int.from_bytes(b[256 + 4 * i:260 + 4 * i], "little") for i in range(10)] == [3, 4, 64, 32, 8192, 4, 3,
+                                                                                          5, 2, 6]
+    assert b[296:] == bytes(24)
+    t = lab.ThreadTileParams(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12).kernel_param_bytes()
+    assert len(t) == lab.THREAD_PARAMS_BYTES == 72 and int.from_bytes(t[68:72], "little") == 12
     g = lab.GemvParams(FakeMap(7), 0x100, 0x200, 300, 400, 500, 600).kernel_param_bytes()
     assert len(g) == lab.GEMV_PARAMS_BYTES == 192 and int.from_bytes(g[152:160], "little") == 400
 
@@ -153,6 +155,66 @@ def test_copy_and_transpose_errors_before_launch():
         ops.prepare_transpose(src, FakeArray((64, 100), strides=(416, 4)), (2, 32), method="threads")
     with pytest.raises(ValueError, match="method must be"):
         ops.prepare_copy(src, FakeArray((100, 64)), (32, 32), method="dma")
+    with pytest.raises(LaunchConfigError, match="give stages or config"):
+        ops.prepare_copy(src, FakeArray((100, 64)), (32, 32), stages=4, config=lab.TmaCopyConfig())
+    with pytest.raises(LaunchConfigError, match="the thread copy takes only chunk"):
+        ops.prepare_copy(src, FakeArray((100, 64)), (32, 32), method="threads", config=lab.TmaCopyConfig())
+    with pytest.raises(LaunchConfigError, match="thread copy: chunk must be 1 to 1024 tiles; got 0"):
+        ops.prepare_copy(src, FakeArray((100, 64)), (32, 32), method="threads", chunk=0)
+    with pytest.raises(LaunchConfigError, match="stages must be 2 to 32; got 40"):
+        ops.prepare_copy(src, FakeArray((100, 64)), (32, 32), stages=40)
+
+
+def test_copy_config_defaults():
+    c = lab.TmaCopyConfig()
+    assert (c.stages, c.lookahead, c.reading, c.burst, c.blocks_per_sm, c.chunk) == (4, 3, 1, 1, None, 1)
+    assert c == lab.TmaCopyConfig(stages=4, lookahead=3) and hash(c) == hash(lab.TmaCopyConfig(stages=4, lookahead=3))
+    assert c.shared_bytes(8192) == 4 * 8192 + 128 and c.shared_bytes(100) == 4 * 128 + 128
+    assert lab.config_label(lab.TmaCopyConfig(stages=12, lookahead=8, blocks_per_sm=2, chunk=4, burst=4,
+                                              l2_promotion="256B")) == \
+        "12 slots, 8 ahead, 2/SM, chunk 4, bursts of 4, L2 256B"
+
+
+@pytest.mark.parametrize("kw, pattern", [
+    (dict(stages=1), r"stages must be 2 to 32; got 1"),
+    (dict(stages=33), r"stages must be 2 to 32; got 33"),
+    (dict(stages=4, lookahead=5), r"lookahead must be 1 to stages \(4\); got 5"),
+    (dict(stages=4, lookahead=0), r"lookahead must be 1 to stages \(4\); got 0"),
+    (dict(stages=16, lookahead=4), r"must be at most 8; got 12 \(stages 16, lookahead 4\)"),
+    (dict(blocks_per_sm=0), r"blocks_per_sm must be >= 1"),
+    (dict(chunk=0), r"chunk must be 1 to 1024 tiles; got 0"),
+    (dict(stages=8, lookahead=4, burst=5), r"burst must be 1 to lookahead \(4\) loads; got 5"),
+    (dict(burst=0), r"burst must be 1 to lookahead"),
+    (dict(l2_promotion="512B"), r"l2_promotion must be one of none, 64B, 128B, 256B; got '512B'"),
+    (dict(evict_first="all"), r"evict_first must be one of none, loads, stores, both; got 'all'"),
+])
+def test_copy_config_errors(kw, pattern):
+    with pytest.raises(LaunchConfigError, match=pattern):
+        lab.TmaCopyConfig(**kw)
+
+
+def test_sweep_configurations_are_valid():
+    grid = lab.sweep_grid(lab.TILE_SHAPES, 4)
+    assert len(grid) == len(set(grid)) and {box for box, _ in grid} == set(lab.TILE_SHAPES)
+    assert len(lab.sweep_grid(lab.TILE_SHAPES, 4, quick=True)) < len(grid)
+    for box, c in list(grid) + list(lab.SWEEP_EXTRA):
+        assert c.blocks_per_sm in lab.SWEEP_BLOCKS_PER_SM and 1 <= c.reading <= 2 or c.burst > 1, (box, c)
+        for chunk in lab.SWEEP_CHUNKS + (65,):
+            for v in lab.chunk_variants(c, chunk):
+                assert v.chunk == chunk and v.burst in (1, chunk) and v.stages == c.stages
+                if v.burst > 1:
+                    assert v.lookahead % chunk == 0 and v.reading <= lab.MAX_READING
+        for v in lab.ring_neighbours(c):
+            assert v != c and v.blocks_per_sm * v.stages <= c.blocks_per_sm * c.stages
+    # Bursts line up with chunks where the ring allows it, and are left out where it does not.
+    c = lab.TmaCopyConfig(stages=32, lookahead=30, blocks_per_sm=1)
+    assert [v.lookahead for v in lab.chunk_variants(c, 8)] == [30, 24]
+    assert [v.burst for v in lab.chunk_variants(c, 16)] == [1]  # lookahead 16 would leave 16 stores reading
+    assert lab.ring_neighbours(lab.TmaCopyConfig(stages=8, lookahead=6, blocks_per_sm=2)) == [
+        lab.TmaCopyConfig(stages=8, lookahead=7, blocks_per_sm=2),
+        lab.TmaCopyConfig(stages=8, lookahead=4, blocks_per_sm=2),
+        lab.TmaCopyConfig(stages=4, lookahead=2, blocks_per_sm=4),
+        lab.TmaCopyConfig(stages=16, lookahead=14, blocks_per_sm=1)]
 
 
 def test_box_for_keeps_row_bytes():
@@ -164,6 +226,25 @@ def test_box_for_keeps_row_bytes():
 
 def test_default_stages():
     assert lab.default_stages(4096) == 4 and lab.default_stages(32768) == 3 and lab.default_stages(65536) == 2
+
+
+def test_copy_config_cases_cover_the_ring_limits():
+    configs = [case[-1] for case in lab.COPY_CONFIG_CASES]
+    assert min(c.stages for c in configs) == 2 and max(c.stages for c in configs) == lab.MAX_STAGES
+    assert any(c.lookahead == c.stages for c in configs) and any(c.reading == lab.MAX_READING for c in configs)
+    assert any(c.burst > 1 and c.lookahead % c.burst for c in configs)
+    assert {c.l2_promotion for c in configs} == {"none", "64B", "128B", "256B"}
+    assert {c.evict_first for c in configs} == {"none", "loads", "stores", "both"}
+
+
+def test_tma_copy_uses_cache_hints_and_runtime_read_waits(module):
+    # The ptx of the module: the hinted forms and a wait_group.read for every count the ring can ask for.
+    ptx = module.ptx.decode() if isinstance(module.ptx, bytes) else module.ptx
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint" in ptx
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint" in ptx
+    assert "createpolicy.fractional.L2::evict_first.b64" in ptx
+    for n in range(lab.MAX_READING + 1):
+        assert f"cp.async.bulk.wait_group.read {n};" in ptx, n
 
 
 NCU_SAMPLE = '''==PROF== Connected to process 1234

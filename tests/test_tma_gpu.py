@@ -4,6 +4,7 @@ fill, the multicast gemv for clusters of 1 to 8, and the errors raised before la
 import numpy as np
 import pytest
 
+from cuadv.errors import LaunchConfigError
 from cuadv.labs import tma as lab
 from cuadv.tensormap import TensorMap, TensorMapError
 
@@ -55,13 +56,52 @@ def test_copy_stages(ops, cp, stages):
     assert np.array_equal(cp.asnumpy(dst), cp.asnumpy(src))
 
 
-def test_copy_many_tiles_per_block(ops, cp):
+@pytest.mark.parametrize("case", lab.COPY_CONFIG_CASES, ids=lambda c: f"{c[0]}-{lab.config_label(c[-1])}")
+def test_copy_configurations(ops, cp, case):
+    assert lab.validate_copy_configs(ops, cases=(case,))
+
+
+def test_copy_sweep_configurations_on_a_small_array(ops, cp):
+    # Every configuration the lab's sweep may try (that fits this GPU) copies exactly, on an array with tails.
+    rng = np.random.default_rng()
+    src = lab.random_array(cp, rng, 403, 1333, "float32")
+    host = cp.asnumpy(src)
+    dst = lab.pitched(cp, 403, 1333, "float32", extra=1)
+    configs = list(lab.sweep_grid(lab.TILE_SHAPES, 4)) + list(lab.SWEEP_EXTRA)
+    configs += [(box, v) for box, c in lab.SWEEP_EXTRA[:2] for chunk in lab.SWEEP_CHUNKS
+                for v in lab.chunk_variants(c, chunk) + lab.ring_neighbours(c)]
+    tried = 0
+    for box, config in configs:
+        if not ops.copy_fits(4 * box[0] * box[1], config):
+            continue
+        lab.poison_against(cp, dst, host)
+        ops.prepare_copy(src, dst, box, config=config)()
+        assert np.array_equal(lab._bits(cp.asnumpy(dst)), lab._bits(host)), (box, config)
+        tried += 1
+    assert tried >= len(configs) // 2
+
+
+def test_copy_configuration_errors_before_launch(ops, cp):
+    src = cp.zeros((64, 64), dtype=cp.float32)
+    dst = cp.zeros((64, 64), dtype=cp.float32)
+    with pytest.raises(LaunchConfigError, match="tma_copy: 32 blocks per SM asked for, but only"):
+        ops.prepare_copy(src, dst, (32, 32), config=lab.TmaCopyConfig(stages=16, blocks_per_sm=32))
+    with pytest.raises(LaunchConfigError, match="exceed the per-block limit"):
+        ops.prepare_copy(src, dst, (256, 32), config=lab.TmaCopyConfig(stages=32, lookahead=30))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_copy_many_tiles_per_block(ops, cp, chunk):
     rng = np.random.default_rng()
     src = lab.random_array(cp, rng, 4099, 4093, "float16")
+    config = lab.TmaCopyConfig(stages=8, lookahead=6, blocks_per_sm=1, chunk=chunk, burst=min(chunk, 6))
     for method in ("tma", "threads"):
         dst = lab.pitched(cp, 4099, 4093, "float16")
         lab.poison_against(cp, dst, src)
-        ops.prepare_copy(src, dst, (16, 64), method=method)()
+        if method == "tma":
+            ops.prepare_copy(src, dst, (16, 64), config=config)()
+        else:
+            ops.prepare_copy(src, dst, (16, 64), method=method, chunk=chunk)()
         assert np.array_equal(lab._bits(cp.asnumpy(dst)), lab._bits(cp.asnumpy(src))), method
 
 

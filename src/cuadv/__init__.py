@@ -4,6 +4,7 @@ Public API:
     Device, current_device, DeviceCaps        what the GPU can do
     compile_source, CompiledModule             NVRTC with cuadv/CCCL/cudart headers and a disk cache
     LaunchConfig, AccessPolicyWindow, launch   every launch option, checked before launch
+    prepare, Launcher                          a launch checked once, then repeated at low host cost
     time_gpu, copy_ceiling                     CUDA-event timing and the bandwidth ceiling
     TileKernel                                 one tile body under fixed_work / fixed_blocks / clc / steal
 """
@@ -12,7 +13,7 @@ from .compiler import CompiledModule, compile_source
 from .device import Device, DeviceCaps, current_device
 from .errors import (CompileError, CuadvError, KernelArgumentError, LaunchConfigError, NoGpuError,
                      UnsupportedFeatureError, ValidationError)
-from .launch import AccessPolicyWindow, Kernel, LaunchConfig, launch
+from .launch import AccessPolicyWindow, Kernel, LaunchConfig, Launcher, launch, prepare
 from .timing import Timing, copy_ceiling, time_gpu
 from .work_stealing import Schedule, TileKernel, TileOrder, Trace
 
@@ -20,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "Device", "DeviceCaps", "Kernel",
-    "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "NoGpuError", "Schedule", "TileKernel", "Timing",
+    "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "Schedule", "TileKernel", "Timing",
     "TileOrder", "Trace", "UnsupportedFeatureError", "ValidationError", "compile_source", "copy_ceiling", "current_device",
-    "launch", "time_gpu",
+    "launch", "prepare", "time_gpu",
 ]

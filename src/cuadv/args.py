@@ -4,12 +4,18 @@ The kernel's own parameter sizes (from ``cuKernelGetParamInfo``) decide how a Py
 ``float`` is packed, so an ``int`` parameter never receives 8 bytes and a ``float`` parameter never
 receives a double. Arrays are passed as their device pointer: anything with
 ``__cuda_array_interface__`` or DLPack (CuPy, PyTorch, cuda.core buffers).
+
+``PackedArguments`` packs one call from scratch. ``ArgumentPacker`` is the repeated-launch form:
+one parameter buffer and one ``void*`` array for the kernel's lifetime, and per tuple of argument
+types a plan (one packer per parameter) checked once through ``pack_argument`` and reused, so a
+repeated call costs a few ``struct`` writes and raises the same errors as the first.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+import struct
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -108,3 +114,179 @@ class PackedArguments:
                 return None
             out.append(np.frombuffer(blob, dtype=dtype)[0])
         return out
+
+
+# -- the repeated-launch packer -----------------------------------------------------------------
+_INT_STRUCT = {size: (struct.Struct("<" + s).pack_into, struct.Struct("<" + u).pack_into)
+               for size, s, u in ((1, "b", "B"), (2, "h", "H"), (4, "i", "I"), (8, "q", "Q"))}
+_NP_STRUCT = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q",
+              ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q",
+              ("f", 4): "f", ("f", 8): "d"}
+_U64 = struct.Struct("<Q").pack_into
+MAX_PLANS = 64  # argument-type signatures remembered per kernel (a bound, not a tuning knob)
+
+
+class _TypeChanged(Exception):
+    """An argument's type differs from the current plan's: choose (or build) another plan."""
+
+
+class ArgumentPacker:
+    """Packs the arguments of one kernel, call after call, into a buffer that never moves.
+
+    ``address`` is the ``void**`` for ``cuLaunchKernelEx``: one slot per parameter, each pointing
+    at its 8-byte-aligned place in one buffer. The first call with a new tuple of argument types
+    checks every argument through ``pack_argument`` (same errors as ``PackedArguments``) and makes
+    a plan; later calls with the same types only write the values, and still check what the type
+    does not fix (an int's range, a bytes object's length). Not safe for two calls at once: the
+    caller serialises (``Launcher`` does).
+    """
+
+    def __init__(self, sizes: Sequence[int]):
+        self.sizes = tuple(int(s) for s in sizes)
+        offsets, end = [], 0
+        for size in self.sizes:
+            end = -(-end // 8) * 8
+            offsets.append(end)
+            end += size
+        self.offsets = tuple(offsets)
+        self._buf = bytearray(max(end, 1))
+        self._cbuf = (ctypes.c_char * len(self._buf)).from_buffer(self._buf)  # pins the bytearray's memory
+        base = ctypes.addressof(self._cbuf)
+        self._pointers = (ctypes.c_void_p * max(len(self.sizes), 1))(*[base + o for o in self.offsets])
+        self.address = ctypes.addressof(self._pointers) if self.sizes else 0
+        self._plan: tuple[Callable[[Any], None], ...] | None = None
+        self._plans: dict[tuple[type, ...], tuple[Callable[[Any], None], ...]] = {}
+
+    def pack(self, args: Sequence[Any]) -> None:
+        """Write ``args`` into the buffer. A bad argument raises KernelArgumentError (the buffer may then
+        hold part of the call: launch nothing from it)."""
+        plan = self._plan
+        if plan is not None and len(args) == len(plan):
+            try:
+                for pack, value in zip(plan, args):
+                    pack(value)
+                return
+            except _TypeChanged:
+                pass
+        plan = self._plan_for(args)
+        for pack, value in zip(plan, args):
+            pack(value)
+
+    def blobs(self) -> list[bytes]:
+        """The bytes of each parameter as last packed (for tests and debugging)."""
+        return [bytes(self._buf[o:o + s]) for o, s in zip(self.offsets, self.sizes)]
+
+    def _plan_for(self, args: Sequence[Any]) -> tuple[Callable[[Any], None], ...]:
+        key = tuple(type(v) for v in args)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(args) != len(self.sizes):
+                raise KernelArgumentError(f"the kernel takes {len(self.sizes)} arguments, got {len(args)}")
+            for i, (value, size) in enumerate(zip(args, self.sizes)):
+                pack_argument(value, size, i)  # every check of the uncached path, once per signature
+            plan = tuple(self._packer(type(v), size, offset, i)
+                         for i, (v, size, offset) in enumerate(zip(args, self.sizes, self.offsets)))
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        self._plan = plan
+        return plan
+
+    def _packer(self, kind: type, size: int, offset: int, index: int) -> Callable[[Any], None]:
+        """A writer for values of type ``kind`` into parameter ``index``; it raises _TypeChanged for another type."""
+        buf, end = self._buf, offset + size
+
+        def slow(value: Any) -> None:  # the uncached packing: exact, and raises the canonical errors
+            buf[offset:end] = pack_argument(value, size, index)
+
+        if kind is int:
+            signed, unsigned = _INT_STRUCT[size]
+
+            def pack(value: Any) -> None:
+                if type(value) is not int:
+                    raise _TypeChanged
+                try:
+                    (unsigned if value >= 0 else signed)(buf, offset, value)
+                    return
+                except struct.error:
+                    pass
+                slow(value)  # out of range: the canonical message
+            return pack
+        if kind is float and size in (4, 8):
+            write = struct.Struct("<f" if size == 4 else "<d").pack_into
+
+            def pack(value: Any) -> None:
+                if type(value) is not float:
+                    raise _TypeChanged
+                if value != value:  # NaN: NumPy's conversion decides the payload, as in the uncached path
+                    slow(value)
+                    return
+                try:
+                    write(buf, offset, value)
+                    return
+                except OverflowError:
+                    pass
+                slow(value)  # beyond float32: NumPy's conversion (inf), as in the uncached path
+            return pack
+        if kind in (bytes, bytearray):
+            write = struct.Struct(f"<{size}s").pack_into
+
+            def pack(value: Any) -> None:
+                if type(value) is not kind:
+                    raise _TypeChanged
+                if len(value) == size:
+                    write(buf, offset, value)
+                else:  # struct would pad or cut: the canonical error instead
+                    slow(value)
+            return pack
+        if issubclass(kind, np.generic) and not issubclass(kind, np.bool_):
+            dtype = np.dtype(kind)
+            code = _NP_STRUCT.get((dtype.kind, dtype.itemsize)) if dtype.itemsize == size else None
+            if code is not None:
+                write = struct.Struct("<" + code).pack_into
+                floating = dtype.kind == "f"
+
+                def pack(value: Any) -> None:
+                    if type(value) is not kind:
+                        raise _TypeChanged
+                    if floating and value != value:  # NaN: keep its exact bits
+                        slow(value)
+                        return
+                    write(buf, offset, value)  # integers through __index__, floats exactly through __float__
+                return pack
+        if size == 8 and _is_cupy_ndarray(kind):
+            def pack(value: Any) -> None:
+                if type(value) is not kind:
+                    raise _TypeChanged
+                if value.size:
+                    _U64(buf, offset, value.data.ptr)  # == __cuda_array_interface__["data"][0], without the dict
+                else:  # an empty array: whatever its interface says
+                    slow(value)
+            return pack
+        if size == 8 and _plain_device_array(kind):
+            def pack(value: Any) -> None:
+                if type(value) is not kind:
+                    raise _TypeChanged
+                cai = getattr(value, "__cuda_array_interface__", None)
+                if cai is None:  # e.g. a tensor of the same type in host memory: the canonical path
+                    slow(value)
+                else:
+                    _U64(buf, offset, int(cai["data"][0]))
+            return pack
+
+        def pack(value: Any) -> None:
+            if type(value) is not kind:
+                raise _TypeChanged
+            slow(value)
+        return pack
+
+
+def _is_cupy_ndarray(kind: type) -> bool:
+    return kind.__name__ == "ndarray" and kind.__module__.split(".")[0] == "cupy"
+
+
+def _plain_device_array(kind: type) -> bool:
+    """True when pack_argument would take this type's pointer from __cuda_array_interface__ (nothing earlier matches)."""
+    early = (bool, np.bool_, np.ndarray, bytes, bytearray, memoryview, ctypes.Structure, np.generic, int, float)
+    return (not issubclass(kind, early) and not hasattr(kind, "kernel_param_bytes")
+            and hasattr(kind, "__cuda_array_interface__"))

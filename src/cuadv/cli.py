@@ -94,7 +94,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     if reason is not None and not gpu_free:
         raise NoGpuError(reason)
     if reason is None:
-        report = run_labs(labs, out, args.quick, console, command=command)
+        report = run_labs(labs, out, args.quick, console, command=command, peer=getattr(args, "peer", False))
     else:
         console.print(f"{reason}: running what needs no GPU (build check, simulator)")
         report = Report(caps=None, results=[], command=command)
@@ -141,6 +141,8 @@ def _add_selection_matrix(report) -> None:
 
 
 def cmd_bench(args, console: Console) -> int:
+    if args.peer and args.lab not in PEER_LABS:
+        raise CuadvError(f"--peer applies to lab {', '.join(PEER_LABS)} only, not {args.lab!r}")
     args.only = [args.lab]
     return cmd_run(args, console, gpu_free=False)
 
@@ -164,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("lab", help="lab name (see `cuadv run --help`)")
     bench.add_argument("--quick", action="store_true")
     bench.add_argument("--out", default="cuadv-report")
+    bench.add_argument("--peer", action="store_true",
+                       help="domains: also run the writer into a second GPU's memory over peer access (needs 2 GPUs)")
     from . import sanitize, simulate
 
     sanitize.register(sub)  # cuadv check
@@ -172,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+PEER_LABS = ("domains",)
 COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_bench}
 
 

@@ -126,20 +126,27 @@ class CompiledModule:
     resources: dict[str, KernelResources] = field(default_factory=dict)
     from_cache: bool = False
     _object_code: object = field(default=None, repr=False, compare=False)
+    _kernels: dict = field(default_factory=dict, repr=False, compare=False)
 
     def resources_for(self, name: str) -> KernelResources:
         return self.resources[self.lowered_names.get(name, name)]
 
     def kernel(self, name: str):
-        """Load (once) and return the named kernel as a cuadv Kernel."""
+        """Load (once) and return the named kernel as a cuadv Kernel: the same object on every call,
+        because it caches what belongs to the CUDA kernel (its launchers, its shared-memory and
+        cluster attributes), which two objects for one kernel would each get wrong."""
         from .launch import Kernel
         from cuda.core import ObjectCode
 
-        if self._object_code is None:
-            self._object_code = ObjectCode.from_cubin(self.cubin)
-        # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
-        # they accept for symbol_mapping values.
-        return Kernel(self._object_code.get_kernel(self.lowered_names.get(name, name)), name=name, module=self)
+        kernel = self._kernels.get(name)
+        if kernel is None:
+            if self._object_code is None:
+                self._object_code = ObjectCode.from_cubin(self.cubin)
+            # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
+            # they accept for symbol_mapping values.
+            kernel = Kernel(self._object_code.get_kernel(self.lowered_names.get(name, name)), name=name, module=self)
+            kernel = self._kernels.setdefault(name, kernel)
+        return kernel
 
 
 def _options(arch: str, defines: Mapping[str, object], extra: Iterable[str], rdc: bool) -> list[str]:

@@ -1,19 +1,29 @@
 """Launching kernels with every launch option, checked before anything reaches the GPU.
 
-``LaunchConfig`` is a frozen value (hashable, comparable) whose constructor does the pure checks;
-``launch`` does the device checks (cluster size, shared memory, co-residency, priority range, ...)
-and then one driver call. cuda.core's ``launch`` is used when the configuration and the arguments
-are within what it supports; ``cuLaunchKernelEx`` with launch attributes otherwise.
+``LaunchConfig`` is a frozen value (hashable, comparable) whose constructor does the pure checks.
+``prepare(kernel, config)`` does the device checks (cluster size, shared memory, co-residency,
+priority range, ...) once and returns a ``Launcher``: the native ``CUlaunchConfig`` with its launch
+attributes, and an argument buffer with a packing plan per tuple of argument types, both kept with
+the kernel. Calling the launcher packs the arguments and makes one ``cuLaunchKernelEx`` call; that
+is what ``launch`` does too, so a configuration is checked once however often it is launched.
+``backend="core"`` launches through cuda.core instead (a cross-check; plain configurations only).
+
+Example::
+
+    run = prepare(kernel, LaunchConfig(grid=1, block=32))  # checked here, before anything reaches the GPU
+    for i in range(n):
+        run(params, np.uint32(i), stream=stream)          # a few struct writes and one driver call
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Sequence
 
 from ._cuda import check, driver
-from .args import PackedArguments
+from .args import ArgumentPacker, PackedArguments
 from .errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 
 Dim3 = tuple[int, int, int]
@@ -140,7 +150,8 @@ class Kernel:
         self.module = module
         self._dynamic_shared_limit = STATIC_SHARED_LIMIT
         self._non_portable: bool | None = None
-        self._checked: set[LaunchConfig] = set()  # configurations that passed check_config
+        self._launchers: dict[LaunchConfig, Launcher] = {}  # configurations that passed check_config
+        self._last: tuple[LaunchConfig | None, Launcher | None] = (None, None)  # the last one asked for
 
     @property
     def handle(self):
@@ -314,7 +325,8 @@ def _driver_attributes(config: LaunchConfig) -> list:
     return attrs
 
 
-def _launch_driver(kernel: Kernel, config: LaunchConfig, packed: PackedArguments, stream: int) -> None:
+def native_config(config: LaunchConfig, stream: int = 0):
+    """The driver's CUlaunchConfig for ``config`` (grid in blocks, every option as a launch attribute)."""
     drv = driver()
     cfg = drv.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = config.grid
@@ -324,7 +336,12 @@ def _launch_driver(kernel: Kernel, config: LaunchConfig, packed: PackedArguments
     attrs = _driver_attributes(config)
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)
-    check(drv.cuLaunchKernelEx(cfg, kernel.handle, packed.address, 0), f"cuLaunchKernelEx({kernel.name})")
+    return cfg
+
+
+def _launch_driver(kernel: Kernel, config: LaunchConfig, packed: PackedArguments, stream: int) -> None:
+    check(driver().cuLaunchKernelEx(native_config(config, stream), kernel.handle, packed.address, 0),
+          f"cuLaunchKernelEx({kernel.name})")
 
 
 def _launch_core(kernel: Kernel, config: LaunchConfig, scalars: list, stream: int) -> None:
@@ -354,31 +371,110 @@ def _core_stream(handle: int):
     return s
 
 
-def prepare(kernel: Kernel, config: LaunchConfig) -> None:
-    """Run the device checks for a configuration once, without launching (for example before a
-    stream capture, or for a kernel that may only run inside a graph)."""
-    if config not in kernel._checked:
-        check_config(kernel, config)
-        kernel._checked.add(config)
+MAX_LAUNCHERS = 1024  # configurations remembered per kernel
+
+
+class Launcher:
+    """A kernel with one checked configuration, launched again and again: ``prepare`` makes it.
+
+    Made once per (kernel, configuration): the device checks have passed, the native launch
+    configuration with its attributes is built, and the argument buffer is allocated. A call packs
+    the arguments (a plan per tuple of argument types, see ``ArgumentPacker``), points the native
+    configuration at the stream (only when its handle changes) and makes one ``cuLaunchKernelEx``
+    call. It keeps no stream object alive.
+
+    Calls from several threads are safe: a call that finds the buffer in use packs its own
+    arguments from scratch, as ``launch`` did before the cache.
+    """
+
+    __slots__ = ("kernel", "config", "packer", "_native", "_handle", "_address", "_pack", "_driver_launch",
+                 "_non_portable", "_stream_handle", "_acquire", "_release")
+
+    def __init__(self, kernel: Kernel, config: LaunchConfig):
+        check_config(kernel, config)  # raises before anything reaches the GPU
+        self.kernel, self.config = kernel, config
+        self.packer = ArgumentPacker(kernel.param_sizes)
+        self._native = native_config(config)
+        self._handle = kernel.handle
+        self._address = self.packer.address
+        self._pack = self.packer.pack
+        self._driver_launch = driver().cuLaunchKernelEx
+        self._non_portable = config.cluster_size > PORTABLE_CLUSTER_SIZE
+        self._stream_handle = 0
+        busy = threading.Lock()  # held while the shared buffer is packed and read by the driver
+        self._acquire, self._release = busy.acquire, busy.release
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        if not self._acquire(False):  # another thread (or a re-entrant call) is using the buffer
+            self._launch_uncached(args, stream)
+            return
+        try:
+            self._pack(args)
+            handle = stream_handle(stream)
+            if handle != self._stream_handle:  # the native configuration starts on stream 0
+                self._native.hStream = driver().CUstream(handle)
+                self._stream_handle = handle
+            if self._non_portable:
+                # An occupancy query for a portable size may have cleared the attribute since the check.
+                self.kernel.set_non_portable_cluster(True)
+            status, = self._driver_launch(self._native, self._handle, self._address, 0)
+        finally:
+            self._release()
+        if status:
+            check((status,), f"cuLaunchKernelEx({self.kernel.name})")
+
+    def _launch_uncached(self, args: Sequence[Any], stream: Any) -> None:
+        if self._non_portable:
+            self.kernel.set_non_portable_cluster(True)
+        _launch_driver(self.kernel, self.config, PackedArguments(args, self.kernel.param_sizes), stream_handle(stream))
+
+    def __repr__(self) -> str:
+        return f"Launcher({self.kernel.name!r}, {self.config!r})"
+
+
+def prepare(kernel: Kernel, config: LaunchConfig) -> Launcher:
+    """Run the device checks for a configuration once, without launching, and return its launcher
+    (kept with the kernel: the same configuration, or an equal one, gets the same launcher). Use it
+    before a stream capture, for a kernel that may only run inside a graph, or to launch many times."""
+    launchers = kernel._launchers
+    launcher = launchers.get(config)
+    if launcher is None:
+        launcher = Launcher(kernel, config)
+        if len(launchers) >= MAX_LAUNCHERS:  # many one-off configurations: forget the oldest (checked again if reused)
+            launchers.pop(next(iter(launchers), None), None)
+        launchers[config] = launcher
+    kernel._last = (config, launcher)
+    return launcher
+
+
+BACKENDS = ("auto", "driver", "core")
 
 
 def launch(kernel: Kernel, config: LaunchConfig, *args: Any, stream: Any = None, backend: str = "auto") -> None:
-    """Check ``config`` against the GPU and the kernel, pack ``args`` to the kernel's parameters, launch.
+    """Check ``config`` against the GPU and the kernel (once per configuration), pack ``args`` to the
+    kernel's parameters, launch on ``stream``.
 
-    backend: "auto" (cuda.core where it can express the launch, the driver otherwise), "core" or "driver".
+    backend: "auto" or "driver" (``cuLaunchKernelEx`` through the configuration's cached launcher),
+    or "core" (cuda.core's launch; plain configurations and scalar arguments only).
     """
+    if backend == "core":
+        _launch_through_core(kernel, config, args, stream)
+        return
+    if backend not in BACKENDS:
+        raise LaunchConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    last_config, launcher = kernel._last
+    if last_config is not config:  # the same config object as last time skips even the dictionary
+        launcher = prepare(kernel, config)
+    launcher(*args, stream=stream)  # type: ignore[misc]
+
+
+def _launch_through_core(kernel: Kernel, config: LaunchConfig, args: Sequence[Any], stream: Any) -> None:
     prepare(kernel, config)
-    if config.cluster_size > PORTABLE_CLUSTER_SIZE:
-        # An occupancy query for a portable size may have cleared the attribute since the check.
-        kernel.set_non_portable_cluster(True)
     packed = PackedArguments(args, kernel.param_sizes)
-    handle = stream_handle(stream)
     scalars = packed.as_scalars()
-    use_core = backend == "core" or (backend == "auto" and not config.needs_driver_attributes() and scalars is not None)
-    if use_core:
-        if config.needs_driver_attributes() or scalars is None:
-            raise LaunchConfigError("backend='core' cannot express priority, memory sync domain, access-policy "
-                                    "window or struct arguments; use backend='driver'")
-        _launch_core(kernel, config, scalars, handle)
-    else:
-        _launch_driver(kernel, config, packed, handle)
+    if config.needs_driver_attributes() or scalars is None:
+        raise LaunchConfigError("backend='core' cannot express priority, memory sync domain, access-policy "
+                                "window or struct arguments; use backend='driver'")
+    if config.cluster_size > PORTABLE_CLUSTER_SIZE:
+        kernel.set_non_portable_cluster(True)
+    _launch_core(kernel, config, scalars, stream_handle(stream))

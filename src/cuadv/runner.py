@@ -15,7 +15,7 @@ from .report import Report
 from .results import LabResult
 
 
-def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = "") -> Report:
+def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = "", peer: bool = False) -> Report:
     from .device import current_device
     from .timing import copy_ceiling
 
@@ -33,7 +33,7 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
         for lab in labs:
             bar.update(task, lab=lab.name, description="")
             ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling,
-                             progress=lambda msg, t=task: bar.update(t, description=msg))
+                             progress=lambda msg, t=task: bar.update(t, description=msg), peer=peer)
             started = time.perf_counter()
             result = run_one(lab, ctx)
             report.results.append(result)

@@ -43,7 +43,8 @@ def find_sanitizer() -> str | None:
 
 def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckOutcome:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
+                                                       os.environ.get("PYTHONPATH", "")]),
+               CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist
     # (cuGetProcAddress errors at import); cuadv checks every driver call's status itself.
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20", "--report-api-errors", "no"]

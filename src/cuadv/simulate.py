@@ -76,7 +76,7 @@ class Machine:
     launch_ns: float = 500.0  # a block holds its slot this long before its code runs (launch + teardown)
     claim_ns: float = 300.0  # steal: one ticket (a global atomic round trip) before the tile it precedes
     cancel_ns: float = 500.0  # clc: the try_cancel answer's latency; overlaps the tile issued after it
-    exit_ns: float = 200.0  # steal: the exit protocol (one more atomic) before the slot frees
+    exit_ns: float = 200.0  # steal: from a block's failed claim to its slot being free (block teardown)
 
     def __post_init__(self):
         for name in ("sms", "slots_per_sm"):
@@ -602,7 +602,7 @@ def parameters_table(s: Study) -> Table:
             ["prologue (us)", s.prologue_ns / 1e3], ["heavy prologue (us)", s.heavy_prologue_ns / 1e3],
             ["steal quantum (us)", _us(s.quantum_ns).removesuffix("us")],
             ["block launch + teardown (ns)", m.launch_ns], ["steal ticket claim (ns)", m.claim_ns],
-            ["clc cancel answer latency (ns)", m.cancel_ns], ["steal exit protocol (ns)", m.exit_ns],
+            ["clc cancel answer latency (ns)", m.cancel_ns], ["steal exit to free slot (ns)", m.exit_ns],
             ["simulation wall time (s)", s.seconds]]
     return Table("Simulator model parameters", ["parameter", "value"], rows,
                  note="a discrete-event model of the block scheduler (cuadv.simulate); no GPU was used")
@@ -828,7 +828,7 @@ def register(sub) -> None:
     p.add_argument("--launch-ns", type=float, default=Machine.launch_ns, help="block launch + teardown cost")
     p.add_argument("--claim-ns", type=float, default=Machine.claim_ns, help="steal: cost of one ticket")
     p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns, help="clc: latency of a cancel answer")
-    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: exit protocol cost")
+    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: from a failed claim to the slot being free")
     p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")

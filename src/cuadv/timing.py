@@ -115,6 +115,47 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 
+class StreamGate:
+    """Holds work enqueued on streams until ``release()``: a device-side wait on a 32-bit flag
+    (cuStreamWaitValue32), opened by a stream write (cuStreamWriteValue32) that the GPU's front end
+    performs without an SM. Work queued behind the gate starts the moment it opens, so a timing
+    that starts at the gate measures the GPU alone, not the host's launch time, even while every
+    SM is busy (a spin kernel could not run then).
+
+    While work is held, the host must not call what may wait for the whole context: the first
+    launch of a kernel (lazy loading may synchronize), freeing device memory, device-wide
+    synchronization. Launch each kernel once before gating it."""
+
+    def __init__(self):
+        from .memory import DeviceBuffer
+
+        drv = driver()
+        self._flag = DeviceBuffer(4, fill=0)
+        self._opened = 0
+        flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+        self._side = check(drv.cuStreamCreate(flags), "cuStreamCreate")
+
+    def hold(self, stream: Any) -> None:
+        """Work enqueued on ``stream`` after this waits for the next ``release()``."""
+        drv = driver()
+        check(drv.cuStreamWaitValue32(stream_handle(stream), self._flag.ptr, self._opened + 1,
+                                      drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32")
+
+    def release(self) -> None:
+        """Open the gate for everything held so far."""
+        self._opened += 1
+        check(driver().cuStreamWriteValue32(self._side, self._flag.ptr, self._opened, 0), "cuStreamWriteValue32")
+
+    def __del__(self):
+        # Open the gate for good before its flag is freed: freeing may wait for the context, which
+        # a stream still held on the flag would never let go idle.
+        try:
+            check(driver().cuStreamWriteValue32(self._side, self._flag.ptr, 0x7FFFFFFF, 0), "cuStreamWriteValue32")
+            driver().cuStreamDestroy(self._side)
+        except Exception:
+            pass
+
+
 @dataclass(frozen=True)
 class CopyCeiling:
     """Device-to-device copy bandwidth: bytes read plus bytes written per second."""

@@ -38,12 +38,13 @@ POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
 _POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
                 "steal": "Steal"}
 DEFAULT_QUANTUM_US = 50.0
-DEFAULT_PROLOGUE_FACTOR = 9  # a block's prologue costs at most 1/10 of its time slice
+DEFAULT_PROLOGUE_FACTOR = 19  # a block's prologue costs at most 1/20 of its life
 MAX_TILES = (2**31 - 1, 65535, 65535)
-MAX_STEAL_UNITS = 2**31 - 1  # the ticket and the exit count share one 64-bit word (work_stealing.cuh)
+MAX_STEAL_UNITS = 2**31 - 1  # tickets (at most units + grid) fit the low 32 bits of the state word (work_stealing.cuh)
+COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
-                           ("prologue_factor", "<u4"), ("reserved", "<u4"), ("state", "<u8"), ("trace", "<u8"),
+                           ("prologue_factor", "<u4"), ("flags", "<u4"), ("state", "<u8"), ("trace", "<u8"),
                            ("order", "<u8")])
 TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
 STATE_BYTES = 16
@@ -113,12 +114,14 @@ class Schedule:
     state_ptr: int = 0
     trace_ptr: int = 0
     order_ptr: int = 0
+    count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
 
     def kernel_param_bytes(self) -> bytes:
         rec = np.zeros((), dtype=SCHEDULE_DTYPE)
         rec["tiles"], rec["cluster"] = self.tiles, self.cluster
         rec["quantum_ns"], rec["prologue_factor"] = self.quantum_ns, self.prologue_factor
         rec["state"], rec["trace"], rec["order"] = self.state_ptr, self.trace_ptr, self.order_ptr
+        rec["flags"] = COUNT_EXITS if self.count_exits else 0
         return rec.tobytes()
 
 
@@ -149,8 +152,9 @@ class TileOrder:
 
 class StatePool:
     """Per-launch scheduler counters: one slot per stream (launches on one stream run in order and
-    the counters reset themselves), and a fresh slot for every graph capture, so a graph replay
-    never shares counters with a stream it may overlap."""
+    each launch restarts the count under its own grid id), and a fresh slot for every graph
+    capture, so a graph replay never shares counters with a stream it may overlap. Replays of one
+    graph share a grid id, so captured launches reset their counter by counting exits instead."""
 
     def __init__(self, slots: int = 256):
         self._buffer: DeviceBuffer | None = None
@@ -159,13 +163,14 @@ class StatePool:
         self._next = 0
         self._lock = threading.Lock()
 
-    def slot_for(self, stream: int) -> int:
+    def slot_for(self, stream: int) -> tuple[int, bool]:
+        """The state's address for a launch on ``stream``, and whether that launch is being captured."""
         with self._lock:
             if self._buffer is None:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)  # zeroed before any launch
             capturing = _is_capturing(stream)
             if not capturing and stream in self._by_stream:
-                return self._by_stream[stream]
+                return self._by_stream[stream], False
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use work stealing in "
                                         "this process; scheduler state slots are exhausted")
@@ -173,7 +178,7 @@ class StatePool:
             self._next += 1
             if not capturing:
                 self._by_stream[stream] = address
-            return address
+            return address, capturing
 
 
 _pool = StatePool()
@@ -346,9 +351,10 @@ class TileKernel:
         if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
             trace_buf.fill(0xFF, stream=handle)
+        state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
-                            state_ptr=_pool.slot_for(handle) if concrete == "steal" else 0,
-                            trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0)
+                            state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
+                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured)
         launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 

@@ -15,21 +15,28 @@
 //                                     32-bit word (twice the bins per block; wraps handled exactly,
 //                                     see add_wrap_corrections). Agg: warp-aggregated increments
 //                                     (__match_any_sync), one atomic per distinct bin per warp.
+//   hist_hot<T>                       skew-aware hybrid: the low bins [0, hot) privatised per block in
+//                                     shared memory, every other bin by a global atomic.
+//   hist_exchange<Packed, C, V>       int32, DSM "mailboxes": the bins sharded as in hist_cluster, but
+//                                     each block sorts a chunk of elements by owner block and sends
+//                                     them in 16-byte remote stores; owners apply them with local
+//                                     shared atomics (see Exchange). Optionally a private low range.
 //
-// All three stream the input the same way (stream_values): a persistent grid, 16-byte
+// The first four stream the input the same way (stream_values): a persistent grid, 16-byte
 // vector loads, the next batch loaded before the current one is counted, and scalar code for
 // the unaligned head and the tail. The shared-memory kernels route out-of-range values to a
 // trash slot (no branch in the hot loop) and flush one global atomic per nonzero bin per block.
+// hist_exchange works in rounds of one chunk per block (out-of-range values dropped while sorting).
 //
-// The four DSM lifetime rules of seed 002, as hist_cluster follows them:
+// The four DSM lifetime rules of seed 002, as hist_cluster and hist_exchange follow them:
 //   1. the target block must still exist: no block leaves before the last cluster.sync();
 //   2. every block zeroes its shard, then cluster.sync(), before the first remote access;
 //   3. all DSM accesses are complete before any block exits: cluster.sync() after counting,
 //      and after it each block touches only its own shard;
 //   4. capacity, banks and remote latency need profiling: the lab measures cluster sizes 1-16.
 //
-// Needs sm_90 for hist_cluster (clusters and DSM: instantiating it for an older target fails with a
-// message saying so); hist_global and hist_block run on any target.
+// Needs sm_90 for hist_cluster and hist_exchange (clusters and DSM: instantiating them for an older
+// target fails with a message saying so); hist_global, hist_block and hist_hot run on any target.
 #include <cooperative_groups.h>
 #include <cuda/std/cstdint>
 
@@ -166,6 +173,27 @@ static __device__ __forceinline__ u32 atom_shared_cta_add(u32 addr, u32 v) {
   return old;
 }
 
+// Packed 16-bit counters: the global corrections for one increment of `count` into local index
+// `local` of the block of cluster rank `rank` (bin (local << log2c) | rank), given the old 32-bit
+// word `old` its atomic returned. Rare: a half wraps once per 65536 increments. The word holds the
+// halves of local indices local & ~1 (low) and local | 1 (high); see SharedSink for the scheme.
+static __device__ __forceinline__ void packed_wrap_corrections(u32* out, u32 bins, u32 log2c, u32 local, u32 rank,
+                                                               u32 count, u32 old) {
+  const u32 shift = (local & 1u) << 4;
+  const u32 delta = count << shift;
+  const bool lo_carry = shift == 0 && (old & 0xFFFFu) + count > 0xFFFFu;
+  const bool word_wrap = old + delta < old;
+  if (__builtin_expect(lo_carry || word_wrap, 0)) {
+    const u32 lo_bin = ((local & ~1u) << log2c) | rank;
+    const u32 hi_bin = lo_bin + (1u << log2c);  // >= bins: a trash slot or past the end, never flushed
+    if (lo_carry) {
+      if (lo_bin < bins) atomicAdd(out + lo_bin, 0x10000u);
+      if (hi_bin < bins) atomicAdd(out + hi_bin, 0xFFFFFFFFu);  // -1: the carry that went into hi
+    }
+    if (word_wrap && hi_bin < bins) atomicAdd(out + hi_bin, 0x10000u);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared-memory counters, local (one block) or sharded over a cluster (DSM).
 //
@@ -225,20 +253,8 @@ struct SharedSink {
   // Packed counters only: the global corrections for a wrap seen in `old` (rare: once per 65536).
   __device__ __forceinline__ void add_wrap_corrections(u32 s, u32 count, u32 old) {
     const u32 local = Remote ? (s >> log2c) : s;
-    const u32 shift = (local & 1u) << 4;
-    const u32 delta = count << shift;
-    const bool lo_carry = shift == 0 && (old & 0xFFFFu) + count > 0xFFFFu;
-    const bool word_wrap = old + delta < old;
-    if (__builtin_expect(lo_carry || word_wrap, 0)) {
-      const u32 rank = Remote ? (s & ((1u << log2c) - 1u)) : 0u;
-      const u32 lo_bin = ((local & ~1u) << log2c) | rank;
-      const u32 hi_bin = lo_bin + (1u << log2c);  // >= bins: the trash slot or past it, never flushed
-      if (lo_carry) {
-        if (lo_bin < bins) atomicAdd(out + lo_bin, 0x10000u);
-        if (hi_bin < bins) atomicAdd(out + hi_bin, 0xFFFFFFFFu);  // -1: the carry that went into hi
-      }
-      if (word_wrap && hi_bin < bins) atomicAdd(out + hi_bin, 0x10000u);
-    }
+    const u32 rank = Remote ? (s & ((1u << log2c) - 1u)) : 0u;
+    packed_wrap_corrections(out, bins, log2c, local, rank, count, old);
   }
 
   __device__ __forceinline__ void scalar(u32 v) {
@@ -303,6 +319,369 @@ static __device__ __forceinline__ u32 counter_words(u32 bins, u32 log2c, u32 log
   const u32 shard = (bins + (1u << log2c)) >> log2c;
   return (Packed ? (shard + 1u) >> 1 : shard) << log2r;
 }
+
+
+// ---------------------------------------------------------------------------------------------
+// Skew-aware hybrid: the low bins [0, hot) in a private shared-memory histogram (32-bit counters,
+// one copy), every other in-range value by a global atomic. Truncated Zipf data puts almost all of
+// its mass in the low bins; uniform data over many bins mostly takes the global path.
+template <typename T>
+struct HotSink {
+  u32* out;
+  u32 bins;
+  u32 hot;        // private bins [0, hot)
+  u32 hot_addr;   // shared::cta address of the private counters
+
+  __device__ __forceinline__ void scalar(u32 v) {
+    if (v < hot) {
+      red_shared_cta_add(hot_addr + 4u * v, 1u);
+    } else if (v < bins) {
+      atomicAdd(out + v, 1u);  // result unused: a fire-and-forget RED to L2
+    }
+  }
+  template <int U>
+  __device__ __forceinline__ void batch(const uint4 (&v)[U]) {
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+#pragma unroll
+      for (int j = 0; j < Layout<T>::kPerVec; ++j) scalar(element<T>(v[k], j));
+  }
+};
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters and DSM: only hist_exchange (sm_90+) uses these
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers for distributed shared memory and the split cluster barrier (all sm_90).
+
+// mapa.shared::cluster.u32 d, a, rank;  (sm_90) - the shared::cluster address of this block's
+// shared::cta address `a` in the block of cluster rank `rank` (the same offset in that block).
+static __device__ __forceinline__ u32 mapa_shared_cluster(u32 addr, u32 rank) {
+  u32 remote;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+
+// st.shared::cluster.v4.u32 [addr], {...};  (sm_90) - a weak 16-byte store into the shared memory of
+// a block of the cluster. No ordering of its own: the reader sees it after a cluster barrier
+// (arrive.release by the writer, wait.acquire by the reader).
+static __device__ __forceinline__ void st_shared_cluster_v4(u32 addr, const uint4& v) {
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+// st.shared::cluster.u32 [addr], v;  (sm_90) - a weak 4-byte store, ordered like st_shared_cluster_v4.
+static __device__ __forceinline__ void st_shared_cluster_u32(u32 addr, u32 v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// red.shared::cluster.add.u32 [addr], v;  (sm_90) - relaxed add into a cluster block's shared memory.
+static __device__ __forceinline__ void red_shared_cluster_add(u32 addr, u32 v) {
+  asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// atom.shared::cluster.add.u32 old, [addr], v;  (sm_90) - relaxed add returning the old word.
+static __device__ __forceinline__ u32 atom_shared_cluster_add(u32 addr, u32 v) {
+  u32 old;
+  asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+  return old;
+}
+
+// barrier.cluster.arrive.release;  (sm_90) - this thread's arrival at the cluster barrier; release: its
+// earlier shared-memory writes (local and remote) are visible to every thread of the cluster that has
+// waited on this phase. Every thread of every block of the cluster arrives; a thread's next arrive
+// must follow its wait. Not .aligned: a thread may arrive alone (no warp convergence needed).
+static __device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+// barrier.cluster.wait.acquire;  (sm_90) - waits until every thread of the cluster has arrived at the
+// current phase; acquire: their writes before arriving are visible to this thread.
+static __device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// %lanemask_lt: the lanes below this one.  (sm_20)
+static __device__ __forceinline__ u32 lanemask_lt() {
+  u32 m;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DSM exchange ("mailbox"): the bins sharded over a cluster of C blocks as in hist_cluster (bin b in
+// block b % C at local index b / C, interleaved so the hot low bins of skewed data spread over the
+// cluster), but elements travel to their owner in bulk instead of one remote atomic each:
+//
+//   partition  each warp sorts its elements by owner into this block's stage (16-bit local indices,
+//              one run of `cap` entries per owner), reserving room with one shared atomic per owner
+//              present in the warp (ballots on the owner bits group the lanes);
+//   send       the runs go to the owners' mailboxes with 16-byte remote stores, plus one count word;
+//   barrier    cluster arrive (release) after sending; wait (acquire) one round later, so the
+//              partition of the next chunk overlaps the barrier's latency;
+//   apply      each block adds the entries its mailbox received with local shared atomics.
+//
+// Two mailboxes and two stages alternate between rounds, so one cluster barrier per round orders
+// everything: a sender writes mailbox m in round r only after its wait on round r - 1, which every
+// owner passed only after applying round r - 2 (the last reader of m). Run cursors cycle through
+// three buffers (reset one round after their last reader, one round before their next writer).
+//
+// A run that outgrows `cap` (skewed data: many elements of one chunk for one owner) sends the rest
+// by remote atomics, exactly as hist_cluster does; `cap` is 1.25x the uniform share, so uniform data
+// never gets there. Optional: a private shared histogram of the low bins [0, hot) in every block
+// (the skew-aware range), so that hot bins never reach the exchange.
+//
+// Shared memory of one block (bytes, every array 16-byte aligned; mirrored by exchange_layout in
+// histogram.py):
+//   hot counters      4 * round4(hot)
+//   shard counters    4 * round4(Packed ? ceil(shard / 2) : shard),  shard = ceil(bins / C)
+//   stage  [2][C][stride] u16,  stride = cap padded so consecutive runs start 4 banks apart
+//   mailbox[2][C][cap]    u16   (mailbox[m][s]: the entries sender rank s sent in a round using m)
+//   mailbox counts [2][C] u32
+//   run cursors    [3][C] u32
+constexpr u32 kExchangeThreads = 1024;  // the exchange's block size: its run capacities assume it
+
+template <bool Packed, int C, int V>
+struct ExchangeLayout {
+  static_assert(C == 2 || C == 4 || C == 8 || C == 16, "cluster sizes 2, 4, 8, 16");
+  static_assert(V == 1 || V == 2, "1 or 2 vectors per thread per round");
+  static constexpr u32 kLog2C = C == 2 ? 1 : C == 4 ? 2 : C == 8 ? 3 : 4;
+  static constexpr u32 kChunk = kExchangeThreads * V * 4;  // elements per block per round
+  // Entries per (sender, owner) run: 1.25x a uniform chunk's share, in whole 16-byte vectors.
+  static constexpr u32 kCap = ((5u * kChunk + 4u * C - 1u) / (4u * C) + 7u) & ~7u;
+  // Stage entries between owners' runs: kCap padded so that kStride / 2 words = 4 (mod 32), which
+  // starts consecutive runs 4 banks apart (the partition's stores of one warp spread over the banks).
+  static constexpr u32 kStride = 2u * (kCap / 2u + ((4u - kCap / 2u) & 31u));
+  static constexpr u32 kGroup = kExchangeThreads / C;  // threads that send (apply) one run (mailbox)
+  u32 shard;  // local indices per block: ceil(bins / C) (out-of-range values are dropped before)
+  u32 counters_off, stage_off, mbox_off, mcount_off, cursor_off, bytes;
+
+  __device__ __forceinline__ ExchangeLayout(u32 bins, u32 hot) {
+    shard = (bins + (C - 1)) >> kLog2C;
+    const u32 counter_words = Packed ? (shard + 1u) >> 1 : shard;
+    counters_off = 4u * ((hot + 3u) & ~3u);
+    stage_off = counters_off + 4u * ((counter_words + 3u) & ~3u);
+    mbox_off = stage_off + 2u * 2u * C * kStride;
+    mcount_off = mbox_off + 2u * 2u * C * kCap;
+    cursor_off = mcount_off + 4u * 2u * C;
+    bytes = (cursor_off + 4u * 3u * C + 15u) & ~15u;
+  }
+};
+
+template <bool Packed, int C, int V>
+struct Exchange {
+  using Layout = ExchangeLayout<Packed, C, V>;
+  static constexpr u32 kLog2C = Layout::kLog2C;
+  static constexpr u32 cap = Layout::kCap;
+  static constexpr u32 stride = Layout::kStride;
+  static constexpr u32 kGroup = Layout::kGroup;
+  u32* out;
+  u32 bins, hot, shard, rank, lane;
+  u32 hot_addr, counters_addr, cursor_addr, mcount_addr, mbox_addr;  // shared::cta addresses
+  unsigned short* stage;
+  const unsigned short* mbox;
+  const u32* mcount;
+  const u32* cursor;
+
+  __device__ __forceinline__ Exchange(unsigned char* smem, const Layout& L, u32* out_, u32 bins_, u32 hot_, u32 rank_)
+      : out(out_), bins(bins_), hot(hot_), shard(L.shard), rank(rank_) {
+    lane = threadIdx.x & 31u;
+    const u32 base = static_cast<u32>(__cvta_generic_to_shared(smem));
+    hot_addr = base;
+    counters_addr = base + L.counters_off;
+    cursor_addr = base + L.cursor_off;
+    mcount_addr = base + L.mcount_off;
+    mbox_addr = base + L.mbox_off;
+    stage = reinterpret_cast<unsigned short*>(smem + L.stage_off);
+    mbox = reinterpret_cast<const unsigned short*>(smem + L.mbox_off);
+    mcount = reinterpret_cast<const u32*>(smem + L.mcount_off);
+    cursor = reinterpret_cast<const u32*>(smem + L.cursor_off);
+  }
+
+  // Adds `count` to local index `local` in the block of rank `owner` by a remote atomic (packed: with
+  // the exact wrap corrections). The slow path: overflowing runs, head and tail.
+  __device__ __forceinline__ void remote_increment(u32 owner, u32 local, u32 count) {
+    const u32 addr = mapa_shared_cluster(counters_addr + 4u * (Packed ? local >> 1 : local), owner);
+    if constexpr (Packed) {
+      const u32 old = atom_shared_cluster_add(addr, count << ((local & 1u) << 4));
+      packed_wrap_corrections(out, bins, kLog2C, local, owner, count, old);
+    } else {
+      red_shared_cluster_add(addr, count);
+    }
+  }
+
+  // Head and tail elements, one at a time (divergent callers allowed).
+  __device__ __forceinline__ void scalar(u32 v) {
+    if (v < hot) {
+      red_shared_cta_add(hot_addr + 4u * v, 1u);
+    } else if (v < bins) {
+      remote_increment(v & (C - 1u), v >> kLog2C, 1u);
+    }
+  }
+
+  // Stores one element at place `pos` of its owner's run, or, past `cap` (the run is full this round:
+  // skewed data), adds it by a remote atomic, one per distinct value per warp. Warp-collective.
+  __device__ __forceinline__ void place_or_overflow(u32 v, bool valid, u32 pos, u32 stage_buf) {
+    const u32 owner = v & (C - 1u);
+    const u32 local = v >> kLog2C;
+    if (valid && pos < cap) stage[(stage_buf * C + owner) * stride + pos] = static_cast<unsigned short>(local);
+    const bool overflow = valid && pos >= cap;
+    if (__any_sync(kAllLanes, overflow)) {
+      const u32 same = __match_any_sync(kAllLanes, overflow ? v : ~0u);
+      if (overflow && static_cast<u32>(__ffs(same) - 1) == lane) remote_increment(owner, local, __popc(same));
+    }
+  }
+
+  // Sorts this thread's K elements of the round into the stage (`stage_buf`) by owner rank, reserving
+  // room with the run cursors of `cur` (0..2). Warp-collective: every lane of the warp calls it.
+  //
+  // Ballot sort (one shared atomic per warp and owner):
+  //   1. per element slot: ballots on the valid flag and the owner bits give each lane the lanes with
+  //      the same owner (`peers`) and lane o (< C) the lanes whose owner is o; lane o keeps a running
+  //      count of owner o's elements over the slots, and every element its place in the warp's run;
+  //   2. lanes o < C reserve their run in the block's run for owner o with one shared atomic each;
+  //   3. every element is stored at its place (or overflows).
+  // Atomic sort: one returning shared atomic per element on its owner's cursor (C cursors: lanes of
+  // a warp with the same owner meet on one address). Fewer instructions, more atomic traffic; the
+  // lab measures both.
+  template <int K>
+  __device__ __forceinline__ void partition(const u32 (&v)[K], u32 stage_buf, u32 cur, bool atomic_sort) {
+    if (atomic_sort) {
+      u32 pos[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        pos[k] = cap;
+        if (v[k] >= hot && v[k] < bins)
+          pos[k] = atom_shared_cta_add(cursor_addr + 4u * (cur * C + (v[k] & (C - 1u))), 1u);
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) place_or_overflow(v[k], v[k] >= hot && v[k] < bins, pos[k], stage_buf);
+    } else {
+      u32 lane_sel[kLog2C];  // ~0 where this lane's bit b is 0: lane o builds the peer mask of owner o
+#pragma unroll
+      for (u32 b = 0; b < kLog2C; ++b) lane_sel[b] = ((lane >> b) & 1u) ? 0u : ~0u;
+      u32 place[K];  // the element's place in the warp's run for its owner
+      u32 run = 0;   // lane o < C: elements of owner o in this warp so far
+      const u32 lt = lanemask_lt();
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const bool valid = v[k] >= hot && v[k] < bins;
+        const u32 valid_lanes = __ballot_sync(kAllLanes, valid);
+        u32 peers = valid_lanes;
+        u32 of_lane = valid_lanes;
+#pragma unroll
+        for (u32 b = 0; b < kLog2C; ++b) {
+          const bool bit = (v[k] & (1u << b)) != 0;
+          const u32 set = __ballot_sync(kAllLanes, bit);
+          peers &= set ^ (bit ? 0u : ~0u);  // the lanes whose bit b equals this lane's
+          of_lane &= set ^ lane_sel[b];     // the lanes whose bit b equals bit b of this lane's index
+        }
+        place[k] = __shfl_sync(kAllLanes, run, v[k] & (C - 1u)) + __popc(peers & lt);
+        run += __popc(of_lane);
+      }
+      u32 base = 0;
+      if (lane < C && run) base = atom_shared_cta_add(cursor_addr + 4u * (cur * C + lane), run);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const u32 pos = __shfl_sync(kAllLanes, base, v[k] & (C - 1u)) + place[k];
+        place_or_overflow(v[k], v[k] >= hot && v[k] < bins, pos, stage_buf);
+      }
+    }
+    if (hot) {  // the private low bins (a uniform branch: hot is a kernel parameter)
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (v[k] < hot) red_shared_cta_add(hot_addr + 4u * v[k], 1u);
+    }
+  }
+
+  // Sends this round's runs (stage `stage_buf`, cursors `cur`) to mailbox `m` of every owner: one
+  // count word per owner, then the runs in 16-byte vectors. The threads form C groups of
+  // blockDim.x / C, group o sending run o (a uniform run is about one vector per thread; a full one,
+  // `cap` entries, 0.625 * V vectors per thread: at most 2).
+  __device__ __forceinline__ void send(u32 stage_buf, u32 cur, u32 m) {
+    constexpr u32 group = kGroup;
+    const u32 o = threadIdx.x / group;
+    const u32 n = min(cursor[cur * C + o], cap);
+    const u32 dst = mapa_shared_cluster(mbox_addr + 2u * (m * C + rank) * cap, o);  // this block's mailbox at o
+    if (threadIdx.x % group == 0) st_shared_cluster_u32(mapa_shared_cluster(mcount_addr + 4u * (m * C + rank), o), n);
+    const unsigned short* src = stage + (stage_buf * C + o) * stride;
+    // Entries past the count in the last vector are stale; the owner ignores them.
+    for (u32 e = (threadIdx.x % group) << 3; e < n; e += group << 3)
+      st_shared_cluster_v4(dst + 2u * e, *reinterpret_cast<const uint4*>(src + e));
+  }
+
+  // Adds every entry of this block's mailbox `m` to its shard, with local shared atomics. Group s of
+  // blockDim.x / C threads takes the entries sender s sent.
+  __device__ __forceinline__ void apply(u32 m) {
+    constexpr u32 group = kGroup;
+    const u32 s = threadIdx.x / group;
+    const u32 n = mcount[m * C + s];
+    const unsigned short* src = mbox + (m * C + s) * cap;
+    for (u32 e = (threadIdx.x % group) << 3; e < n; e += group << 3) {
+      const u32 valid = min(8u, n - e);
+      const uint4 w = *reinterpret_cast<const uint4*>(src + e);
+      u32 local[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        local[2 * i] = (&w.x)[i] & 0xFFFFu;
+        local[2 * i + 1] = (&w.x)[i] >> 16;
+      }
+      if constexpr (Packed) {
+#pragma unroll
+        for (u32 h = 0; h < 8; h += 4) {  // four atomics in flight, then their rare wrap checks
+          u32 old[4];
+#pragma unroll
+          for (u32 i = 0; i < 4; ++i) {
+            const u32 word = counters_addr + 4u * (local[h + i] >> 1);
+            old[i] = h + i < valid ? atom_shared_cta_add(word, 1u << ((local[h + i] & 1u) << 4)) : 0u;
+          }
+#pragma unroll
+          for (u32 i = 0; i < 4; ++i)
+            if (h + i < valid) packed_wrap_corrections(out, bins, kLog2C, local[h + i], rank, 1u, old[i]);
+        }
+      } else {
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i)
+          if (i < valid) red_shared_cta_add(counters_addr + 4u * local[i], 1u);
+      }
+    }
+  }
+
+  // Every nonzero bin this block holds, by one global atomic each: its private low bins, then its shard.
+  __device__ __forceinline__ void flush(const unsigned char* smem, const Layout& L) {
+    const u32* hot_counters = reinterpret_cast<const u32*>(smem);
+    if (hot) {
+      const u32 start = flush_start(blockIdx.x, hot);
+      for (u32 i = threadIdx.x; i < hot; i += blockDim.x) {
+        const u32 bin = i < hot - start ? i + start : i - (hot - start);
+        const u32 total = hot_counters[bin];
+        if (total) atomicAdd(out + bin, total);
+      }
+    }
+    const u32* counters = reinterpret_cast<const u32*>(smem + L.counters_off);
+    const u32 start = flush_start(blockIdx.x >> kLog2C, shard);
+    for (u32 i = threadIdx.x; i < shard; i += blockDim.x) {
+      const u32 local = i < shard - start ? i + start : i - (shard - start);
+      const u32 bin = (local << kLog2C) | rank;
+      if (bin >= bins) continue;
+      const u32 word = counters[Packed ? local >> 1 : local];
+      const u32 total = Packed ? (word >> ((local & 1u) << 4)) & 0xFFFFu : word;
+      if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per cluster
+    }
+  }
+};
+
+// V vectors per thread of chunk `chunk` (kExchangeThreads * V vectors, coalesced across the block);
+// past the last vector: all ones (out of range for any bins <= 2^30, so dropped).
+template <int V>
+static __device__ __forceinline__ void load_chunk(uint4 (&v)[V], const uint4* vec, u64 nvec, u64 chunk) {
+  const u64 first = chunk * (kExchangeThreads * V) + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const u64 i = first + static_cast<u64>(k) * kExchangeThreads;
+    v[k] = i < nvec ? load_stream(vec + i) : make_uint4(~0u, ~0u, ~0u, ~0u);
+  }
+}
+#endif  // clusters
 
 }  // namespace cuadv_hist
 
@@ -381,5 +760,112 @@ __global__ void __launch_bounds__(1024) hist_cluster(const T* __restrict__ in, u
     const u32 total = cuadv_hist::slot_total<Packed>(counters, local, log2r);
     if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per cluster
   }
+#endif
+}
+
+// Skew-aware hybrid: bins [0, hot) privatised per block (32-bit counters), the rest by global atomics.
+// Needs 4 * hot B of dynamic shared memory.
+template <typename T>
+__global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
+                                                 u32 hot) {
+  extern __shared__ u32 counters[];
+  if (hot > cuadv_hist::dynamic_smem_size() / 4) __trap();  // the host sized shared memory wrongly
+  for (u32 w = threadIdx.x; w < hot; w += blockDim.x) counters[w] = 0;
+  __syncthreads();  // the zeroed counters are visible to every thread of the block before the first increment
+
+  cuadv_hist::HotSink<T> sink{out, bins, hot, static_cast<u32>(__cvta_generic_to_shared(counters))};
+  cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
+
+  __syncthreads();  // every increment of this block is complete before the counters are read
+  if (hot == 0) return;
+  const u32 start = cuadv_hist::flush_start(blockIdx.x, hot);
+  for (u32 i = threadIdx.x; i < hot; i += blockDim.x) {
+    const u32 bin = i < hot - start ? i + start : i - (hot - start);
+    const u32 total = counters[bin];
+    if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero low bin per block
+  }
+}
+
+// DSM exchange (mailboxes), int32 input: C blocks of 1024 threads per cluster (the launch's cluster size
+// must be C), V 16-byte vectors per thread per round, bins [0, hot) privatised per block; `cap`: the
+// run capacity the host computed (checked against ExchangeLayout::kCap); `atomic_sort`: 1 for the
+// atomic sort, 0 for the ballot sort (see Exchange::partition). Shared memory: ExchangeLayout.
+template <bool Packed, int C, int V>
+__global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__ in, u64 n, u32* __restrict__ out,
+                                                         u32 bins, u32 hot, u32 cap, u32 atomic_sort) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static_assert(C == 0, "hist_exchange needs sm_90 or newer (thread block clusters and distributed shared memory); "
+                        "use hist_hot, hist_block or hist_global");
+#else
+  using cuadv_hist::Exchange;
+  using cuadv_hist::ExchangeLayout;
+  extern __shared__ uint4 exchange_smem[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(exchange_smem);
+  cg::cluster_group cluster = cg::this_cluster();
+  if (cluster.num_blocks() != C) __trap();  // launched with a cluster size other than C
+  using Layout = ExchangeLayout<Packed, C, V>;
+  const Layout L(bins, hot);
+  if (blockDim.x != cuadv_hist::kExchangeThreads || cap != Layout::kCap || L.shard > 65536u ||
+      L.bytes > cuadv_hist::dynamic_smem_size())
+    __trap();  // the host planned another shape
+
+  for (u32 w = threadIdx.x; w < L.bytes / 16u; w += blockDim.x) exchange_smem[w] = make_uint4(0u, 0u, 0u, 0u);
+  cluster.sync();  // rule 2: every block's counters, cursors and stage are zeroed before any remote access
+
+  Exchange<Packed, C, V> ex(smem, L, out, bins, hot, cluster.block_rank());
+
+  // The unaligned head and the tail (fewer than 4 elements each): one remote atomic per element.
+  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  u64 head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(int);
+  if (head > n) head = n;
+  if (tid < head) ex.scalar(static_cast<u32>(in[tid]));
+  const uint4* vec = reinterpret_cast<const uint4*>(in + head);
+  const u64 nvec = (n - head) / 4u;
+  if (head + 4u * nvec + tid < n) ex.scalar(static_cast<u32>(in[head + 4u * nvec + tid]));
+
+  // Rounds: block b takes chunk r * gridDim.x + b in round r; every block of the cluster runs the same
+  // number of rounds (the barrier needs all of them), with an empty chunk past the end.
+  const u64 per_chunk = cuadv_hist::kExchangeThreads * V;  // vectors
+  const u64 nchunk = (nvec + per_chunk - 1u) / per_chunk;
+  const u64 rounds = (nchunk + gridDim.x - 1u) / gridDim.x;
+  uint4 cur[V];
+  uint4 next[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) next[k] = make_uint4(~0u, ~0u, ~0u, ~0u);
+  if (rounds) cuadv_hist::load_chunk<V>(cur, vec, nvec, blockIdx.x);
+  u32 cursors = 0;  // r % 3: this round's run cursors
+  for (u64 r = 0; r < rounds; ++r) {
+    const u32 buf = static_cast<u32>(r & 1u);  // this round's stage and mailbox
+#pragma unroll
+    for (int k = 0; k < V; ++k) {  // one 16-byte vector (4 elements) per thread at a time: fewer live registers
+      const u32 values[4] = {cur[k].x, cur[k].y, cur[k].z, cur[k].w};
+      ex.partition(values, buf, cursors, atomic_sort != 0);
+    }
+    // The next chunk's loads fly during the barrier wait, the apply and the send (registers are
+    // scarcer during the partition).
+    if (r + 1u < rounds) cuadv_hist::load_chunk<V>(next, vec, nvec, (r + 1u) * gridDim.x + blockIdx.x);
+    __syncthreads();  // this round's stage and run cursors are complete before send reads them; the last
+                      // round's send (the last reader of the cursors reset below) is complete
+    const u32 stale = cursors == 0 ? 2u : cursors - 1u;  // last round's cursors; next written in round r + 2
+    if (threadIdx.x < C) reinterpret_cast<u32*>(smem + L.cursor_off)[stale * C + threadIdx.x] = 0;
+    if (r > 0) {
+      cuadv_hist::cluster_wait_acquire();  // every block's round r - 1 mailbox writes are visible here
+      ex.apply(buf ^ 1u);
+    }
+    ex.send(buf, cursors, buf);
+    cuadv_hist::cluster_arrive_release();  // this round's mailbox writes released; this block has applied
+                                           // round r - 1, so mailbox buf ^ 1 may be rewritten in round r + 1
+#pragma unroll
+    for (int k = 0; k < V; ++k) cur[k] = next[k];
+    cursors = cursors == 2 ? 0u : cursors + 1u;
+  }
+  if (rounds) {
+    cuadv_hist::cluster_wait_acquire();  // the last round's mailbox writes are visible here
+    ex.apply(static_cast<u32>((rounds - 1u) & 1u));
+  }
+  cluster.sync();  // rules 1 and 3: every remote access into every block (mailboxes, overflow and head/tail
+                   // atomics) is complete, no block has left; this block's own atomics are complete before
+                   // its flush reads the counters
+  ex.flush(smem, L);
 #endif
 }

@@ -105,13 +105,16 @@ struct GraphTaskState {
   int error;            // first device-side cudaGraphLaunch error (0: none)
 };
 
-// The single kernel node of the task graph (instantiated for device launch). Runs task `cursor`,
-// then tail-launches its own graph for the next task: a tail launch starts after this graph
-// (and anything it launched) completes, so the tasks run one after another, one graph launch each.
+// The single kernel node of the task graph (instantiated for device launch), launched as one warp.
+// Runs task `cursor`, then tail-launches its own graph for the next task: a tail launch starts
+// after this graph (and anything it launched) completes, so the tasks run one after another, one
+// graph launch each. Only thread 0 reads and writes the cursor; the warp gets the task index from
+// it by shuffle, so no barrier is needed (and none is reached by part of the block).
 extern "C" __global__ void lm_graph_task(TaskParams p, GraphTaskState* s) {
-  const unsigned int i = s->cursor;
+  unsigned int i = 0;
+  if (threadIdx.x == 0) i = s->cursor;
+  i = __shfl_sync(0xffffffffu, i, 0);  // the whole warp runs thread 0's task
   if (i < p.n) run_task(p, i);
-  __syncthreads();  // every thread has read the cursor before thread 0 moves it
   if (threadIdx.x == 0) {
     if (i + 1 < p.n) {
       s->cursor = i + 1;

@@ -1,49 +1,48 @@
-// pipeline.cu - a 2-D 5-point stencil staged through shared memory, three ways:
-//   stencil_sync<Align>                      plain loads into one buffer, __syncthreads, compute (the baseline);
-//   stencil_pipeline_thread<Stages, Align>   cuda::memcpy_async with a per-thread cuda::pipeline (the seed's
-//                                            skeleton, made correct with two __syncthreads per tile);
-//   stencil_pipeline_block<Stages, Align>    cuda::memcpy_async with a block-scoped cuda::pipeline
-//                                            (pipeline_shared_state): no __syncthreads at all.
-// The pipelined kernels run the same three phases: fill (Stages-1 tiles in flight before any compute), steady
-// state (one tile issued per tile computed) and drain (compute what is in flight, issue nothing).
+// pipeline.cu - a 2-D 5-point stencil staged through shared memory, in two layouts and three staging methods.
+//
+// Layouts:
+//   tile   each stage is a 16 x 128 output tile plus its halo (18 x 136 floats); a block strides over tiles, so
+//          every tile re-reads 2 halo rows and 8 halo columns (the layout this lab started with).
+//   strip  a block walks down a strip of W columns (+ one 16-byte halo chunk each side); each stage brings the
+//          next R input rows, and output row i is computed from rows i-1, i, i+1 already in the ring of stages,
+//          so each input row is read once (no vertical halo re-reads).
+// Staging methods (the same loop, only the stager changes):
+//   sync   plain loads and stores into shared memory, one __syncthreads per stage (the baseline);
+//   thread cuda::memcpy_async with a per-thread cuda::pipeline (thread scope), its wait followed by one
+//          __syncthreads per stage so every thread's copies are visible;
+//   mbar   a block-scope pipeline on explicit mbarriers: full[s] completes when every thread's cp.async of the
+//          stage in slot s has landed (cp.async.mbarrier.arrive.noinc: the copy engine arrives for the thread),
+//          empty[s] when every thread has finished reading slot s. No __syncthreads in the loop.
+// Every pipelined kernel runs the same three phases: fill (the first S - D stages issued before any compute),
+// steady state (one stage issued per stage computed) and drain (compute what is in flight, issue nothing);
+// D is how many consecutive stages one compute reads (tile: 1, strip: 2).
 //
 //   out[i][j] = c_center * x[i][j] + c_neighbour * (((x[i-1][j] + x[i+1][j]) + x[i][j-1]) + x[i][j+1])
 // with x = 0 outside the array, every operation rounded to float32 in this order (__fmul_rn/__fadd_rn: no FMA
 // contraction), so NumPy's float32 result is matched bit for bit.
 //
-// Align is the alignment the copies claim. 16: the input base is 16-byte aligned and its row pitch a multiple
-// of 16 bytes (checked in Python before launch), so every full 4-float chunk is copied with
-// cuda::aligned_size_t<16>; the chunks cut by the right edge of the array are copied element by element with
-// aligned_size_t<4>. 4: no such guarantee; every element is a 4-byte copy. Nothing claims an alignment that
-// was not checked.
+// Align is the alignment the copies claim. 16: the input base is 16-byte aligned and its row pitch a multiple of
+// 16 bytes (checked in Python before launch), so every full 4-float chunk is copied with one 16-byte copy; the
+// chunk cut by the right edge of the array is copied element by element. 4: no such guarantee; every element is
+// a 4-byte copy. Output stores are 16 bytes wide only where flag kOutVec16 says the output base and pitch allow
+// it (also checked in Python). Nothing claims an alignment that was not checked.
 //
-// Needs sm_80 (cp.async); built for sm_90a and sm_100a.
-#include <cooperative_groups.h>
+// Why not cuda::pipeline<thread_scope_block>: its producer_commit pairs cp.async.mbarrier.arrive (without .noinc,
+// so the copy engine's arrival is balanced by a pending-count increment) with an explicit mbarrier.arrive. That is
+// correct PTX (the ISA's own "Example 1"), but compute-sanitizer synccheck reported "Missing wait" at that explicit
+// arrive on every thread's first commit, in a 1-tile launch where no wait can be missing: it counts the engine's
+// arrival as the thread's own, and the explicit one as a second arrival on the same phase. The mbar stager gives
+// each thread exactly one arrival per phase on each barrier and has every thread wait on every phase it arrives on.
+//
+// Needs sm_80 (cp.async, mbarrier); built for sm_90a and sm_100a.
 #include <cuda/pipeline>
 #include <cuda/std/cstdint>
 
 #include "cuadv/ptx.cuh"
 
-namespace cg = cooperative_groups;
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#error "pipeline.cu needs sm_80 or newer (cp.async behind cuda::memcpy_async)"
+#error "pipeline.cu needs sm_80 or newer (cp.async and mbarrier)"
 #endif
-
-namespace stencil {
-
-constexpr int kThreads = 256;
-constexpr int kTileW = 128;                            // output columns per tile
-constexpr int kTileH = 16;                             // output rows per tile
-constexpr int kHalo = 4;                               // 1 halo column is needed; 4 keep chunks 16-byte aligned
-constexpr int kStageW = kTileW + 2 * kHalo;            // 136 floats = 544 B: each buffer row starts 16-aligned
-constexpr int kStageH = kTileH + 2;                    // one halo row above and one below
-constexpr int kStageFloats = kStageW * kStageH;        // 9,792 B per stage
-constexpr int kChunksPerRow = kStageW / 4;             // 16-byte chunks per buffer row
-constexpr int kRowsPerThread = kTileH / (kThreads / kTileW);
-static_assert(kThreads % kTileW == 0 && kTileH % (kThreads / kTileW) == 0, "tile must map onto the block");
-
-}  // namespace stencil
 
 struct StencilParams {
   const float* in;
@@ -52,17 +51,177 @@ struct StencilParams {
   long long in_pitch;          // elements between rows of `in`
   long long out_pitch;         // elements between rows of `out`
   float c_center, c_neighbour;
-  unsigned long long* trace;   // null, or 4 %globaltimer stamps per tile: issued, wait, ready, done
-  unsigned int trace_capacity; // tiles recorded per block
-  unsigned int reserved;
+  unsigned long long* trace;   // null, or 4 %globaltimer stamps per stage: issued, wait, ready, done
+  unsigned int trace_capacity; // stages recorded per block
+  unsigned int flags;          // kOutVec16
 };
 static_assert(sizeof(StencilParams) == 72, "mirrors cuadv.labs.pipeline.StencilParams");
 
 namespace stencil {
 
-// Tile t covers output rows [row0, row0 + kTileH) and columns [col0, col0 + kTileW); tiles are numbered along
-// the rows of tiles, and block b takes tiles b, b + gridDim.x, ... (a fixed number of blocks, so each block
-// runs a long enough sequence to fill its pipeline).
+namespace ptx = cuadv::ptx;
+using u64 = cuadv::ptx::u64;
+
+constexpr int kThreads = 256;
+constexpr unsigned kOutVec16 = 1u;  // flags: out's base and row pitch are 16-byte aligned (16-byte stores allowed)
+constexpr int kHalo = 4;            // 1 halo column is needed; 4 keep every chunk 16-byte aligned
+
+// Thread 0's view of each stage, in nanoseconds: [issued, wait started, data ready, compute done]. Reads the
+// parameters at each stamp rather than keeping a pointer live in every thread's registers.
+struct Tracer {
+  const StencilParams& p;
+  __device__ explicit Tracer(const StencilParams& params) : p(params) {}
+  __device__ void stamp(long long k, int field) const {
+    if (p.trace != nullptr && threadIdx.x == 0 && k < p.trace_capacity) {
+      p.trace[(static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity + k) * 4 + field] =
+          ptx::globaltimer_ns();
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Stagers: how a stage gets into shared memory and how threads agree that it is there / no longer read.
+//   copy16 / copy4   one 16-byte / 4-byte piece of stage m (between acquire(m) and commit(m));
+//   acquire(m)       before this thread writes stage m into slot m % S;
+//   commit(m)        after this thread has issued all its pieces of stage m;
+//   wait(k)          before any thread reads stage k: every thread's pieces of stage k are visible;
+//   release(j, r)    after this thread's last read of stage j's slot; r: that slot will be refilled.
+
+// Plain loads and stores: the copy is finished when copy16 returns; one barrier per stage publishes it.
+struct PlainStager {
+  __device__ void copy16(float* d, const float* s) {
+    *reinterpret_cast<float4*>(d) = *reinterpret_cast<const float4*>(s);
+  }
+  __device__ void copy4(float* d, const float* s) { *d = *s; }
+  __device__ void acquire(long long) {}
+  __device__ void commit(long long) {}
+  __device__ void wait(long long) {
+    __syncthreads();  // every thread's stores of stage k are visible; every thread has finished the previous compute
+  }
+  __device__ void release(long long, bool) {}
+};
+
+// cuda::pipeline<thread_scope_thread>: each thread's copies of a stage are one commit group; consumer_wait waits
+// for this thread's oldest unreleased group (cp.async.wait_group), then a barrier makes every thread's copies
+// visible. consumer_wait waits on the oldest unreleased stage, so the stage before is released just before it,
+// even where compute still reads that stage's slot (the strip layout): at thread scope a release gates nothing
+// (producer_acquire has nothing to wait for); the block barrier and the loop's refill order decide slot reuse.
+struct ThreadPipeStager {
+  cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
+  bool holding = false;  // a stage was waited for and is not yet released
+  __device__ void copy16(float* d, const float* s) { cuda::memcpy_async(d, s, cuda::aligned_size_t<16>(16), pipe); }
+  __device__ void copy4(float* d, const float* s) { cuda::memcpy_async(d, s, cuda::aligned_size_t<4>(4), pipe); }
+  __device__ void acquire(long long) { pipe.producer_acquire(); }  // thread scope: nothing to wait for
+  __device__ void commit(long long) { pipe.producer_commit(); }    // this thread's copies of stage m: one group
+  __device__ void wait(long long) {
+    if (holding) pipe.consumer_release();  // the previous stage, so that the wait below is for stage k
+    pipe.consumer_wait();                  // this thread's copies of stage k have landed
+    holding = true;
+    __syncthreads();  // ... and every other thread's; every thread has finished the previous compute
+  }
+  __device__ void release(long long, bool) {}  // done by the next wait (see above)
+};
+
+// Explicit full/empty mbarriers, both expecting kThreads arrivals per phase, phase n of slot s belonging to stage
+// s + n * S. full: each thread's one arrival is cp.async.mbarrier.arrive.noinc (made by the copy engine when the
+// thread's copies have landed); every thread waits on it before reading. empty: each thread arrives after its
+// last read of a slot that will be refilled, and waits on that phase before refilling the slot. So every thread
+// arrives exactly once on each phase it waits on, and waits on each phase before it arrives on the next.
+template <int S>
+struct MbarStager {
+  u64* full;
+  u64* empty;
+  __device__ void copy16(float* d, const float* s) { ptx::cp_async_cg_16(d, s); }
+  __device__ void copy4(float* d, const float* s) { ptx::cp_async_ca_4(d, s); }
+  __device__ void acquire(long long m) {
+    if (m >= S) wait_parity(&empty[m % S], static_cast<unsigned>((m / S - 1) & 1));  // stage m-S's readers are done
+  }
+  __device__ void commit(long long m) {
+    ptx::cp_async_mbarrier_arrive_noinc(&full[m % S]);  // arrives once this thread's copies of stage m landed
+  }
+  __device__ void wait(long long k) {
+    wait_parity(&full[k % S], static_cast<unsigned>((k / S) & 1));  // every thread's copies of stage k landed
+  }
+  __device__ void release(long long j, bool refill) {
+    if (refill) ptx::mbarrier_arrive(&empty[j % S]);  // release: this thread's reads of slot j % S are done
+  }
+  // Acquire-wait (CTA scope) until the phase with this parity has completed.
+  static __device__ void wait_parity(u64* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    while (!ptx::mbarrier_try_wait_parity_acquire<false>(bar, parity)) {
+    }
+#else
+    while (!ptx::mbarrier_test_wait_parity(bar, parity)) {
+    }
+#endif
+  }
+};
+
+// One thread initialises the 2 * S barriers; the barrier after it makes them visible before any arrive or wait.
+template <int S>
+__device__ MbarStager<S> make_mbar_stager(u64* full, u64* empty) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      ptx::mbarrier_init(&full[s], kThreads);
+      ptx::mbarrier_init(&empty[s], kThreads);
+    }
+  }
+  __syncthreads();  // the initialised barriers are visible to every thread
+  return MbarStager<S>{full, empty};
+}
+
+// The pipelined loop. `issue(m, stager)` copies stage m into slot m % S; `compute(k)` reads the slots of stages
+// k-D+1 .. k. Fill: stages 0 .. S-D-1. Steady state: wait for stage k, refill the slot of stage k-D (last read by
+// compute(k-1)) with stage k+S-D, compute stage k, release stage k-D+1. Drain: the last S-D stages.
+template <int S, int D, class Stager, class Issue, class Compute>
+__device__ void run_stages(Stager& st, long long n, const Tracer& tracer, Issue issue, Compute compute) {
+  static_assert(S > D && S - D <= 8, "S - D stages ahead: at least 1, at most 8 (cp.async.wait_group)");
+  constexpr int kAhead = S - D;
+  auto put = [&](long long m) {
+    st.acquire(m);
+    issue(m, st);
+    st.commit(m);
+    tracer.stamp(m, 0);
+  };
+  auto take = [&](long long k) {
+    tracer.stamp(k, 1);
+    st.wait(k);
+    tracer.stamp(k, 2);
+  };
+  auto finish = [&](long long k) {
+    compute(k);
+    tracer.stamp(k, 3);
+    const long long j = k - D + 1;  // compute(k+1) no longer reads stage j
+    if (j >= 0) st.release(j, j + S < n);
+  };
+  long long k = 0;
+  for (long long m = 0; m < n && m < kAhead; ++m) put(m);  // fill
+  for (; k + kAhead < n; ++k) {                              // steady state
+    take(k);
+    put(k + kAhead);
+    finish(k);
+  }
+  for (; k < n; ++k) {  // drain
+    take(k);
+    finish(k);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tile layout.
+namespace tile {
+
+constexpr int kTileW = 128;                          // output columns per tile
+constexpr int kTileH = 16;                           // output rows per tile
+constexpr int kStageW = kTileW + 2 * kHalo;          // 136 floats = 544 B: each buffer row starts 16-aligned
+constexpr int kStageH = kTileH + 2;                  // one halo row above and one below
+constexpr int kStageFloats = kStageW * kStageH;      // 9,792 B per stage
+constexpr int kChunksPerRow = kStageW / 4;           // 16-byte chunks per buffer row
+constexpr int kRowsPerThread = kTileH / (kThreads / kTileW);
+static_assert(kThreads % kTileW == 0 && kTileH % (kThreads / kTileW) == 0, "tile must map onto the block");
+
+// Tile t covers output rows [row0, row0 + kTileH) and columns [col0, col0 + kTileW); tiles are numbered along the
+// rows of tiles, and block b takes tiles b, b + gridDim.x, ...
 struct Tiling {
   long long strips, tiles;
   __device__ explicit Tiling(const StencilParams& p)
@@ -75,27 +234,10 @@ struct Tiling {
   __device__ long long col0(long long t) const { return (t % strips) * kTileW; }
 };
 
-// Thread 0's view of each tile, in nanoseconds: [issued, wait started, data ready, compute done].
-struct Tracer {
-  unsigned long long* base;
-  unsigned int capacity;
-  __device__ explicit Tracer(const StencilParams& p)
-      : base(p.trace != nullptr && threadIdx.x == 0
-                 ? p.trace + static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity * 4
-                 : nullptr),
-        capacity(p.trace_capacity) {}
-  __device__ void stamp(long long k, int field) const {
-    if (base != nullptr && k < capacity) base[k * 4 + field] = cuadv::ptx::globaltimer_ns();
-  }
-};
-
-// Visit this thread's share of the 16-byte chunks of a stage buffer: rows [row0-1, row0+kTileH] and columns
-// [col0-kHalo, col0+kTileW+kHalo) of the input, clipped to the array. `full(dst, src)` gets whole chunks
-// (only when Align == 16: the chunk is then 16-byte aligned in global and shared memory); `elem(dst, src)`
-// gets single floats: every element when Align == 4, the chunk cut by the array's right edge otherwise.
-template <int Align, class Full, class Elem>
-__device__ void for_each_chunk(const StencilParams& p, long long row0, long long col0, float* buf, Full full,
-                               Elem elem) {
+// This thread's share of the 16-byte chunks of a stage buffer: input rows [row0-1, row0+kTileH] and columns
+// [col0-kHalo, col0+kTileW+kHalo), clipped to the array.
+template <int Align, class Stager>
+__device__ void issue(const StencilParams& p, long long row0, long long col0, float* buf, Stager& st) {
   for (int slot = threadIdx.x; slot < kStageH * kChunksPerRow; slot += kThreads) {
     const int r = slot / kChunksPerRow;
     const int c = slot % kChunksPerRow;
@@ -105,16 +247,16 @@ __device__ void for_each_chunk(const StencilParams& p, long long row0, long long
     float* dst = buf + r * kStageW + 4 * c;
     const float* src = p.in + gi * p.in_pitch + gj;
     if (Align == 16 && gj + 4 <= p.cols) {
-      full(dst, src);
+      st.copy16(dst, src);
     } else {
       const int valid = p.cols - gj < 4 ? static_cast<int>(p.cols - gj) : 4;  // the tail: fewer than 4 floats
-      for (int e = 0; e < valid; ++e) elem(dst + e, src + e);
+      for (int e = 0; e < valid; ++e) st.copy4(dst + e, src + e);
     }
   }
 }
 
 // Each thread computes kRowsPerThread outputs down one column, sliding a 3-row window through registers.
-__device__ void compute_tile(const StencilParams& p, const float* buf, long long row0, long long col0) {
+__device__ void compute(const StencilParams& p, const float* buf, long long row0, long long col0) {
   const int tx = threadIdx.x % kTileW;
   const int first = (threadIdx.x / kTileW) * kRowsPerThread;  // first output row of this thread, in the tile
   const long long j = col0 + tx;
@@ -136,87 +278,269 @@ __device__ void compute_tile(const StencilParams& p, const float* buf, long long
   }
 }
 
-// The pipelined loop, shared by both pipeline scopes. ThreadScope: the pipeline tracks only this thread's
-// copies, so a block barrier follows each wait (everyone's copies landed) and each compute (everyone has read
-// the slot before it is refilled). Block scope: the pipeline's own barriers do both.
-template <int Stages, int Align, bool ThreadScope, class Pipeline>
-__device__ void pipelined(const StencilParams& p, float* bufs, Pipeline& pipe) {
-  static_assert(Stages >= 2 && Stages <= 8, "2 to 8 stages (cp.async.wait_group takes at most 8 pending)");
+template <int S, int Align, class Stager>
+__device__ void run(const StencilParams& p, float* smem, Stager& st) {
   const Tiling tiling(p);
   const Tracer tracer(p);
-  const long long n = tiling.count_for_block();
-
-  auto issue = [&](long long k) {
-    pipe.producer_acquire();  // block scope: every thread has released this slot; thread scope: no-op
-    const long long t = tiling.tile(k);
-    for_each_chunk<Align>(
-        p, tiling.row0(t), tiling.col0(t), bufs + (k % Stages) * kStageFloats,
-        [&](float* d, const float* s) { cuda::memcpy_async(d, s, cuda::aligned_size_t<16>(16), pipe); },
-        [&](float* d, const float* s) { cuda::memcpy_async(d, s, cuda::aligned_size_t<4>(4), pipe); });
-    pipe.producer_commit();  // this thread's copies of tile k form one stage
-    tracer.stamp(k, 0);
-  };
-  auto consume = [&](long long k) {
-    tracer.stamp(k, 1);
-    pipe.consumer_wait();  // tile k's copies (this thread's; every thread's in block scope) have landed
-    if constexpr (ThreadScope) __syncthreads();  // every thread's copies of tile k have landed
-    tracer.stamp(k, 2);
-    const long long t = tiling.tile(k);
-    compute_tile(p, bufs + (k % Stages) * kStageFloats, tiling.row0(t), tiling.col0(t));
-    tracer.stamp(k, 3);
-    pipe.consumer_release();  // block scope: this thread no longer reads the slot
-    if constexpr (ThreadScope) __syncthreads();  // no thread reads the slot any more: it may be refilled
-  };
-
-  const long long fill = n < Stages - 1 ? n : Stages - 1;
-  long long k = 0;
-  for (long long f = 0; f < fill; ++f) issue(f);  // fill: Stages-1 tiles in flight before the first compute
-  for (; k + Stages - 1 < n; ++k) {                // steady state: issue tile k+Stages-1, then compute tile k
-    issue(k + Stages - 1);
-    consume(k);
-  }
-  for (; k < n; ++k) consume(k);  // drain: the last Stages-1 tiles, nothing left to issue
+  run_stages<S, 1>(
+      st, tiling.count_for_block(), tracer,
+      [&](long long m, Stager& s) {
+        const long long t = tiling.tile(m);
+        issue<Align>(p, tiling.row0(t), tiling.col0(t), smem + (m % S) * kStageFloats, s);
+      },
+      [&](long long k) {
+        const long long t = tiling.tile(k);
+        compute(p, smem + (k % S) * kStageFloats, tiling.row0(t), tiling.col0(t));
+      });
 }
 
+}  // namespace tile
+
+// ---------------------------------------------------------------------------------------------------------------
+// Strip layout. The (strip, row) pairs of the array, strip-major, are split into gridDim.x contiguous equal
+// ranges; a block's range is a few runs (a run: consecutive rows of one strip). The block streams its runs as
+// one sequence of input rows, each run with a halo row above and below: position 0 is the row above the first
+// run, then its rows, then the row below, then the next run's row above, and so on. Position p lives in ring row
+// p % (S * R) of shared memory (stage p / R, slot (p / R) % S); the output of a run's row at position p is
+// computed from positions p-1, p, p+1, which are in the same run. Rows outside the array are never loaded and
+// read as 0.
+namespace strip {
+
+// One position of a block's stream. Rows and strips fit in 32 bits (checked in Python before launch).
+struct Cursor {
+  long long pos;  // stream position
+  int strip;      // strip index of the run
+  int row;        // input row (-1 or rows: a halo outside the array)
+  int q;          // index within the run: 0 = halo above, 1 .. len = the run's rows, len + 1 = halo below
+  int len;        // rows in the run
+  __device__ bool output() const { return q >= 1 && q <= len; }
+};
+
+struct Stream {
+  long long rows;   // array rows (the height of every strip)
+  long long w1;     // end of this block's range, in strip-major (strip, row) order
+  long long s0;     // strip of the first run
+  long long r0;     // first row of the first run
+  long long len0;   // rows in the first run
+  long long total;  // positions in the stream
+
+  __device__ Stream(const StencilParams& p, long long strips) : rows(p.rows) {
+    const long long work = strips * p.rows;
+    const long long w0 = work * blockIdx.x / gridDim.x;
+    w1 = work * (blockIdx.x + 1) / gridDim.x;
+    s0 = rows > 0 ? w0 / rows : 0;
+    r0 = w0 - s0 * rows;
+    len0 = (w1 < (s0 + 1) * rows ? w1 : (s0 + 1) * rows) - w0;
+    const long long runs = w1 > w0 ? (w1 - 1) / rows - s0 + 1 : 0;
+    total = (w1 - w0) + 2 * runs;
+  }
+  // Rows of strip `strip` in this block's range, when the strip is not the first run's.
+  __device__ int run_length(long long strip) const {
+    const long long left = w1 - strip * rows;
+    return static_cast<int>(left < rows ? left : rows);
+  }
+  // The position `pos` (0 <= pos < total).
+  __device__ Cursor at(long long pos) const {
+    if (pos < len0 + 2) {
+      const int q = static_cast<int>(pos);
+      return Cursor{pos, static_cast<int>(s0), static_cast<int>(r0) - 1 + q, q, static_cast<int>(len0)};
+    }
+    const long long after = pos - (len0 + 2);
+    const long long j = after / (rows + 2);  // whole strips after the first run
+    const int q = static_cast<int>(after - j * (rows + 2));
+    const long long strip = s0 + 1 + j;
+    return Cursor{pos, static_cast<int>(strip), q - 1, q, run_length(strip)};
+  }
+  // The position after c (c.pos + 1 < total).
+  __device__ void next(Cursor& c) const {
+    ++c.pos;
+    ++c.row;
+    if (++c.q > c.len + 1) {  // past the halo below: the next run starts with its halo above
+      ++c.strip;
+      c.q = 0;
+      c.row = -1;
+      c.len = run_length(c.strip);
+    }
+  }
+};
+
+template <int W, int R, int S, int Align>
+struct Layout {
+  static_assert(W % 4 == 0 && kThreads % (W / 4) == 0, "a strip's 4-column groups must tile the block");
+  static constexpr int kGroups = W / 4;                // 4-column groups: one per thread and row group
+  static constexpr int kRowGroups = kThreads / kGroups;
+  static_assert(R >= 2 && R % kRowGroups == 0, "rows per stage: >= 2 and a multiple of the row groups");
+  static constexpr int kRowsPerThread = R / kRowGroups;
+  static constexpr int kRowStride = W + 2 * kHalo;     // floats per ring row (a multiple of 4: rows 16-aligned)
+  static constexpr int kChunks = kRowStride / 4;       // 16-byte chunks per ring row
+  static constexpr int kRingRows = S * R;
+
+  const StencilParams& p;
+  const Stream stream;
+  float* ring;
+
+  __device__ Layout(const StencilParams& params, float* smem)
+      : p(params), stream(params, (params.cols + W - 1) / W), ring(smem) {}
+
+  __device__ long long stages() const { return (stream.total + R - 1) / R; }
+
+  // This thread's chunks of stage m: R rows x kChunks chunks, columns [strip*W - kHalo, strip*W + W + kHalo) of
+  // each row, clipped to the array. A thread's slots visit rows in increasing order, so one cursor walks them.
+  template <class Stager>
+  __device__ void issue(long long m, Stager& st) const {
+    const long long first = m * R;
+    float* stage = ring + (m % S) * R * kRowStride;
+    Cursor c = stream.at(first);
+    int at_row = 0;
+    for (int slot = threadIdx.x; slot < R * kChunks; slot += kThreads) {
+      const int rr = slot / kChunks;
+      const int ch = slot % kChunks;
+      if (first + rr >= stream.total) break;  // past the end of the stream (rr only grows)
+      for (; at_row < rr; ++at_row) stream.next(c);
+      if (c.row < 0 || c.row >= p.rows) continue;  // a halo outside the array: never loaded, read as 0
+      const long long gj = static_cast<long long>(c.strip) * W - kHalo + 4 * ch;  // strip * W % 4 == 0: a chunk never straddles column 0
+      if (gj < 0 || gj >= p.cols) continue;
+      float* dst = stage + rr * kRowStride + 4 * ch;
+      const float* src = p.in + static_cast<long long>(c.row) * p.in_pitch + gj;
+      if (Align == 16 && gj + 4 <= p.cols) {
+        st.copy16(dst, src);
+      } else {
+        const int valid = p.cols - gj < 4 ? static_cast<int>(p.cols - gj) : 4;  // the tail: fewer than 4 floats
+        for (int e = 0; e < valid; ++e) st.copy4(dst + e, src + e);
+      }
+    }
+  }
+
+  // This thread's 4 columns of position c (ring row `ring_row`), 0 outside the array; reads only loaded floats.
+  __device__ float4 load(const Cursor& c, int ring_row, int group) const {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const long long j = static_cast<long long>(c.strip) * W + 4 * group;
+    if (c.row < 0 || c.row >= p.rows || j >= p.cols) return v;
+    const float* s = ring + ring_row * kRowStride + kHalo + 4 * group;
+    if (j + 4 <= p.cols) return *reinterpret_cast<const float4*>(s);
+    v.x = s[0];
+    if (j + 1 < p.cols) v.y = s[1];
+    if (j + 2 < p.cols) v.z = s[2];
+    return v;
+  }
+
+  // Output row `row` of strip `in_strip`, columns j .. j+3, from the rows above (a), at (b) and below (d).
+  __device__ void emit(int row, int in_strip, int ring_row, int group, float4 a, float4 b, float4 d) const {
+    const long long j = static_cast<long long>(in_strip) * W + 4 * group;
+    if (j >= p.cols) return;
+    const float* s = ring + ring_row * kRowStride + kHalo + 4 * group;
+    const float left = j > 0 ? s[-1] : 0.0f;
+    const float right = j + 4 < p.cols ? s[4] : 0.0f;
+    const float cc = p.c_center, cn = p.c_neighbour;
+    auto f = [&](float up, float down, float l, float r, float x) {
+      return __fadd_rn(__fmul_rn(cc, x), __fmul_rn(cn, __fadd_rn(__fadd_rn(__fadd_rn(up, down), l), r)));
+    };
+    float* o = p.out + static_cast<long long>(row) * p.out_pitch + j;
+    if (j + 4 <= p.cols) {
+      const float4 y = make_float4(f(a.x, d.x, left, b.y, b.x), f(a.y, d.y, b.x, b.z, b.y),
+                                   f(a.z, d.z, b.y, b.w, b.z), f(a.w, d.w, b.z, right, b.w));
+      if (p.flags & kOutVec16) {
+        // st.global.v4 through the intrinsic: a plain float4 store here gets merged with the scalar branch below
+        // into 4-byte stores.
+        __stwb(reinterpret_cast<float4*>(o), y);
+      } else {
+        o[0] = y.x;
+        o[1] = y.y;
+        o[2] = y.z;
+        o[3] = y.w;
+      }
+      return;
+    }
+    // The last group of a row that ends inside it: 1 to 3 columns (load() left the missing ones 0).
+    const int valid = static_cast<int>(p.cols - j);
+    o[0] = f(a.x, d.x, left, valid > 1 ? b.y : 0.0f, b.x);
+    if (valid > 1) o[1] = f(a.y, d.y, b.x, valid > 2 ? b.z : 0.0f, b.y);
+    if (valid > 2) o[2] = f(a.z, d.z, b.y, 0.0f, b.z);
+  }
+
+  // Stage k: outputs at positions [k*R - 1, k*R + R - 1), this thread's row group taking kRowsPerThread of them;
+  // reads positions k*R - 2 .. k*R + R - 1, i.e. stages k-1 and k only.
+  __device__ void compute(long long k) const {
+    const int group = threadIdx.x % kGroups;
+    const long long start = k * R - 1 + (threadIdx.x / kGroups) * kRowsPerThread;
+    const long long lo = start < 1 ? 1 : start;                                   // position 0 is a halo row
+    const long long hi = start + kRowsPerThread < stream.total - 1 ? start + kRowsPerThread
+                                                                   : stream.total - 1;  // so is the last one
+    if (lo >= hi) return;
+    Cursor c = stream.at(lo - 1);
+    int rr = static_cast<int>((lo - 1) % kRingRows);
+    float4 up = load(c, rr, group);
+    stream.next(c);
+    rr = rr + 1 == kRingRows ? 0 : rr + 1;
+    float4 mid = load(c, rr, group);
+    for (int n = static_cast<int>(hi - lo); n > 0; --n) {  // a window of 3 rows slides down the positions
+      const int row = c.row, in_strip = c.strip, mid_rr = rr;
+      const bool output = c.output();
+      stream.next(c);
+      rr = rr + 1 == kRingRows ? 0 : rr + 1;
+      const float4 down = load(c, rr, group);
+      if (output) emit(row, in_strip, mid_rr, group, up, mid, down);
+      up = mid;
+      mid = down;
+    }
+  }
+};
+
+template <int W, int R, int S, int Align, class Stager>
+__device__ void run(const StencilParams& p, float* smem, Stager& st) {
+  const Layout<W, R, S, Align> layout(p, smem);
+  const Tracer tracer(p);
+  run_stages<S, 2>(
+      st, layout.stages(), tracer, [&](long long m, Stager& s) { layout.issue(m, s); },
+      [&](long long k) { layout.compute(k); });
+}
+
+}  // namespace strip
 }  // namespace stencil
 
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels. Dynamic shared memory: S stage buffers (tile: S * 9,792 B; strip: S * R * (W + 8) * 4 B).
+
 template <int Align>
-__global__ void __launch_bounds__(stencil::kThreads) stencil_sync(const __grid_constant__ StencilParams p) {
-  using namespace stencil;
+__global__ void __launch_bounds__(stencil::kThreads) stencil_tile_sync(const __grid_constant__ StencilParams p) {
   extern __shared__ __align__(16) float stencil_smem[];
-  const Tiling tiling(p);
-  const Tracer tracer(p);
-  const long long n = tiling.count_for_block();
-  for (long long k = 0; k < n; ++k) {
-    const long long t = tiling.tile(k);
-    tracer.stamp(k, 0);
-    for_each_chunk<Align>(
-        p, tiling.row0(t), tiling.col0(t), stencil_smem,
-        [](float* d, const float* s) { *reinterpret_cast<float4*>(d) = *reinterpret_cast<const float4*>(s); },
-        [](float* d, const float* s) { *d = *s; });
-    tracer.stamp(k, 1);
-    __syncthreads();  // the whole tile is in shared memory
-    tracer.stamp(k, 2);
-    compute_tile(p, stencil_smem, tiling.row0(t), tiling.col0(t));
-    tracer.stamp(k, 3);
-    __syncthreads();  // every thread has read the buffer before the next tile overwrites it
-  }
+  stencil::PlainStager st;
+  stencil::tile::run<2, Align>(p, stencil_smem, st);
 }
 
-template <int Stages, int Align>
-__global__ void __launch_bounds__(stencil::kThreads)
-    stencil_pipeline_thread(const __grid_constant__ StencilParams p) {
+template <int S, int Align>
+__global__ void __launch_bounds__(stencil::kThreads) stencil_tile_thread(const __grid_constant__ StencilParams p) {
   extern __shared__ __align__(16) float stencil_smem[];
-  cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
-  stencil::pipelined<Stages, Align, true>(p, stencil_smem, pipe);
+  stencil::ThreadPipeStager st;
+  stencil::tile::run<S, Align>(p, stencil_smem, st);
 }
 
-template <int Stages, int Align>
-__global__ void __launch_bounds__(stencil::kThreads)
-    stencil_pipeline_block(const __grid_constant__ StencilParams p) {
+template <int S, int Align>
+__global__ void __launch_bounds__(stencil::kThreads) stencil_tile_mbar(const __grid_constant__ StencilParams p) {
   extern __shared__ __align__(16) float stencil_smem[];
-  __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, Stages> state;
-  // Collective: thread 0 initialises the stage barriers, then the block synchronises.
-  auto pipe = cuda::make_pipeline(cg::this_thread_block(), &state);
-  stencil::pipelined<Stages, Align, false>(p, stencil_smem, pipe);
+  __shared__ __align__(8) stencil::u64 full[S], empty[S];
+  auto st = stencil::make_mbar_stager<S>(full, empty);
+  stencil::tile::run<S, Align>(p, stencil_smem, st);
+}
+
+template <int W, int R, int Align>
+__global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_sync(const __grid_constant__ StencilParams p) {
+  extern __shared__ __align__(16) float stencil_smem[];
+  stencil::PlainStager st;
+  stencil::strip::run<W, R, 3, Align>(p, stencil_smem, st);
+}
+
+template <int W, int R, int S, int Align>
+__global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_thread(const __grid_constant__ StencilParams p) {
+  extern __shared__ __align__(16) float stencil_smem[];
+  stencil::ThreadPipeStager st;
+  stencil::strip::run<W, R, S, Align>(p, stencil_smem, st);
+}
+
+template <int W, int R, int S, int Align>
+__global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_mbar(const __grid_constant__ StencilParams p) {
+  extern __shared__ __align__(16) float stencil_smem[];
+  __shared__ __align__(8) stencil::u64 full[S], empty[S];
+  auto st = stencil::make_mbar_stager<S>(full, empty);
+  stencil::strip::run<W, R, S, Align>(p, stencil_smem, st);
 }

@@ -1,14 +1,17 @@
 // tma.cu - 2-D tiles moved by the Tensor Memory Accelerator, against the same tiles moved by threads.
-//   tma_copy                  box by box: TMA load -> shared -> TMA store, `stages` boxes in flight, one thread.
+//   tma_copy                  box by box: TMA load -> shared -> TMA store, one thread per block streaming boxes
+//                             through a ring of `stages` slots (loads `lookahead` boxes ahead of the store).
 //   thread_copy               the same tiles, 16-byte loads and stores by 256 threads (the baseline).
 //   tma_transpose<T>          TMA load, transpose in shared memory, TMA store into the transposed array.
 //   thread_transpose<T>       the same with thread loads and stores (the classic shared-memory transpose).
 //   tma_load_tiles            every box, as TMA delivers it (out-of-bounds fill included), into a dense array.
 //   gemv_tma<Multicast, VB>   y[v] = A x[v]: the blocks of a cluster share a band of A; with Multicast each
 //                             block loads 1/cluster of every tile and TMA writes it into every block.
-// Tiles are visited by a fixed number of blocks: block b takes tiles b, b + gridDim.x, ...; tile t is at column
-// (t % tiles_x) * box_w and row (t / tiles_x) * box_h of the source. Tail tiles need no code: TMA fills the
-// out-of-bounds part of a box in shared memory and a TMA store writes only the in-bounds part.
+// Tiles are numbered row-major (tile t is at column (t % tiles_x) * box_w and row (t / tiles_x) * box_h of the
+// source) and dealt to a fixed number of blocks in units of `chunk` consecutive tiles: unit u goes to block
+// u % gridDim.x (chunk = 1: block b takes tiles b, b + gridDim.x, ...). Consecutive tiles of a unit are side by
+// side in a row, so a block with chunk > 1 streams runs of chunk * box_w columns. Tail tiles need no code: TMA
+// fills the out-of-bounds part of a box in shared memory and a TMA store writes only the in-bounds part.
 //
 // Needs sm_90 (TMA, clusters); multicast needs an architecture-specific target (sm_90a, sm_100a).
 #include <cooperative_groups.h>
@@ -29,7 +32,7 @@ using u16 = cuda::std::uint16_t;
 using u32 = cuda::std::uint32_t;
 using u64 = cuda::std::uint64_t;
 
-constexpr int kMaxStages = 8;
+constexpr int kMaxStages = 32;  // ring slots of tma_copy (a full barrier each)
 
 struct TmaTileParams {
   TensorMap src;        // the source array, box (box_h rows, box_w columns)
@@ -37,7 +40,11 @@ struct TmaTileParams {
   int tiles_x, tiles_y; // tiles along the columns and the rows of the source
   int box_w, box_h;     // box in elements
   u32 box_bytes;        // box_w * box_h * element size: the transaction bytes of one load
-  int stages;           // boxes in flight (tma_copy), 2 to kMaxStages
+  int stages;           // tma_copy: ring slots, 2 to kMaxStages
+  int lookahead;        // tma_copy: loads issued ahead of the box being stored, 1 to stages
+  int chunk;            // consecutive tiles of a row that a block takes at a time, >= 1
+  int cache_hints;      // tma_copy: bit 0 loads, bit 1 stores with an L2 evict-first policy
+  int burst;            // tma_copy: loads are issued once this many are due, 1 to lookahead
 };
 static_assert(sizeof(TmaTileParams) == 320, "mirrors cuadv.labs.tma.TmaTileParams");
 
@@ -46,23 +53,83 @@ struct ThreadTileParams {
   unsigned char* dst;
   long long rows, cols;           // of the source, in elements
   long long src_pitch, dst_pitch; // bytes between rows
-  int esize, box_w, box_h, tiles_x, tiles_y, reserved;
+  int esize, box_w, box_h, tiles_x, tiles_y;
+  int chunk;                      // as in TmaTileParams
 };
 static_assert(sizeof(ThreadTileParams) == 72, "mirrors cuadv.labs.tma.ThreadTileParams");
 
 namespace tiles {
 
-__device__ inline int count_for_block(int total) {
-  return static_cast<int>(blockIdx.x) < total ? (total - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
-}
+// The tiles of this block, in the order it takes them: units of `chunk` consecutive tiles (of the row-major
+// list), unit u to block u % gridDim.x. The host keeps total + chunk below 2^31 and gridDim.x at most the
+// number of units.
+struct Order {
+  int chunk;
+  int count;  // tiles of this block
 
-// Column and row of the k-th tile of this block.
+  __device__ Order(int total, int chunk_) : chunk(chunk_) {
+    const int units = (total + chunk - 1) / chunk;
+    const int b = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+    const int mine = b < units ? (units - 1 - b) / g + 1 : 0;
+    count = mine * chunk;
+    if (mine > 0 && (units - 1) % g == b) count -= units * chunk - total;  // this block has the short last unit
+  }
+
+  // Row-major index of this block's k-th tile.
+  __device__ int tile(int k) const {
+    return (static_cast<int>(blockIdx.x) + (k / chunk) * static_cast<int>(gridDim.x)) * chunk + k % chunk;
+  }
+};
+
+// Column and row (in elements) of tile t.
 template <class P>
-__device__ inline void origin(const P& p, int k, int& x, int& y) {
-  const int t = blockIdx.x + k * gridDim.x;
+__device__ inline void origin(const P& p, int t, int& x, int& y) {
   x = (t % p.tiles_x) * p.box_w;
   y = (t / p.tiles_x) * p.box_h;
 }
+
+// The same walk as Order::tile(0), tile(1), ... without a division per step: in tma_copy one thread issues
+// every TMA of its block, so the latency of its per-box arithmetic is on the critical path.
+struct Walk {
+  int tx, ty;            // the current tile, in tiles
+  int left;              // tiles left in the current unit, the current one included
+  int chunk, tiles_x;
+  int jump_x, jump_y;    // from the last tile of a unit to the first of this block's next unit
+
+  __device__ Walk(const Order& order, int tiles_x_) : chunk(order.chunk), tiles_x(tiles_x_) {
+    const int t = order.tile(0);
+    tx = t % tiles_x;
+    ty = t / tiles_x;
+    left = chunk;
+    const int jump = (static_cast<int>(gridDim.x) - 1) * chunk + 1;
+    jump_x = jump % tiles_x;
+    jump_y = jump / tiles_x;
+  }
+
+  __device__ void next() {
+    const bool last = --left == 0;
+    if (last) left = chunk;
+    tx += last ? jump_x : 1;
+    ty += last ? jump_y : 0;
+    if (tx >= tiles_x) {  // tx < 2 * tiles_x here: one carry at most
+      tx -= tiles_x;
+      ++ty;
+    }
+  }
+};
+
+// A ring position: the slot and the parity of its barrier's current phase.
+struct Slot {
+  int index = 0;
+  u32 phase = 0;
+
+  __device__ void next(int stages) {
+    if (++index == stages) {
+      index = 0;
+      phase ^= 1u;
+    }
+  }
+};
 
 __device__ inline u32 round128(u32 bytes) { return (bytes + 127u) & ~127u; }
 
@@ -75,40 +142,66 @@ __device__ inline void init_barriers(u64* bars, int count) {
 
 }  // namespace tiles
 
-// One thread drives the TMA unit: loads run `stages - 1` boxes ahead of the stores.
+// One thread streams its block's boxes through a ring of `stages` shared-memory slots. Loads run up to
+// `lookahead` boxes ahead of the box being stored; each box is stored as soon as it has landed. A slot is refilled
+// once the store that last used it has READ it (cp.async.bulk.wait_group.read: its global writes may still be in
+// flight), so up to stages - lookahead stores may still be reading their slots when the thread issues a load:
+// with 1 it waits for the store it issued just before; with more it rarely waits on a store at all. Loads leave
+// in bursts of `burst` (a chunk's side-by-side boxes together, one long run per row) once that many are due.
 extern "C" __global__ void __launch_bounds__(32) tma_copy(const __grid_constant__ TmaTileParams p) {
   extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[kMaxStages];
   if (threadIdx.x != 0) return;  // the other lanes have nothing to do: a TMA copy needs one issuing thread
   unsigned char* base = tma::align128(tma_smem);
   const u32 stride = tiles::round128(p.box_bytes);
-  const int stages = p.stages;
-  const int n = tiles::count_for_block(p.tiles_x * p.tiles_y);
+  const int stages = p.stages, ahead = p.lookahead, reading = p.stages - p.lookahead, burst = p.burst;
+  const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
+  const int n = order.count;
   tiles::init_barriers(full, stages);
   tma::prefetch_tensormap(&p.src);
   tma::prefetch_tensormap(&p.dst);
+  const bool hint_loads = (p.cache_hints & 1) != 0, hint_stores = (p.cache_hints & 2) != 0;
+  const u64 policy = tma::createpolicy_evict_first();
 
-  auto load = [&](int k) {
-    const int s = k % stages;
-    int x, y;
-    tiles::origin(p, k, x, y);
-    ptx::mbarrier_arrive_expect_tx_relaxed<false>(&full[s], p.box_bytes);  // the full box, even a tail box
-    tma::load_2d(base + s * stride, &p.src, x, y, &full[s]);
+  tiles::Walk next_load(order, p.tiles_x), next_store(order, p.tiles_x);
+  tiles::Slot load_slot, store_slot;
+  int issued = 0;  // loads issued so far: boxes 0 .. issued-1
+  auto load = [&]() {  // box `issued`, into the next slot of the ring
+    unsigned char* dst = base + load_slot.index * stride;
+    u64* bar = &full[load_slot.index];
+    const int x = next_load.tx * p.box_w, y = next_load.ty * p.box_h;
+    ptx::mbarrier_arrive_expect_tx_relaxed<false>(bar, p.box_bytes);  // the full box, even a tail box
+    if (hint_loads)
+      tma::load_2d_hint(dst, &p.src, x, y, bar, policy);
+    else
+      tma::load_2d(dst, &p.src, x, y, bar);
+    next_load.next();
+    load_slot.next(stages);
+    ++issued;
   };
-  for (int k = 0; k < n && k < stages - 1; ++k) load(k);  // fill
+  while (issued < n && issued < ahead) load();  // fill: slots 0 .. ahead-1 start empty
   for (int k = 0; k < n; ++k) {
-    const int s = k % stages;
-    tma::wait_parity<false>(&full[s], (k / stages) & 1);  // box k is in shared memory
-    // Only the async proxy touched this buffer; the fence is the documented order before a TMA store reads
+    const unsigned char* src = base + store_slot.index * stride;
+    tma::wait_parity<false>(&full[store_slot.index], store_slot.phase);  // box k is in shared memory
+    // Only the async proxy touched this slot; the fence is the documented order before a TMA store reads
     // shared memory and costs one instruction per box.
     tma::fence_proxy_async_shared_cta();
-    int x, y;
-    tiles::origin(p, k, x, y);
-    tma::store_2d(&p.dst, x, y, base + s * stride);
+    const int x = next_store.tx * p.box_w, y = next_store.ty * p.box_h;
+    if (hint_stores)
+      tma::store_2d_hint(&p.dst, x, y, src, policy);
+    else
+      tma::store_2d(&p.dst, x, y, src);
     tma::bulk_commit_group();
-    if (k + stages - 1 < n) {
-      tma::bulk_wait_group_read<1>();  // store k-1 has read its buffer: the one load k+stages-1 refills
-      load(k + stages - 1);
+    next_store.next();
+    store_slot.next(stages);
+    // Boxes up to k+ahead may now be loaded: box j goes into the slot of box j-stages, stored at step j-stages
+    // <= k-reading. Issued once `burst` are due (or the block's last ones are), which keeps box k+1 loaded in
+    // time as long as burst <= ahead.
+    const int last = k + ahead < n ? k + ahead : n - 1;
+    if (last >= issued && (last - issued + 1 >= burst || last == n - 1)) {
+      tma::bulk_wait_group_read_dynamic(reading);  // stores up to k-reading have read their slots (the newest
+                                                   // `reading` may still be reading theirs)
+      while (issued <= last) load();
     }
   }
   tma::bulk_wait_group<0>();  // every store has completed before the block's shared memory goes away
@@ -116,10 +209,10 @@ extern "C" __global__ void __launch_bounds__(32) tma_copy(const __grid_constant_
 
 // The baseline: threads copy each tile with 16-byte loads and stores (the tail of a row byte by byte).
 extern "C" __global__ void __launch_bounds__(256) thread_copy(const __grid_constant__ ThreadTileParams p) {
-  const int n = tiles::count_for_block(p.tiles_x * p.tiles_y);
-  for (int k = 0; k < n; ++k) {
+  const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
+  for (int k = 0; k < order.count; ++k) {
     int x0, y0;
-    tiles::origin(p, k, x0, y0);
+    tiles::origin(p, order.tile(k), x0, y0);
     const long long w = p.cols - x0 < p.box_w ? p.cols - x0 : p.box_w;
     const long long h = p.rows - y0 < p.box_h ? p.rows - y0 : p.box_h;
     const int row_bytes = static_cast<int>(w) * p.esize;
@@ -182,7 +275,8 @@ __global__ void __launch_bounds__(256) tma_transpose(const __grid_constant__ Tma
   __shared__ __align__(8) u64 full[2];
   unsigned char* base = tma::align128(tma_smem);
   const u32 stride = tiles::round128(p.box_bytes);
-  const int n = tiles::count_for_block(p.tiles_x * p.tiles_y);
+  const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
+  const int n = order.count;
   if (threadIdx.x == 0) {
     tiles::init_barriers(full, 2);
     tma::prefetch_tensormap(&p.src);
@@ -192,7 +286,7 @@ __global__ void __launch_bounds__(256) tma_transpose(const __grid_constant__ Tma
 
   auto load = [&](int k) {  // thread 0 only
     int x, y;
-    tiles::origin(p, k, x, y);
+    tiles::origin(p, order.tile(k), x, y);
     ptx::mbarrier_arrive_expect_tx_relaxed<false>(&full[k & 1], p.box_bytes);
     tma::load_2d(base + (k & 1) * stride, &p.src, x, y, &full[k & 1]);
   };
@@ -210,7 +304,7 @@ __global__ void __launch_bounds__(256) tma_transpose(const __grid_constant__ Tma
     __syncthreads();  // every thread has fenced its writes and finished reading in[s]
     if (threadIdx.x == 0) {
       int x, y;
-      tiles::origin(p, k, x, y);
+      tiles::origin(p, order.tile(k), x, y);
       tma::store_2d(&p.dst, y, x, out);  // the destination's column is the source's row
       tma::bulk_commit_group();
       if (k + 2 < n) load(k + 2);  // in[s] is free: nobody reads it any more
@@ -226,11 +320,11 @@ __global__ void __launch_bounds__(256) thread_transpose(const __grid_constant__ 
   extern __shared__ __align__(128) unsigned char tma_smem[];
   T* in = reinterpret_cast<T*>(tma_smem);
   T* out = in + p.box_w * p.box_h;
-  const int n = tiles::count_for_block(p.tiles_x * p.tiles_y);
+  const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
   const int area = p.box_w * p.box_h;
-  for (int k = 0; k < n; ++k) {
+  for (int k = 0; k < order.count; ++k) {
     int x0, y0;
-    tiles::origin(p, k, x0, y0);
+    tiles::origin(p, order.tile(k), x0, y0);
     for (int i = threadIdx.x; i < area; i += blockDim.x) {
       const int r = i / p.box_w, c = i % p.box_w;
       const bool inside = y0 + r < p.rows && x0 + c < p.cols;
@@ -254,19 +348,19 @@ extern "C" __global__ void __launch_bounds__(128) tma_load_tiles(const __grid_co
   extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[1];
   unsigned char* buf = tma::align128(tma_smem);
-  const int n = tiles::count_for_block(p.tiles_x * p.tiles_y);
+  const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
   if (threadIdx.x == 0) tiles::init_barriers(full, 1);
   __syncthreads();  // the barrier is initialised before any thread waits on it
-  for (int k = 0; k < n; ++k) {
+  for (int k = 0; k < order.count; ++k) {
+    const int t = order.tile(k);
     if (threadIdx.x == 0) {
       int x, y;
-      tiles::origin(p, k, x, y);
+      tiles::origin(p, t, x, y);
       ptx::mbarrier_arrive_expect_tx_relaxed<false>(&full[0], p.box_bytes);
       tma::load_2d(buf, &p.src, x, y, &full[0]);
     }
     tma::wait_parity<false>(&full[0], k & 1);  // box k is in shared memory
-    const long long t = blockIdx.x + static_cast<long long>(k) * gridDim.x;
-    uint4* dst = reinterpret_cast<uint4*>(out + t * p.box_bytes);
+    uint4* dst = reinterpret_cast<uint4*>(out + static_cast<long long>(t) * p.box_bytes);
     for (u32 i = threadIdx.x; i < p.box_bytes / 16; i += blockDim.x) dst[i] = reinterpret_cast<const uint4*>(buf)[i];
     __syncthreads();  // every thread has read the buffer before the next box overwrites it
   }

@@ -22,6 +22,7 @@ class RunContext:
     caps: "DeviceCaps"
     ceiling: "CopyCeiling"
     progress: Callable[[str], None] = field(default=lambda message: None)
+    peer: bool = False  # also run the experiments that need a second GPU (cuadv bench domains --peer)
 
     def plot_path(self, name: str) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)

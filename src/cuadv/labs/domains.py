@@ -11,9 +11,9 @@ Needs: compute capability 9.0 and at least 2 memory sync domains.
 Key insight: a fence must wait until the memory operations it orders are visible; without domains
 the hardware may also make it wait for unrelated traffic in flight (in multi-GPU systems: NVLink
 writes of communication kernels). A kernel in another domain is not waited for. On one GPU,
-local writes drain fast, so expect a small difference; the writer's destination can be a peer
-GPU's memory (``FenceExperiment(writer_dst=...)``) for a multi-GPU variant.
-Run: ``cuadv bench domains`` (``--quick`` for a short run).
+local writes drain fast, so expect a small difference; ``--peer`` repeats the experiment with the
+writer streaming into a second GPU's memory over peer access, the seed's case (needs 2 GPUs).
+Run: ``cuadv bench domains [--peer]`` (``--quick`` for a short run).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler import compile_source, kernel_source
-from ..errors import LaunchConfigError, ValidationError
+from ..errors import LaunchConfigError, UnsupportedFeatureError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..results import LabResult, Table
 from ..timing import synchronize
@@ -66,12 +66,12 @@ class FenceSample:
 class FenceExperiment:
     """The fence kernel and the writer, their buffers and control words.
 
-    writer_dst: the writer's destination (a device pointer with writer_bytes behind it; default: a
-    buffer of this GPU). Pass a peer GPU's buffer for a multi-GPU run.
+    writer_dst: the writer's destination, a uint32 CuPy array of writer_bytes (default: a new buffer
+    of this GPU). Pass an array of a peer GPU (see ``peer_destination``) for a multi-GPU run.
     """
 
     def __init__(self, module, caps, *, iterations: int, writer_bytes: int, fence_blocks: int | None = None,
-                 writer_timeout_ns: int = 2_000_000_000, gate_ns: int = 200_000_000, writer_dst: int | None = None):
+                 writer_timeout_ns: int = 2_000_000_000, gate_ns: int = 200_000_000, writer_dst=None):
         import cupy as cp
 
         if iterations < 1:
@@ -85,8 +85,11 @@ class FenceExperiment:
         self.fence_blocks = fence_blocks or caps.sm_count
         self.writer_blocks = caps.sm_count * WRITER_BLOCKS_PER_SM
         self.n_vec = writer_bytes // 16
-        self.own_dst = None if writer_dst is not None else cp.empty(self.n_vec * 4, dtype=cp.uint32)
-        self.dst_ptr = writer_dst if writer_dst is not None else self.own_dst.data.ptr
+        if writer_dst is not None and (writer_dst.dtype != np.uint32 or writer_dst.nbytes != writer_bytes):
+            raise LaunchConfigError(f"the writer's destination must be a uint32 array of {writer_bytes} bytes, got "
+                                    f"{writer_dst.dtype} with {writer_dst.nbytes} bytes")
+        self.dst = writer_dst if writer_dst is not None else cp.empty(self.n_vec * 4, dtype=cp.uint32)
+        self.dst_ptr = self.dst.data.ptr
         self.slots = cp.zeros(self.fence_blocks * FENCE_BLOCK, dtype=cp.uint32)
         self.control = cp.zeros(3, dtype=cp.uint32)  # active, stop, blocks_done
         self.times = cp.zeros(2 * self.fence_blocks, dtype=cp.uint64)
@@ -142,12 +145,32 @@ class FenceExperiment:
                                   f"hold the last iteration {self.iterations - 1}")
 
     def check_writer_output(self) -> None:
-        """Every uint4 of the writer's own buffer was written at least once (its .y is its index)."""
-        if self.own_dst is None:
-            return
-        got = self.cp.asnumpy(self.own_dst.reshape(-1, 4)[:, 1])
+        """Every uint4 of the writer's destination was written at least once (its .y is its index)."""
+        got = self.cp.asnumpy(self.dst.reshape(-1, 4)[:, 1])
         if not np.array_equal(got, np.arange(self.n_vec, dtype=np.uint32)):
             raise ValidationError("writer kernel: some elements of its buffer were never written")
+
+
+def peer_destination(nbytes: int, device: int):
+    """A uint32 buffer of ``nbytes`` on another GPU that ``device`` can write over peer access
+    (NVLink or PCIe), with that access enabled. Raises UnsupportedFeatureError naming what is
+    missing: a second GPU, or peer access between the two."""
+    import cupy as cp
+
+    count = cp.cuda.runtime.getDeviceCount()
+    peers = [d for d in range(count) if d != device and cp.cuda.runtime.deviceCanAccessPeer(device, d)]
+    if not peers:
+        have = f"{count} GPU" if count < 2 else f"{count} GPUs, none reachable from GPU {device} by peer access"
+        raise UnsupportedFeatureError("the peer fence experiment", "a second GPU with peer access", have,
+                                      "the one-GPU experiment (cuadv bench domains without --peer)")
+    with cp.cuda.Device(device):
+        try:
+            cp.cuda.runtime.deviceEnablePeerAccess(peers[0])
+        except cp.cuda.runtime.CUDARuntimeError as exc:
+            if "AlreadyEnabled" not in str(exc):
+                raise
+    with cp.cuda.Device(peers[0]):
+        return cp.empty(nbytes // 4, dtype=cp.uint32)
 
 
 class DomainsLab:
@@ -181,60 +204,73 @@ class DomainsLab:
         caps = ctx.caps
         result = LabResult(self.name, self.title)
         repeats = 7 if ctx.quick else 21
-        exp = FenceExperiment(build_module(caps.arch), caps, iterations=256 if ctx.quick else 512,
-                              writer_bytes=(256 if ctx.quick else 512) << 20)
+        iterations, writer_bytes = (256, 256 << 20) if ctx.quick else (512, 512 << 20)
+        module = build_module(caps.arch)
+        places = [("this GPU's memory", "", None)]  # where the writer writes, figure-name suffix, destination
+        if ctx.peer:  # before any measuring: a missing second GPU fails at once, with the reason
+            places.append(("a peer GPU's memory", "_peer", peer_destination(writer_bytes, caps.ordinal)))
+        for where, suffix, dst in places:
+            exp = FenceExperiment(module, caps, iterations=iterations, writer_bytes=writer_bytes, writer_dst=dst)
+            medians = self._measure(exp, where, repeats, ctx, result)
+            self._table(medians, exp, caps, repeats, where, suffix, result)
+            if dst is None:
+                self._plot(medians, ctx, result)
+        return result
+
+    def _measure(self, exp: FenceExperiment, where: str, repeats: int, ctx: RunContext,
+                 result: LabResult) -> dict[tuple[str, str], float]:
         medians: dict[tuple[str, str], float] = {}
         not_overlapped = 0
         for scope_name, scope in SCOPES.items():
             for cond, domain in CONDITIONS.items():
-                ctx.progress(f"domains: {scope_name}, {cond}")
+                ctx.progress(f"domains ({where}): {scope_name}, {cond}")
                 exp.run_once(scope, domain)  # warm-up
                 samples = [exp.run_once(scope, domain) for _ in range(repeats)]
                 if domain is not None:
                     not_overlapped += sum(not s.overlapped for s in samples)
                 medians[(scope_name, cond)] = float(np.median([s.loop_us for s in samples]))
         exp.check_writer_output()
-        result.checks.append("every fence-kernel thread's slot holds its last iteration after every run, and the "
-                             "writer wrote every element of its buffer")
+        result.checks.append(f"writer into {where}: every fence-kernel thread's slot holds its last iteration after "
+                             "every run, and the writer wrote every element of its buffer")
         runs = len(SCOPES) * (len(CONDITIONS) - 1) * repeats
         if not_overlapped == 0:
-            result.checks.append(f"in all {runs} runs with a writer, the writer was running when every fence block "
-                                 "started and ended its loop")
+            result.checks.append(f"writer into {where}: in all {runs} runs with a writer, the writer was running when "
+                                 "every fence block started and ended its loop")
         else:
-            result.notes.append(f"in {not_overlapped} of {runs} runs with a writer, some fence block found the writer "
-                                "not running at its start or end (those runs are included in the medians)")
-        self._table(medians, exp, caps, repeats, result)
-        self._plot(medians, ctx, result)
-        return result
+            result.notes.append(f"writer into {where}: in {not_overlapped} of {runs} runs with a writer, some fence "
+                                "block found the writer not running at its start or end (included in the medians)")
+        return medians
 
-    def _table(self, medians, exp: FenceExperiment, caps, repeats: int, result: LabResult) -> None:
+    def _table(self, medians, exp: FenceExperiment, caps, repeats: int, where: str, suffix: str,
+               result: LabResult) -> None:
         rows = []
         for scope_name in SCOPES:
             alone, same, remote = (medians[(scope_name, c)] for c in CONDITIONS)
             diff = 100 * (remote / same - 1)
             rows.append([scope_name, alone, same, remote, same / alone, remote / alone, diff,
                          1e3 * same / exp.iterations])
-            key = scope_name.split()[0].strip(".()")
+            key = scope_name.split()[0].strip(".()") + suffix
             result.figures[f"domains_{key}_same_over_alone"] = same / alone
             result.figures[f"domains_{key}_remote_vs_same_pct"] = diff
         result.tables.append(Table(
-            "Fence-heavy kernel: loop time (us) alone and beside a write-heavy kernel",
+            f"Fence-heavy kernel: loop time (us) alone and beside a kernel writing into {where}",
             ["fence", "alone", "writer, same domain", "writer, remote domain", "same / alone", "remote / alone",
              "remote vs same %", "ns per fence (same domain)"], rows,
             note=(f"fence kernel: {exp.fence_blocks} blocks x {FENCE_BLOCK} threads, {exp.iterations} x (write own "
-                  f"slot, fence); writer: {exp.writer_blocks} blocks x {WRITER_BLOCK} threads streaming uint4 writes "
-                  f"over {exp.n_vec * 16 >> 20} MiB in another stream; fence kernel always in the default domain; "
+                  f"slot, fence); writer: {exp.writer_blocks} blocks x {WRITER_BLOCK} threads of this GPU streaming "
+                  f"uint4 writes over {exp.n_vec * 16 >> 20} MiB of {where} in another stream; fence kernel always in "
+                  f"the default domain; "
                   f"medians of {repeats} runs, loop time from %globaltimer in the kernel; this GPU has "
                   f"{caps.mem_sync_domain_count} domains")))
         for scope_name in list(SCOPES)[1:]:
             same, remote = medians[(scope_name, "writer, same domain")], medians[(scope_name, "writer, remote domain")]
             diff = 100 * (remote / same - 1)
             if abs(diff) < 5:
-                result.notes.append(f"{scope_name}: no measurable difference between the writer in the same and in "
-                                    f"the remote domain ({diff:+.1f}%) on this single GPU")
+                result.notes.append(f"{scope_name}, writer into {where}: no measurable difference between the writer "
+                                    f"in the same and in the remote domain ({diff:+.1f}%)")
             else:
-                result.notes.append(f"{scope_name}: the fence loop took {diff:+.1f}% with the writer in the remote "
-                                    "domain compared with the same domain")
+                result.notes.append(f"{scope_name}, writer into {where}: the fence loop took {diff:+.1f}% with the "
+                                    "writer in the remote domain compared with the same domain")
 
     def _plot(self, medians, ctx: RunContext, result: LabResult) -> None:
         from ..plots import _pyplot

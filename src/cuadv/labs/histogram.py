@@ -1,6 +1,6 @@
 """Histogram with distributed shared memory (seed 002, exercise 2): the bins sharded over a cluster.
 
-What it shows: one histogram, four ways, measured in one run on 1 GiB of bin indices (256 MiB with
+What it shows: one histogram, six ways, measured in one run on 1 GiB of bin indices (256 MiB with
 ``--quick``), uniform and Zipf(1.3)-skewed, int32 and uint8:
 
 - ``global``: every element does an atomicAdd on the global bins;
@@ -10,31 +10,44 @@ What it shows: one histogram, four ways, measured in one run on 1 GiB of bin ind
   b % C, remote atomics through ``cluster.map_shared_rank``; 16-bit counters packed two per word
   when 32-bit ones do not fit (1M bins over 16 blocks), with exact wrap handling; optional
   warp aggregation (``__match_any_sync``) for skewed data;
+- ``exchange`` (int32): the same sharding, but without one remote atomic per element: per round each
+  block sorts a chunk (4K or 8K elements) by owner block in its shared memory (warp ballots or
+  shared atomics on per-owner cursors), sends the runs to the owners' mailboxes with 16-byte remote
+  stores, one split cluster barrier per round (double-buffered stage and mailboxes), and each owner
+  applies its mailbox with local shared atomics; optionally the low 4096 bins privatised per block;
+- ``hot`` (int32, skew-aware): the low bins [0, hot) privatised per block (16K, or as many as one
+  block holds), every other bin by a global atomic: for data whose mass sits in the low bins (the
+  lab's Zipf), measured on uniform data too, where it is mostly global atomics;
 - CuPy's ``cupy.histogram`` (CUB) as the peer, and ``cupy.bincount``.
 
 Every variant is checked element by element against ``numpy.bincount`` at sizes 0, 1, primes and
 non-multiples of the vector width, misaligned starts, out-of-range values, both dtypes, both
 distributions and every cluster size; the measured outputs against ``cupy.bincount``.
 
-Needs: compute capability 9.0 for ``dsm`` (clusters and DSM); ``global`` and ``shared`` run on
-any CUDA GPU (the lab itself asks for 9.0).
+Needs: compute capability 9.0 for ``dsm`` and ``exchange`` (clusters and DSM); ``global``,
+``shared`` and ``hot`` run on any CUDA GPU (the lab itself asks for 9.0).
 
 Key insight: a histogram is an atomic-throughput problem until the bins live in shared memory;
-when they no longer fit one block, a cluster pools the shared memory of up to 16 SMs, so remote
-shared-memory atomics replace global atomics in L2 (the lab measures by how much, per bin count).
+when they no longer fit one block, a cluster pools the shared memory of up to 16 SMs. Remote
+shared-memory atomics are themselves throughput-bound (one DSM transaction per element), so the
+exchange moves elements to their owner in bulk (8 per 16-byte store) and keeps every atomic local.
 Design: persistent grid sized from the occupancy API, 1024-thread blocks, 16-byte loads with the
 next batch in flight, a trash slot for out-of-range values (no branch in the hot loop), zero /
 cluster.sync / count / cluster.sync / flush once per block (the four lifetime rules), flushes
 staggered over the bins. 1M bins: 16 blocks x 65,537 slots x 2 B = 128 KB per block with 16-bit
 counters, chosen over a DSM + global-atomics hybrid so that every bin stays in shared memory; a
 counter wrap costs one or two global atomics per 65,536 increments and is exact (the thread whose
-atomic wrapped the counter sees the old value and posts the correction).
+atomic wrapped the counter sees the old value and posts the correction). The exchange's run
+capacity is 1.25x a uniform chunk's share per owner; longer runs (skewed data) overflow to remote
+atomics, one per distinct value per warp, so any input stays exact.
 
 Run: ``cuadv bench histogram`` (``--quick`` for 256 MiB); from Python::
 
     from cuadv.labs.histogram import histogram
-    counts = histogram(x, bins=65536)                     # auto: shared, else dsm, else global
+    counts = histogram(x, bins=65536)                     # auto: shared, else dsm, else exchange, else global
     counts = histogram(x, bins=1 << 20, variant="dsm", cluster=16)
+    counts = histogram(x, bins=1 << 20, variant="exchange", sort="atomic")   # cluster of 16, 16-bit
+    counts = histogram(x, bins=1 << 20, variant="hot", hot=16384)            # skew-aware
 """
 
 from __future__ import annotations
@@ -55,8 +68,15 @@ from .base import RunContext
 # Plans: which kernel, how much shared memory, how many threads. Pure: no GPU.
 
 DTYPES = {"int32": ("int", np.dtype(np.int32)), "uint8": ("unsigned char", np.dtype(np.uint8))}
-VARIANTS = ("global", "shared", "dsm")
+VARIANTS = ("global", "shared", "dsm", "hot", "exchange")
+CLUSTERED = ("dsm", "exchange")  # variants launched in clusters (bins sharded over DSM)
 CLUSTER_SIZES = (1, 2, 4, 8, 16)
+EXCHANGE_CLUSTER_SIZES = (2, 4, 8, 16)  # the exchange needs an owner other than the block itself
+EXCHANGE_VECTORS = (1, 2)  # 16-byte loads per thread per round: 4K or 8K int32 elements per block per round
+EXCHANGE_MAX_LOCAL = 1 << 16  # mailbox entries are 16-bit local indices
+EXCHANGE_SLACK = (5, 4)  # a run holds 1.25x a uniform chunk's share per owner before it overflows
+EXCHANGE_HOT = 4096  # low bins privatised per block by the measured "+hot" exchange configurations
+EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
 MAX_BINS = 1 << 30
 MAX_ELEMENTS = 2**32 - 1  # counters are uint32
 REPLICA_BUDGET = 72 * 1024  # replicas fill up to this much shared memory per block (3 blocks fit an SM)
@@ -92,15 +112,27 @@ class HistogramPlan:
     aggregate: bool = False
     threads: int = THREADS
     shared_bytes: int = 0
+    hot: int = 0  # hot, exchange: the low bins [0, hot) privatised in every block
+    vectors: int = 0  # exchange: 16-byte loads per thread per round
+    cap: int = 0  # exchange: entries per (sender, owner) run before the run overflows to remote atomics
+    sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
+
+    @property
+    def clustered(self) -> bool:
+        return self.variant in CLUSTERED
 
     @property
     def kernel_expr(self) -> str:
         ctype = DTYPES[self.dtype][0]
+        packed = "true" if self.counter_bits == 16 else "false"
         if self.variant == "global":
             return f"hist_global<{ctype}>"
         if self.variant == "shared":
             return f"hist_block<{ctype}>"
-        packed = "true" if self.counter_bits == 16 else "false"
+        if self.variant == "hot":
+            return f"hist_hot<{ctype}>"
+        if self.variant == "exchange":
+            return f"hist_exchange<{packed}, {self.cluster}, {self.vectors}>"
         return f"hist_cluster<{ctype}, {packed}, {'true' if self.aggregate else 'false'}>"
 
     @property
@@ -109,6 +141,12 @@ class HistogramPlan:
             return "global atomics"
         if self.variant == "shared":
             return f"shared (1 block, x{self.replicas})"
+        if self.variant == "hot":
+            return f"skew-aware: shared [0, {self.hot}) + global"
+        if self.variant == "exchange":
+            hot = f" +hot {self.hot}" if self.hot else ""
+            return (f"dsm exchange c={self.cluster} ({self.counter_bits}-bit, "
+                    f"{exchange_chunk(self.vectors) // 1024}K/round, {self.sort} sort){hot}")
         agg = " +agg" if self.aggregate else ""
         return f"dsm c={self.cluster} ({self.counter_bits}-bit){agg}"
 
@@ -119,7 +157,49 @@ class HistogramPlan:
             return ()
         if self.variant == "shared":
             return (log2r,)
+        if self.variant == "hot":
+            return (self.hot,)
+        if self.variant == "exchange":
+            return (self.hot, self.cap, int(self.sort == "atomic"))
         return (self.cluster.bit_length() - 1, log2r)
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def exchange_chunk(vectors: int, threads: int = THREADS) -> int:
+    """int32 elements one block takes per round of the exchange."""
+    return threads * vectors * 4
+
+
+def exchange_cap(cluster: int, vectors: int, threads: int = THREADS) -> int:
+    """Entries per (sender, owner) run: 1.25x the uniform share of a chunk, a multiple of 8 (16-byte vectors)."""
+    num, den = EXCHANGE_SLACK
+    return _round_up(-(-num * exchange_chunk(vectors, threads) // (den * cluster)), 8)
+
+
+def exchange_layout(bins: int, cluster: int, bits: int, hot: int, cap: int) -> dict[str, int]:
+    """Byte offsets of the exchange kernel's arrays in one block's shared memory: ExchangeLayout in
+    histogram.cu, line for line (the kernel traps when given less than ``bytes``)."""
+    shard = -(-bins // cluster)
+    counter_words = shard if bits == 32 else (shard + 1) // 2
+    cap_words = cap // 2
+    stride = 2 * (cap_words + ((4 - cap_words) & 31))  # consecutive runs start 4 banks apart
+    counters_off = 4 * _round_up(hot, 4)
+    stage_off = counters_off + 4 * _round_up(counter_words, 4)
+    mbox_off = stage_off + 2 * 2 * cluster * stride
+    mcount_off = mbox_off + 2 * 2 * cluster * cap
+    cursor_off = mcount_off + 4 * 2 * cluster
+    return {"shard": shard, "stride": stride, "counters_off": counters_off, "stage_off": stage_off,
+            "mbox_off": mbox_off, "mcount_off": mcount_off, "cursor_off": cursor_off,
+            "bytes": _round_up(cursor_off + 4 * 3 * cluster, 16)}
+
+
+def hot_max(shared_limit: int = H200_SHARED_PER_BLOCK) -> int:
+    """The most low bins the skew-aware variant privatises: its 32-bit counters fill one block's shared
+    memory (a multiple of 1024)."""
+    return shared_limit // 4 // 1024 * 1024
 
 
 def kernel_expressions(arch: str = "sm_90a") -> list[str]:
@@ -130,11 +210,16 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
     for dtype in DTYPES:
         ctype = DTYPES[dtype][0]
         exprs += [f"hist_global<{ctype}>", f"hist_block<{ctype}>"]
+        if dtype == "int32":
+            exprs.append(f"hist_hot<{ctype}>")
         if parse_arch(arch) < (9, 0):
             continue
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
+        if dtype == "int32":
+            exprs += [f"hist_exchange<{packed}, {c}, {v}>" for packed in ("false", "true")
+                      for c in EXCHANGE_CLUSTER_SIZES for v in EXCHANGE_VECTORS]
     return exprs
 
 
@@ -166,40 +251,74 @@ def _threads(shared_bytes: int, shared_per_sm: int) -> int:
 
 
 def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", cluster: int | None = None,
-                   aggregate: bool = False, counter_bits: int | None = None, *,
-                   shared_limit: int = H200_SHARED_PER_BLOCK, shared_per_sm: int = H200_SHARED_PER_SM,
-                   largest_cluster: int = 16) -> HistogramPlan:
+                   aggregate: bool = False, counter_bits: int | None = None, *, hot: int | None = None,
+                   vectors: int | None = None, sort: str | None = None, shared_limit: int = H200_SHARED_PER_BLOCK,
+                   shared_per_sm: int = H200_SHARED_PER_SM, largest_cluster: int = 16) -> HistogramPlan:
     """The launch shape for ``bins`` bins of ``dtype`` input; raises naming the rule, value and limit.
 
-    variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters), else 'dsm'
-    with the smallest cluster that holds it (32-bit counters preferred at equal size), else 'global'.
-    ``counter_bits`` (dsm only) forces 32- or 16-bit counters.
+    variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters); else 'dsm'
+    over the smallest cluster that holds it, except that for int32 input, when that takes more than
+    one block and no dsm option is given, 'exchange' over the smallest cluster that holds the bins
+    with 32-bit counters, then 16-bit ones (measured 2-3x remote atomics); 'global' when no cluster
+    holds them. ``counter_bits`` (dsm, exchange) forces 32- or 16-bit counters. 'hot' (skew-aware,
+    int32): ``hot`` low bins privatised per block (default: as many as one block holds, at most
+    ``bins``), the rest by global atomics. 'exchange' (int32): the bins sharded over the smallest
+    cluster of 2-16 blocks that holds them with 16-bit mailbox entries, ``vectors`` (1 or 2, default
+    2) loads per thread per round, ``hot`` low bins (default 0) privatised per block, ``sort`` (how
+    warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'.
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
         raise ValueError(f"variant must be one of auto, {', '.join(VARIANTS)}; got {variant!r}")
     if cluster is not None:
         check_cluster(cluster, largest_cluster)
-        if variant not in ("auto", "dsm"):
-            raise LaunchConfigError(f"a cluster size applies to variant 'dsm' only, not {variant!r}")
-    if (aggregate or counter_bits is not None) and variant not in ("auto", "dsm"):
-        raise ValueError(f"aggregate and counter_bits apply to variant 'dsm' only, not {variant!r}")
+        if variant not in ("auto",) + CLUSTERED:
+            raise LaunchConfigError(f"a cluster size applies to variants 'dsm' and 'exchange' only, not {variant!r}")
+    if aggregate and variant not in ("auto", "dsm"):
+        raise ValueError(f"aggregate applies to variant 'dsm' only, not {variant!r}")
+    if counter_bits is not None and variant not in ("auto",) + CLUSTERED:
+        raise ValueError(f"counter_bits applies to variants 'dsm' and 'exchange' only, not {variant!r}")
     if counter_bits not in (None, 16, 32):
         raise ValueError(f"counter_bits must be 16 or 32, got {counter_bits!r}")
     if counter_bits == 16 and dtype == "uint8":
         raise ValueError("16-bit counters are for int32 input (uint8 bins always fit 32-bit counters)")
+    if hot is not None and variant not in ("hot", "exchange"):
+        raise ValueError(f"hot applies to variants 'hot' and 'exchange' only, not {variant!r}")
+    if vectors is not None and variant != "exchange":
+        raise ValueError(f"vectors applies to variant 'exchange' only, not {variant!r}")
+    if sort is not None and variant != "exchange":
+        raise ValueError(f"sort applies to variant 'exchange' only, not {variant!r}")
+    if variant in ("hot", "exchange"):
+        if dtype != "int32":
+            raise ValueError(f"variant {variant!r} is for int32 input (uint8 input has at most 256 bins, which one "
+                             "block holds: use variant 'shared')")
+        if hot is not None and (not isinstance(hot, (int, np.integer)) or isinstance(hot, bool)
+                                or not 0 <= hot <= bins):
+            raise ValueError(f"hot must be an int in [0, bins = {bins}], got {hot!r}")
     slots = bins + 1  # the real bins and the trash slot for out-of-range values
     if variant == "auto":
         if cluster is None and not aggregate and counter_bits is None and _counter_bytes(slots, 32) <= shared_limit:
             variant = "shared"
         else:
             try:
-                return plan_histogram(bins, dtype, "dsm", cluster, aggregate, counter_bits, shared_limit=shared_limit,
-                                      shared_per_sm=shared_per_sm, largest_cluster=largest_cluster)
+                dsm = plan_histogram(bins, dtype, "dsm", cluster, aggregate, counter_bits, shared_limit=shared_limit,
+                                     shared_per_sm=shared_per_sm, largest_cluster=largest_cluster)
             except LaunchConfigError:
                 if cluster is not None or aggregate or counter_bits is not None:
                     raise
                 variant = "global"
+            else:
+                free = cluster is None and not aggregate and counter_bits is None
+                if dsm.cluster == 1 or dtype != "int32" or not free:
+                    return dsm
+                # Sharded over several blocks: the exchange measured 2-3x remote atomics on the H200
+                # (256K and 1M bins), 32-bit counters over a larger cluster first (faster at 256K).
+                for bits in (32, None):
+                    try:
+                        return _plan_exchange(bins, None, bits, 0, 2, "atomic", shared_limit, largest_cluster)
+                    except LaunchConfigError:
+                        pass
+                return dsm
     if variant == "global":
         return HistogramPlan("global", dtype, bins)
     if variant == "shared":
@@ -211,6 +330,11 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         r = _replicas(need)
         return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r,
                              threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
+    if variant == "hot":
+        return _plan_hot(bins, hot, shared_limit)
+    if variant == "exchange":
+        return _plan_exchange(bins, cluster, counter_bits, hot or 0, 2 if vectors is None else vectors,
+                              "atomic" if sort is None else sort, shared_limit, largest_cluster)
     # dsm
     sizes = [cluster] if cluster is not None else [c for c in CLUSTER_SIZES if c <= largest_cluster]
     widths = [counter_bits] if counter_bits else [32, 16]
@@ -229,6 +353,49 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     raise LaunchConfigError(
         f"bins = {bins} over a cluster of {c} blocks need {_counter_bytes(shard, bits)} B of shared memory per block "
         f"({bits}-bit counters); the per-block limit is {shared_limit} B, so at most {most} bins with {c} blocks")
+
+
+def _plan_hot(bins: int, hot: int | None, shared_limit: int) -> HistogramPlan:
+    hot = min(bins, hot_max(shared_limit)) if hot is None else hot
+    if hot < 1:
+        raise ValueError(f"variant 'hot' needs at least one privatised bin (hot >= 1), got hot = {hot}")
+    if 4 * hot > shared_limit:
+        raise LaunchConfigError(f"hot = {hot} low bins need {4 * hot} B of shared memory per block (32-bit counters); "
+                                f"the per-block limit is {shared_limit} B (at most {shared_limit // 4} bins)")
+    return HistogramPlan("hot", "int32", bins, counter_bits=32, hot=hot, shared_bytes=4 * hot)
+
+
+def _plan_exchange(bins: int, cluster: int | None, counter_bits: int | None, hot: int, vectors: int, sort: str,
+                   shared_limit: int, largest_cluster: int) -> HistogramPlan:
+    if vectors not in EXCHANGE_VECTORS:
+        raise ValueError(f"vectors must be one of {', '.join(map(str, EXCHANGE_VECTORS))}, got {vectors!r}")
+    if sort not in EXCHANGE_SORTS:
+        raise ValueError(f"sort must be one of {', '.join(EXCHANGE_SORTS)}, got {sort!r}")
+    if cluster is not None and cluster not in EXCHANGE_CLUSTER_SIZES:
+        sizes = ", ".join(map(str, EXCHANGE_CLUSTER_SIZES))
+        raise LaunchConfigError(f"the exchange variant needs a cluster of {sizes} blocks (an owner other than the block "
+                                f"itself), got {cluster}")
+    sizes = [cluster] if cluster is not None else [c for c in EXCHANGE_CLUSTER_SIZES if c <= largest_cluster]
+    widths = [counter_bits] if counter_bits else [32, 16]
+    errors = []
+    for c in sizes:
+        shard = -(-bins // c)
+        if shard > EXCHANGE_MAX_LOCAL:
+            least = next((s for s in EXCHANGE_CLUSTER_SIZES if -(-bins // s) <= EXCHANGE_MAX_LOCAL), None)
+            errors.append(f"bins = {bins} over a cluster of {c} blocks leave {shard} local bins per block; mailbox "
+                          f"entries are 16-bit, so at most {EXCHANGE_MAX_LOCAL}"
+                          + (f" (use a cluster of {least} or more)" if least else ""))
+            continue
+        cap = exchange_cap(c, vectors)
+        for bits in widths:
+            need = exchange_layout(bins, c, bits, hot, cap)["bytes"]
+            if need <= shared_limit:
+                return HistogramPlan("exchange", "int32", bins, cluster=c, counter_bits=bits, hot=hot,
+                                     vectors=vectors, cap=cap, sort=sort, shared_bytes=need)
+            errors.append(f"bins = {bins} over a cluster of {c} blocks ({bits}-bit counters, hot = {hot}, "
+                          f"{exchange_chunk(vectors)} elements per round) need {need} B of shared memory per block; "
+                          f"the per-block limit is {shared_limit} B")
+    raise LaunchConfigError("exchange: " + errors[-1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,26 +466,68 @@ class HistogramEngine:
         return k
 
     def plan(self, bins: int, dtype: str, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
-             counter_bits: int | None = None) -> HistogramPlan:
+             counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
+             sort: str | None = None) -> HistogramPlan:
         caps = self.caps
         limits = dict(shared_limit=caps.shared_mem_per_block_optin, shared_per_sm=caps.shared_mem_per_sm)
         if not caps.cluster_launch:
-            if variant == "dsm" or cluster is not None or aggregate or counter_bits is not None:
+            if variant in CLUSTERED or cluster is not None or aggregate or counter_bits is not None:
                 raise UnsupportedFeatureError("the DSM histogram (thread block clusters)", "compute capability >= 9.0",
-                                              caps.cc_string(), "variant='shared' or variant='global'")
+                                              caps.cc_string(), "variant='shared', 'hot' or 'global'")
             if variant == "auto":  # no clusters: the whole histogram in one block, else global atomics
                 fits = _counter_bytes(bins + 1, 32) <= caps.shared_mem_per_block_optin
                 variant = "shared" if fits else "global"
-            return plan_histogram(bins, dtype, variant, **limits)
-        return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits,
-                              largest_cluster=caps.max_cluster_size_nonportable, **limits)
+            return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, **limits)
+        return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
+                              sort=sort, largest_cluster=caps.max_cluster_size_nonportable, **limits)
 
-    def options(self, bins: int, dtype: str, aggregate: bool = True) -> list[dict]:
-        """Every variant that can hold ``bins`` bins here: global, shared, dsm at each cluster size (+agg)."""
+    def options(self, bins: int, dtype: str, aggregate: bool = True, extras: bool = True) -> list[dict]:
+        """Every variant that can hold ``bins`` bins here: global, shared, dsm at each cluster size (+agg);
+        with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
+        configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
         opts: list[dict] = [{"variant": "global"}]
-        for candidate in [{"variant": "shared"}] + [
-                {"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
-                for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]:
+        candidates = [{"variant": "shared"}] + [
+            {"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
+            for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
+        if extras and dtype == "int32":
+            candidates.append({"variant": "hot", "hot": max(1, min(bins // 3, 16384))})
+            candidates += [{"variant": "exchange", "cluster": c} for c in EXCHANGE_CLUSTER_SIZES]
+        opts += self._feasible(bins, dtype, candidates)
+        if extras and dtype == "int32":
+            # The other exchange paths: 4K elements per round, the atomic sort and a private low range, at
+            # the largest cluster.
+            legal = [o["cluster"] for o in opts if o["variant"] == "exchange"]
+            if legal:
+                extra = {"variant": "exchange", "cluster": legal[-1], "vectors": 1, "sort": "atomic",
+                         "hot": max(1, min(bins // 3, 4096))}
+                try:
+                    self.plan(bins, dtype, **extra)
+                    opts.append(extra)
+                except LaunchConfigError:
+                    pass
+        return opts
+
+    def sweep(self, bins: int, dtype: str) -> list[dict]:
+        """The configurations of the skew-aware hybrid and the DSM exchange the lab measures where no
+        single block holds the bins: hot ranges of 16K and the most one block holds; the exchange at
+        every cluster size that holds the bins, with either sort, 4K and 8K elements per round, and 8K
+        with a private range of EXCHANGE_HOT low bins."""
+        if dtype != "int32":
+            return []
+        candidates = [{"variant": "hot", "hot": h} for h in dict.fromkeys(
+            (16384, hot_max(self.caps.shared_mem_per_block_optin))) if h < bins]
+        for c in EXCHANGE_CLUSTER_SIZES:
+            for sort in EXCHANGE_SORTS:
+                candidates += [{"variant": "exchange", "cluster": c, "vectors": v, "sort": sort}
+                               for v in EXCHANGE_VECTORS]
+                candidates.append({"variant": "exchange", "cluster": c, "vectors": 2, "sort": sort,
+                                   "hot": min(EXCHANGE_HOT, bins)})
+        return self._feasible(bins, dtype, candidates)
+
+    def _feasible(self, bins: int, dtype: str, candidates: list[dict]) -> list[dict]:
+        """The candidates this GPU can run for these bins (their plans raise no error)."""
+        opts = []
+        for candidate in candidates:
             try:
                 self.plan(bins, dtype, **candidate)
             except (LaunchConfigError, UnsupportedFeatureError):
@@ -327,18 +536,19 @@ class HistogramEngine:
         return opts
 
     def resident_units(self, plan: HistogramPlan) -> int:
-        """Blocks (shared, global) or clusters (dsm) that fit on the GPU at once: the persistent grid."""
+        """Blocks (shared, global, hot) or clusters (dsm, exchange) that fit on the GPU at once: the
+        persistent grid."""
         n = self._resident.get(plan)
         if n is None:
             from ..occupancy import max_active_blocks_per_sm, max_active_clusters
 
             k = self.kernel(plan)
-            if plan.variant == "dsm":
+            if plan.clustered:
                 n = max_active_clusters(k, plan.threads, plan.cluster, plan.shared_bytes)
             else:
                 n = max_active_blocks_per_sm(k, plan.threads, plan.shared_bytes) * self.caps.sm_count
             if n < 1:
-                unit = f"a cluster of {plan.cluster} blocks" if plan.variant == "dsm" else "a block"
+                unit = f"a cluster of {plan.cluster} blocks" if plan.clustered else "a block"
                 raise LaunchConfigError(
                     f"{unit} of {plan.threads} threads with {plan.shared_bytes} B shared memory each cannot be resident "
                     f"on this GPU (occupancy query returned 0); use a larger cluster or fewer bins per block")
@@ -346,13 +556,14 @@ class HistogramEngine:
         return n
 
     def prepare(self, x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None,
-                aggregate: bool = False, counter_bits: int | None = None, out: Any = None, stream: Any = None,
+                aggregate: bool = False, counter_bits: int | None = None, hot: int | None = None,
+                vectors: int | None = None, sort: str | None = None, out: Any = None, stream: Any = None,
                 units: int | None = None) -> "PreparedHistogram":
         src = device_array(x, "x")
         dtype = _dtype_name(src.dtype)
         if src.size > MAX_ELEMENTS:
             raise ValueError(f"x has {src.size} elements; the uint32 counters allow at most {MAX_ELEMENTS}")
-        plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits)
+        plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort)
         if out is None:
             import cupy as cp
 
@@ -370,7 +581,7 @@ class HistogramEngine:
             units = min(resident, max(1, -(-blocks_needed // per_unit)))
         elif not 1 <= units:
             raise LaunchConfigError(f"units must be >= 1, got {units}")
-        elif plan.variant == "dsm" and units > resident:
+        elif plan.clustered and units > resident:
             raise LaunchConfigError(f"{units} clusters exceed the {resident} that can be resident (persistent grid)")
         return units * per_unit
 
@@ -392,20 +603,16 @@ class PreparedHistogram:
         from ..launch import LaunchConfig, stream_handle
 
         self._stream = stream_handle(self.stream)
-        cluster = self.plan.cluster if self.plan.variant == "dsm" else None
+        cluster = self.plan.cluster if self.plan.clustered else None
         self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
                                     shared_mem=self.plan.shared_bytes)
         self._kernel = self.engine.kernel(self.plan)
         self._args = (self.src.ptr, self.src.size, self.dst.ptr, self.plan.bins) + self.plan.scalar_args()
 
     def __call__(self):
-        from ..launch import PORTABLE_CLUSTER_SIZE, launch
+        from ..launch import launch
 
         check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self._stream), "cuMemsetD32Async")
-        if self.plan.cluster > PORTABLE_CLUSTER_SIZE:
-            # Occupancy queries for portable sizes clear this attribute; a launch checked earlier skips
-            # the check that would set it again, so set it here (a no-op when already set).
-            self._kernel.set_non_portable_cluster(True)
         launch(self._kernel, self._config, *self._args, stream=self._stream)
         return self.out
 
@@ -421,17 +628,22 @@ def engine() -> HistogramEngine:
 
 
 def histogram(x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
-              counter_bits: int | None = None, out: Any = None, stream: Any = None, units: int | None = None):
+              counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
+              sort: str | None = None, out: Any = None, stream: Any = None, units: int | None = None):
     """Counts of the values of ``x`` (int32 or uint8 device array) in [0, bins), as uint32.
 
     Values outside [0, bins) are ignored (like ``numpy.bincount`` of the in-range values). The call
-    is asynchronous on ``stream``. ``variant``: 'auto', 'global', 'shared' or 'dsm'; ``cluster``:
-    blocks per cluster for 'dsm' (1, 2, 4, 8, 16; default the smallest that holds the bins);
-    ``aggregate``: warp-aggregated increments (for skewed data); ``units``: blocks (clusters for
-    dsm) to launch, default the persistent grid from the occupancy API.
+    is asynchronous on ``stream``. ``variant``: 'auto', 'global', 'shared', 'dsm', 'hot' (skew-aware:
+    the low ``hot`` bins privatised per block, the rest by global atomics; int32) or 'exchange' (DSM
+    mailboxes: elements sent to the owning block in 16-byte vectors, ``vectors`` 1 or 2 loads per
+    thread per round, ``sort`` 'ballot' or 'atomic', optionally ``hot`` low bins privatised; int32);
+    ``cluster``: blocks per cluster for 'dsm' (1, 2, 4, 8, 16) and 'exchange' (2, 4, 8, 16), default
+    the smallest that holds the bins; ``aggregate``: warp-aggregated increments for 'dsm' (for skewed
+    data); ``units``: blocks (clusters for dsm and exchange) to launch, default the persistent grid
+    from the occupancy API.
     """
     return engine().prepare(x, bins, variant=variant, cluster=cluster, aggregate=aggregate, counter_bits=counter_bits,
-                            out=out, stream=stream, units=units)()
+                            hot=hot, vectors=vectors, sort=sort, out=out, stream=stream, units=units)()
 
 
 @lru_cache(maxsize=None)
@@ -542,7 +754,9 @@ def validate(cp, bins_list: Sequence[int], sizes: Sequence[int], dtypes=("int32"
 
 
 def validate_packed_wraps(cp) -> None:
-    """16-bit counters that wrap many times (both halves, odd bin counts, aggregated adds of up to 32)."""
+    """16-bit counters that wrap many times (both halves, odd bin counts, aggregated adds of up to 32), in
+    the DSM kernel and in the exchange (mailbox entries applied locally, and the overflow of full runs
+    by remote atomics: every element of a chunk goes to one owner)."""
     rng = np.random.default_rng()
     n = (1 << 22) + 3
     for bins, value in ((3, 0), (3, 1), (3, 2), (2, 1), (33, 17), (4097, 4096)):
@@ -552,6 +766,10 @@ def validate_packed_wraps(cp) -> None:
             for aggregate in (False, True):
                 check_variant(cp, host, bins, variant="dsm", cluster=cluster, counter_bits=16, aggregate=aggregate,
                               units=1)
+            if cluster > 1:
+                for vectors in EXCHANGE_VECTORS:
+                    check_variant(cp, host, bins, variant="exchange", cluster=cluster, counter_bits=16,
+                                  vectors=vectors, units=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,7 +811,7 @@ class Measurement:
     dist: str
     bins: int
     label: str
-    variant: str  # global | shared | dsm | cupy | bincount
+    variant: str  # global | shared | dsm | hot | exchange | cupy | bincount
     cluster: int
     ms: float
     gbps: float
@@ -625,11 +843,16 @@ class HistogramLab:
         n = 100_003
         for dtype, bins in (("int32", 1000), ("uint8", 256)):
             host = host_data(rng, n, bins, "zipf", dtype, out_of_range=True)
-            for opts in engine().options(bins, dtype):
-                check_variant(cp, host, bins, offset=1, units=2 if opts["variant"] == "dsm" else 4, **opts)
+            for opts in engine().options(bins, dtype):  # every variant, the hot and exchange ones included
+                check_variant(cp, host, bins, offset=1, units=2 if opts["variant"] in CLUSTERED else 4, **opts)
         host = host_data(rng, n, 70_000, "uniform", "int32", out_of_range=True)
         for c in (1, 16):  # 16-bit counters over one block, 32-bit over 16
             check_variant(cp, host, 70_000, variant="dsm", cluster=c, units=1)
+        check_variant(cp, host, 70_000, variant="hot", hot=4097, units=2)
+        # The exchange with 16-bit counters and a private range, and with overflowing runs (one value).
+        check_variant(cp, host, 70_000, variant="exchange", cluster=4, counter_bits=16, hot=1000, units=1)
+        one = host_data(rng, n, 70_000, "constant", "int32", out_of_range=False)
+        check_variant(cp, one, 70_000, variant="exchange", cluster=2, counter_bits=16, vectors=1, units=1)
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
@@ -643,13 +866,15 @@ class HistogramLab:
         result.checks.append(
             f"{checked} histograms equal numpy.bincount element by element (outputs poisoned first): every variant "
             f"(global, shared, dsm at cluster sizes {', '.join(str(c) for c in CLUSTER_SIZES if c <= largest)}, with "
-            f"and without warp aggregation), bins {', '.join(map(str, bins_list))}, n = {', '.join(map(str, sizes))}, "
+            "and without warp aggregation; int32: the skew-aware hot range + global atomics, the DSM exchange at "
+            f"cluster sizes {', '.join(str(c) for c in EXCHANGE_CLUSTER_SIZES if c <= largest)} and with a private "
+            f"low range), bins {', '.join(map(str, bins_list))}, n = {', '.join(map(str, sizes))}, "
             "int32 and uint8, uniform and Zipf(1.3), 5% out-of-range values, half of them starting 1 element "
             "off the 16-byte boundary")
         validate_packed_wraps(cp)
         result.checks.append("16-bit packed counters stay exact through many wraps: 4M+3 equal values into one "
                              "cluster, low and high halves, odd bin counts, cluster sizes 1, 2, 16, aggregated "
-                             "adds of up to 32")
+                             "adds of up to 32; in the exchange, through its mailboxes and its overflowing runs")
 
         n_bytes = (256 << 20) if ctx.quick else (1 << 30)
         bins_sweep = [256, 4096, 65536, 1 << 20] if ctx.quick else [256, 1024, 4096, 16384, 65536, 262144, 1 << 20]
@@ -678,10 +903,14 @@ class HistogramLab:
     @staticmethod
     def _plans(dtype: str, dist: str, bins: int) -> list[dict]:
         """Zipf: every cluster size with and without warp aggregation; uniform: aggregation only at the
-        default cluster size (what it costs where it cannot help)."""
-        opts = engine().options(bins, dtype, aggregate=dist == "zipf")
+        default cluster size (what it costs where it cannot help). Where no single block holds the bins
+        (not even with 16-bit counters): the skew-aware hybrid and the DSM exchange configurations too."""
+        eng = engine()
+        opts = eng.options(bins, dtype, aggregate=dist == "zipf", extras=False)
         if dist == "uniform":
             opts.append({"variant": "dsm", "aggregate": True})
+        if bins + 1 > 2 * (eng.caps.shared_mem_per_block_optin // 4):
+            opts += eng.sweep(bins, dtype)
         return opts
 
     def _measure_case(self, cp, ctx, dtype, dist, bins, n_bytes, repeats, skipped: list[str]) -> list[Measurement]:
@@ -734,24 +963,30 @@ class HistogramLab:
                              m.gbps / peer.gbps, m.gbps / glob.gbps])
                 key = f"hist_{dtype}_{dist}_{bins}_{m.label.replace(' ', '_')}_gbps"
                 result.figures[key] = m.gbps
-            ours = [m for m in case if m.variant in ("global", "shared", "dsm")]
+            ours = [m for m in case if m.variant in VARIANTS]
             best = max(ours, key=lambda m: m.gbps)
-            dsm = [m for m in case if m.variant == "dsm"]
+            dsm = [m for m in case if m.variant in CLUSTERED]  # DSM-based: remote atomics or the exchange
             best_dsm = max(dsm, key=lambda m: m.gbps) if dsm else None
             summary.append([dtype, dist, bins, best.label, best.gbps, 100 * best.gbps / ceiling, best.gbps / peer.gbps,
-                            peer.gbps, (best_dsm.gbps / glob.gbps) if best_dsm else float("nan")])
+                            peer.gbps, (best_dsm.gbps / glob.gbps) if best_dsm else float("nan"),
+                            best_dsm.label if best_dsm else "-"])
             result.figures[f"hist_{dtype}_{dist}_{bins}_best_gbps"] = best.gbps
             result.figures[f"hist_{dtype}_{dist}_{bins}_best_x_cupy"] = best.gbps / peer.gbps
             result.figures[f"hist_{dtype}_{dist}_{bins}_best_pct_ceiling"] = 100 * best.gbps / ceiling
             if best_dsm:
                 result.figures[f"hist_{dtype}_{dist}_{bins}_dsm_x_global"] = best_dsm.gbps / glob.gbps
+            exchange = [m for m in case if m.variant == "exchange"]
+            if exchange:
+                result.figures[f"hist_{dtype}_{dist}_{bins}_exchange_x_global"] = \
+                    max(m.gbps for m in exchange) / glob.gbps
         note = (f"GB/s of input ({n_bytes >> 20} MiB per histogram; bytes of input / median of the CUDA-event "
                 f"timings after warm-up; each call zeroes its output); % of the copy ceiling "
                 f"{ctx.ceiling.tb_per_s:.2f} TB/s (read + write) measured in this run; Zipf(1.3) truncated to "
                 "[0, bins); grid = blocks launched (persistent, from the occupancy API)")
         result.tables.append(Table("Histogram: best cuadv variant per case",
                                    ["input", "data", "bins", "best variant", "GB/s", "% copy ceiling", "x CuPy",
-                                    "CuPy GB/s", "best DSM x global"], summary, note=note))
+                                    "CuPy GB/s", "best DSM x global", "best DSM variant"], summary,
+                                   note=note + "; DSM variants: dsm (remote atomics) and dsm exchange (mailboxes)"))
         result.tables.append(Table("Histogram: every variant",
                                    ["input", "data", "bins", "variant", "grid", "median ms", "GB/s", "% copy ceiling",
                                     "x CuPy", "x global"], rows, note=note))
@@ -763,16 +998,21 @@ class HistogramLab:
         fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
         for ax, dist in zip(axes, ("uniform", "zipf")):
             sel = [m for m in ms if m.dtype == "int32" and m.dist == dist]
-            series: dict[str, list[tuple[int, float]]] = {}
+            series: dict[str, dict[int, float]] = {}  # the best of each family per bin count
             for m in sel:
                 if "+agg" in m.label:
                     continue
                 name = m.label.split(" (")[0] if m.variant == "dsm" else m.label
                 if m.variant == "shared":
                     name = "shared (1 block)"
-                series.setdefault(name, []).append((m.bins, m.gbps))
-            for name, pts in series.items():
-                pts.sort()
+                elif m.variant == "exchange":
+                    name = "dsm exchange (best)"
+                elif m.variant == "hot":
+                    name = "skew-aware hot + global (best)"
+                pts_of = series.setdefault(name, {})
+                pts_of[m.bins] = max(pts_of.get(m.bins, 0.0), m.gbps)
+            for name, best_of in series.items():
+                pts = sorted(best_of.items())
                 style = "--" if name.startswith("cupy") else "-"
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=name)
             ax.axhline(ctx.ceiling.bytes_per_s / 1e9, color="k", lw=0.8, ls=":", label="copy ceiling (read+write)")
@@ -809,8 +1049,11 @@ class HistogramLab:
                 for dist in ("uniform", "zipf"):
                     r = best("int32", dist, bins, "dsm_x_global")
                     if r is not None:
-                        lines.append(f"{dist} {bins} bins (more than one block holds): best DSM {r:.2f}x global atomics "
-                                     "(target > 1)")
+                        case = [m for m in ms if (m.dtype, m.dist, m.bins) == ("int32", dist, bins)
+                                and m.variant in CLUSTERED]
+                        top = max(case, key=lambda m: m.gbps).label if case else "?"
+                        lines.append(f"{dist} {bins} bins (more than one block holds): best DSM ({top}) {r:.2f}x "
+                                     "global atomics (target > 1)")
         pct8 = best("uint8", "uniform", 256, "best_pct_ceiling")
         if pct8 is not None:
             lines.append(f"uniform uint8 256 bins: {pct8:.0f}% of the copy ceiling (target >= 50%)")
@@ -820,14 +1063,14 @@ class HistogramLab:
         if big is None:
             return
         case = [m for m in ms if m.dtype == "int32" and m.dist == "uniform" and m.bins == big]
-        dsm = [m for m in case if m.variant == "dsm"]
+        dsm = [m for m in case if m.variant in CLUSTERED]
         glob = next(m for m in case if m.variant == "global")
         peer = next(m for m in case if m.variant == "cupy")
         if not dsm:
             return
         top = max(dsm, key=lambda m: m.gbps)
         zipf = [m for m in ms if m.dtype == "int32" and m.dist == "zipf" and m.bins == big]
-        ztop = max((m for m in zipf if m.variant == "dsm"), key=lambda m: m.gbps, default=None)
+        ztop = max((m for m in zipf if m.variant in CLUSTERED), key=lambda m: m.gbps, default=None)
         zglob = next((m for m in zipf if m.variant == "global"), None)
         choice = (f"DSM histogram: bins sharded over a cluster ({top.label})" if top.gbps > glob.gbps
                   else "global atomics (DSM measured slower here)")
@@ -835,7 +1078,11 @@ class HistogramLab:
                     f"{glob.gbps:.0f} GB/s ({top.gbps / glob.gbps:.1f}x) and cupy.histogram {peer.gbps:.0f} GB/s")
         if ztop and zglob:
             evidence += f"; Zipf(1.3): {ztop.label} {ztop.gbps:.0f} vs global {zglob.gbps:.0f} GB/s"
+        zhot = max((m for m in zipf if m.variant == "hot"), key=lambda m: m.gbps, default=None)
+        if zhot:
+            evidence += f", skew-aware {zhot.label} {zhot.gbps:.0f} GB/s"
         result.selection.append(Selection(
             "data exchange between blocks", choice, evidence,
             fallback="before compute capability 9.0 (no clusters): a single-block shared-memory histogram where the "
-                     "bins fit one block, global atomics beyond"))
+                     "bins fit one block; beyond, the skew-aware hybrid (hot low bins in shared memory, the rest by "
+                     "global atomics) for skewed data, global atomics otherwise"))

@@ -77,6 +77,12 @@ def reference(inp: np.ndarray, table: np.ndarray, lookups: int, seed: int) -> np
     return inp + t[:, None]
 
 
+def cupy_done(cp) -> None:
+    """Wait for CuPy's current stream (the legacy default stream unless one is set): CuPy fills and
+    generates there, and the lab's non-blocking stream does not wait for it."""
+    cp.cuda.get_current_stream().synchronize()
+
+
 class Lookup:
     """The streamed arrays, tables and kernel of one run; ``launch`` enqueues one pass."""
 
@@ -93,10 +99,14 @@ class Lookup:
         self.inp = cp.random.standard_normal(max(n_vec, 1) * 4, dtype=cp.float32)
         self.out = cp.empty(max(n_vec, 1) * 4, dtype=cp.float32)
         self.table = cp.random.standard_normal(table_floats, dtype=cp.float32)
+        cupy_done(cp)  # generated on CuPy's stream: complete before a launch on self.stream reads it
 
     def use_table(self, floats: int) -> None:
         """A fresh table of this many floats."""
+        # CuPy may hand the old table's memory to the new one at once: no launch may still read it.
+        synchronize(self.stream)
         self.table = self.cp.random.standard_normal(floats, dtype=self.cp.float32)
+        cupy_done(self.cp)  # generated on CuPy's stream: complete before a launch on self.stream reads it
 
     def params(self, lookups: int, n_vec: int | None = None) -> bytes:
         n_vec = self.n_vec if n_vec is None else n_vec
@@ -127,7 +137,7 @@ def validate_small(module, caps, stream) -> None:
         want = reference(cp.asnumpy(run.inp).reshape(-1, 4), cp.asnumpy(run.table), lookups, run.seed).ravel()
         for window in (None, run.window(1.0)):
             run.out.fill(np.float32(np.nan))
-            cp.cuda.Device().synchronize()
+            cupy_done(cp)  # filled on CuPy's stream, before the launch on the lab's stream overwrites it
             run.launch(lookups, window)
             synchronize(stream)
             if not np.array_equal(cp.asnumpy(run.out), want):
@@ -191,7 +201,7 @@ class L2Lab:
         """Median ms with the window (per launch, or set on the stream), checked against the baseline output."""
         cp = run.cp
         run.out.fill(np.float32(np.nan))
-        cp.cuda.Device().synchronize()
+        cupy_done(cp)  # filled on CuPy's stream, before the launches on the lab's stream overwrite it
         if per_stream:
             set_stream_window(run.stream, window)
             try:

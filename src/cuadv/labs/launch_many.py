@@ -3,7 +3,9 @@ parallelism and device graph launch, on the same N tasks (seed 002).
 
 Shows: the cost per task of N tiny tasks (N = 10 ... 100,000; one warp each, whose only effect is
 counts[i] += 1) under
-  - one host launch per task (cuadv's launch, and CuPy's RawKernel as the peer),
+  - one host launch per task: cuadv through a prepared launcher (``cuadv.launch`` module's
+    ``prepare``: checked once, arguments packed in place), cuadv through ``cuadv.launch(...)`` per
+    call, and CuPy's RawKernel as the peer,
   - a CUDA graph with one kernel node per task (captured once, replayed),
   - a persistent kernel (SMs x resident blocks) whose warps take tasks from one global atomic
     ticket, one task per ticket (the atomic hot spot) or 16 per ticket; its exit protocol loses and
@@ -20,11 +22,20 @@ Key insight: a launch costs microseconds wherever it comes from (host, graph nod
 persistent kernel pays one launch and then an atomic per task (or per chunk of tasks), which is
 nanoseconds - as long as the tasks are small and the queue is not a hot spot.
 Run: ``cuadv bench launch`` (``--quick`` for a short run).
+
+Under compute-sanitizer (``cuadv check``), ``smoke()`` runs the device-side mechanisms only under a
+tool that supports device-side launches (memcheck). racecheck, synccheck and initcheck do not
+support dynamic parallelism - loading such a module makes them warn "not supported by the selected
+tool", which counts as a finding - nor the device runtime's graph launches (synccheck stopped the
+tail-launched task graph with CUDA_ERROR_LAUNCH_FAILED). Under them those two mechanisms are
+skipped with a note, and everything launched from the host (host launches, the graph of launches,
+the persistent queue and its exit protocol, also replayed in a graph) is checked.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -34,7 +45,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..compiler import CompiledModule, compile_source, kernel_source
 from ..errors import CuadvError, LaunchConfigError, ValidationError
-from ..launch import LaunchConfig, launch
+from ..launch import LaunchConfig, launch, prepare
 from ..results import LabResult, Selection, Table
 from ..timing import synchronize, time_gpu
 from .base import RunContext
@@ -50,6 +61,8 @@ assert TASK_DTYPE.itemsize == 24  # mirrors TaskParams in launch_many.cu
 CUPY_LAUNCH_US = 8.9  # H200 reference: an empty kernel launched from Python through CuPy
 GRAPH_NODE_US = 0.51  # H200 reference: one node of a captured CUDA graph
 TARGET_US = 0.1  # target for the persistent queue
+SANITIZER_TOOL_ENV = "CUADV_SANITIZER_TOOL"  # the compute-sanitizer tool smoke() runs under (set by the caller)
+DEVICE_LAUNCH_TOOLS = ("memcheck",)  # compute-sanitizer tools that support device-side launches
 
 
 def task_params(counts_ptr: int, n: int, task_ns: int = 0) -> bytes:
@@ -160,20 +173,35 @@ class Mechanism:
 
 
 class HostLaunches(Mechanism):
+    """One cuadv launch per task through a prepared launcher (checked once, arguments packed in place)."""
+
     label = "host launch per task (cuadv)"
 
     def __init__(self, stream, module):
         super().__init__(stream)
         self.kernel = module.kernel("lm_task")
         self.cfg = LaunchConfig(grid=1, block=WARP)
-        scratch = Tasks(1)  # the configuration's first (checked) launch, outside any capture
-        launch(self.kernel, self.cfg, scratch.params, np.uint32(0), stream=stream)
+        self.launcher = prepare(self.kernel, self.cfg)  # the device checks, outside any capture
+        scratch = Tasks(1)  # one launch before any capture or timing
+        self.launcher(scratch.params, np.uint32(0), stream=stream)
         synchronize(stream)
 
     def run(self) -> None:
-        params = self.tasks.params
+        params, launcher, stream = self.tasks.params, self.launcher, self.stream
         for i in range(self.tasks.n):
-            launch(self.kernel, self.cfg, params, np.uint32(i), stream=self.stream)
+            launcher(params, np.uint32(i), stream=stream)  # the same argument types as CuPy's row
+
+
+class LaunchCalls(HostLaunches):
+    """The same launches through ``cuadv.launch`` each time: the configuration's launcher is looked
+    up per call instead of held (what code that does not keep a launcher pays)."""
+
+    label = "host launch per task (cuadv.launch call)"
+
+    def run(self) -> None:
+        params, kernel, cfg, stream = self.tasks.params, self.kernel, self.cfg, self.stream
+        for i in range(self.tasks.n):
+            launch(kernel, cfg, params, np.uint32(i), stream=stream)
 
 
 class CupyLaunches(Mechanism):
@@ -377,6 +405,41 @@ def validate(mechanism: Mechanism, sizes=VALIDATION_N, runs: int = 2) -> None:
             mechanism.release()
 
 
+def replay_queue_in_graph(queue: PersistentQueue, stream, n: int, replays: int) -> None:
+    """The persistent queue captured into a CUDA graph and replayed: its counters must reset themselves."""
+    from ..graphs import Graph
+
+    tasks = Tasks(n)
+    queue.prepare(tasks)
+    with Graph.capture(stream, queue.run) as graph:
+        for _ in range(replays):
+            graph.launch(stream)
+        synchronize(stream)
+    tasks.check(replays, queue.label + " replayed in a CUDA graph")
+    queue.after_check()
+
+
+def sanitizer_tool(environ=None) -> str | None:
+    """The compute-sanitizer tool this process runs under: ``CUADV_SANITIZER_TOOL`` (set by
+    ``cuadv check``), '' when some sanitizer is injected but the tool is not named, None otherwise."""
+    environ = os.environ if environ is None else environ
+    tool = environ.get(SANITIZER_TOOL_ENV)
+    if tool:
+        return tool
+    injected = (environ.get("CUDA_INJECTION64_PATH", "") + environ.get("LD_PRELOAD", "")).lower()
+    return "" if "sanitizer" in injected else None
+
+
+def device_side_skip_reason(tool: str | None) -> str | None:
+    """Why the device-side mechanisms are not run under this sanitizer tool, or None to run them."""
+    if tool is None or tool in DEVICE_LAUNCH_TOOLS:
+        return None
+    name = f"compute-sanitizer {tool}" if tool else "compute-sanitizer (tool unknown)"
+    return (f"dynamic parallelism and device graph launch skipped under {name}: the tool does not support "
+            f"launches from device code (it counts loading such a module as a finding, and the device-launched "
+            f"grids fail under it); {', '.join(DEVICE_LAUNCH_TOOLS)} checks them")
+
+
 def device_side_mechanisms(modules: dict[int, CompiledModule], stream) -> tuple[dict, dict]:
     """The two mechanisms that need cudadevrt, or the reason each is unavailable (kept apart so the
     rest of the lab runs without them)."""
@@ -418,22 +481,41 @@ class LaunchManyLab:
     def build(self, arch: str):
         return list(build_modules(arch).values())
 
-    def smoke(self) -> None:
+    def smoke(self, device_side: bool | None = None) -> list[str]:
+        """Every mechanism at N = 0, 1, 37 (two runs each) and the queue replayed in a graph; returns notes.
+
+        device_side: run dynamic parallelism and device graph launch; None decides from the
+        compute-sanitizer tool this process runs under (``sanitizer_tool``): skipped under the tools
+        that cannot check device-side launches, run otherwise.
+        """
         import cupy as cp
 
         from ..device import current_device
 
+        notes = []
+        if device_side is None:
+            reason = device_side_skip_reason(sanitizer_tool())
+            device_side = reason is None
+            if reason:
+                notes.append(reason)
+                print(f"smoke launch: {reason}")
         caps = current_device().caps
         modules = build_modules(caps.arch)
         stream = cp.cuda.Stream(non_blocking=True)
+        queue = PersistentQueue(stream, modules[0], caps, CHUNK)
         mechanisms = [HostLaunches(stream, modules[0]), GraphOfLaunches(stream, modules[0]),
-                      PersistentQueue(stream, modules[0], caps, 1), PersistentQueue(stream, modules[0], caps, CHUNK)]
-        with ContextLimit("DEV_RUNTIME_PENDING_LAUNCH_COUNT", 4096):
-            device, missing = device_side_mechanisms(modules, stream)
-            if missing:
-                raise CuadvError("; ".join(f"{k}: {v}" for k, v in missing.items()))
-            for m in mechanisms + list(device.values()):
-                validate(m, sizes=(0, 1, 37), runs=2)
+                      PersistentQueue(stream, modules[0], caps, 1), queue]
+        for m in mechanisms:
+            validate(m, sizes=(0, 1, 37), runs=2)
+        replay_queue_in_graph(queue, stream, 37, replays=3)
+        if device_side:  # their modules are not even loaded otherwise (loading one is what the tools warn about)
+            with ContextLimit("DEV_RUNTIME_PENDING_LAUNCH_COUNT", 4096):
+                device, missing = device_side_mechanisms(modules, stream)
+                if missing:
+                    raise CuadvError("; ".join(f"{k}: {v}" for k, v in missing.items()))
+                for m in device.values():
+                    validate(m, sizes=(0, 1, 37), runs=2)
+        return notes
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
@@ -444,10 +526,12 @@ class LaunchManyLab:
         stream = cp.cuda.Stream(non_blocking=True)
         host_max = 10_000 if ctx.quick else 100_000
         mechanisms: list[Mechanism] = [
-            HostLaunches(stream, modules[0]), CupyLaunches(stream), GraphOfLaunches(stream, modules[0]),
-            PersistentQueue(stream, modules[0], caps, 1), PersistentQueue(stream, modules[0], caps, CHUNK)]
-        for m in mechanisms[:3]:
-            m.max_n = host_max
+            HostLaunches(stream, modules[0]), LaunchCalls(stream, modules[0]), CupyLaunches(stream),
+            GraphOfLaunches(stream, modules[0]), PersistentQueue(stream, modules[0], caps, 1),
+            PersistentQueue(stream, modules[0], caps, CHUNK)]
+        for m in mechanisms:
+            if isinstance(m, (HostLaunches, CupyLaunches, GraphOfLaunches)):
+                m.max_n = host_max
         with ContextLimit("DEV_RUNTIME_PENDING_LAUNCH_COUNT", max(N_VALUES) + 4096) as limit:
             if limit.error:
                 result.notes.append(f"the pending device-launch limit could not be raised: {limit.error}")
@@ -488,17 +572,8 @@ class LaunchManyLab:
 
     def _graph_replay_check(self, mechanisms, stream, result: LabResult) -> None:
         """The persistent queue captured into a graph and replayed: its counters reset themselves."""
-        from ..graphs import Graph
-
         queue = next(m for m in mechanisms if isinstance(m, PersistentQueue) and m.chunk > 1)
-        tasks = Tasks(9_973)
-        queue.prepare(tasks)
-        with Graph.capture(stream, queue.run) as graph:
-            for _ in range(5):
-                graph.launch(stream)
-            synchronize(stream)
-        tasks.check(5, queue.label + " replayed in a CUDA graph")
-        queue.after_check()
+        replay_queue_in_graph(queue, stream, 9_973, replays=5)
         result.checks.append("the persistent queue captured into a CUDA graph and replayed 5 times ran every task 5 "
                              "times: its ticket counter resets itself at exit (no host reset)")
 
@@ -527,7 +602,10 @@ class LaunchManyLab:
             note=(f"median of CUDA-event timings of whole runs divided by N; every run checked (each task exactly "
                   f"once). H200 references: an empty kernel launched from Python through CuPy {CUPY_LAUNCH_US} us, one "
                   f"graph node {GRAPH_NODE_US} us; target for the persistent queue {TARGET_US} us per task or less. "
-                  "Host launches and graphs run one task after another on one stream; host setup = stream capture "
+                  "Host launches and graphs run one task after another on one stream; 'cuadv' holds a prepared "
+                  "launcher (checked once, arguments packed in place, one cuLaunchKernelEx per task), 'cuadv.launch "
+                  "call' calls cuadv.launch per task; both pass the same argument types as the CuPy row. Host setup "
+                  "= stream capture "
                   f"and instantiation. '-': not run (host launches and graphs stop at {host_max:,} tasks in this "
                   "mode)")))
 
@@ -572,6 +650,23 @@ class LaunchManyLab:
             if best_queue > TARGET_US:
                 result.notes.append(f"the persistent queue took {best_queue:.3f} us per task at N={largest:,}; "
                                     f"the target was {TARGET_US} us")
+        self._host_against_cupy(per_task, graph_top, result)
+
+    def _host_against_cupy(self, per_task, n: int, result: LabResult) -> None:
+        """cuadv's host launch path against CuPy's RawKernel at the same N (target: at or below CuPy)."""
+        cupy_us = per_task.get((CupyLaunches.label, n))
+        if cupy_us is None:
+            return
+        for label in (HostLaunches.label, LaunchCalls.label):
+            us = per_task.get((label, n))
+            if us is None:
+                continue
+            result.figures[f"launch_{_key(label)}_over_cupy"] = us / cupy_us
+            text = f"{label}: {us:.2f} us per task against CuPy's {cupy_us:.2f} us at N={n:,}"
+            if us <= cupy_us:
+                result.checks.append(text + " (at or below the peer)")
+            else:
+                result.notes.append(text + "; the target was CuPy's cost or less")
 
 
 def _key(label: str) -> str:

@@ -108,7 +108,9 @@ class PdlDemo:
         return rec.tobytes()
 
     def reset(self) -> None:
-        """Poison the buffers and clear the flags (on the legacy stream, then wait for it)."""
+        """Poison the buffers and clear the flags (on CuPy's stream, then wait for the device: the
+        pair's stream is non-blocking and would not wait for the fills). Only between runs: every
+        run ends in ``outcome``, which waits for the pair's stream first."""
         self.mid.fill(POISON)
         self.out.fill(-1)
         self.control.fill(0)
@@ -175,6 +177,8 @@ class Chain:
         self.bufs = [cp.zeros(self.n, dtype=cp.float32), cp.zeros(self.n, dtype=cp.float32)]
 
     def reset(self) -> None:
+        """Zero both buffers (on CuPy's stream, then wait for the device: the chain's stream is
+        non-blocking and would not wait for the fill). Call it only when no chain is in flight."""
         for b in self.bufs:
             b.fill(0)
         self.cp.cuda.Device().synchronize()

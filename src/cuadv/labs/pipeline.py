@@ -1,18 +1,24 @@
 """Asynchronous copies into shared memory: a 2-D 5-point stencil, synchronous vs ``cuda::memcpy_async`` pipelines.
 
-Shows (seed 002, exercise 1): the same tiled stencil staged through shared memory with plain loads and one
-buffer (the baseline), with a two-stage ``cuda::memcpy_async`` pipeline (the seed's skeleton, made correct),
-and with N-stage ``cuda::pipeline`` objects, block-scoped (``pipeline_shared_state``) or per thread, each with
-an explicit fill, steady state and drain. Tails that are not a multiple of the 16-byte copy are copied
-element by element; a row pitch or base that is not 16-byte aligned gets 4-byte copies throughout: the
-alignment a copy claims is always one that was checked. In-kernel ``%globaltimer`` stamps per tile are drawn
-as a fill / steady / drain timeline.
+Shows (seed 002, exercise 1; issue 5, item 1): the same stencil staged through shared memory in two layouts and
+three ways. Layouts: ``tile`` (16 x 128 output tiles, each re-reading its halo) and ``strip`` (a block walks down
+a strip of W columns; each stage brings R new rows and the rows above and below come from the ring of stages
+already in shared memory, so every input row is read once). Staging: ``sync`` (plain loads, the baseline),
+``thread`` (``cuda::memcpy_async`` with a per-thread ``cuda::pipeline`` plus one block barrier per stage) and
+``mbar`` (a block-scope pipeline on explicit full / empty mbarriers: ``cp.async.mbarrier.arrive.noinc`` marks a
+stage landed, every thread waits on every phase it arrives on, no block barrier in the loop). Every pipelined
+variant has an explicit fill, steady state and drain. Tails that are not a multiple of the 16-byte copy are
+copied element by element; a row pitch or base that is not 16-byte aligned gets 4-byte copies throughout (and
+an output that is not gets 4-byte stores): the alignment a copy claims is always one that was checked. Several
+strip shapes (width, rows per stage, stages, blocks per SM) are measured in the same run and the best is
+picked by measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain timeline.
 
-Needs: compute capability 8.0 (cp.async); built for sm_90a and sm_100a.
-Key insight: a staged kernel that waits for its loads idles the SM for the memory latency once per tile;
-with S stages S-1 tiles are in flight while one is computed, so the wait disappears from the steady state
-and the kernel streams at close to the copy ceiling. Extra stages help only until the in-flight bytes
-cover the latency; after that they cost occupancy.
+Needs: compute capability 8.0 (cp.async, mbarrier); built for sm_90a and sm_100a.
+Key insight: a staged kernel that waits for its loads idles for the memory latency once per stage; with S
+stages, S - D of them are in flight while one is computed (D = stages one compute reads: 1 for a tile, 2 for a
+strip), so the wait leaves the steady state. What is left is bytes: a tile re-reads 2 of every 18 rows and 8
+of every 136 columns, a strip almost nothing, and the strip keeps tens of KB per SM in flight with one
+barrier wait per stage.
 Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
 """
 
@@ -35,52 +41,122 @@ THREADS = 256
 TILE_W, TILE_H, HALO = 128, 16, 4
 STAGE_W, STAGE_H = TILE_W + 2 * HALO, TILE_H + 2
 STAGE_BYTES = STAGE_W * STAGE_H * 4
+STRIP_WIDTHS = (256, 512, 1024)
 PARAMS_BYTES = 72
+OUT_VEC16 = 1  # StencilParams.flags: the output base and row pitch allow 16-byte stores
 TRACE_FIELDS = ("issued", "wait", "ready", "done")
+KINDS = ("sync", "thread", "mbar")
+KIND_LABELS = {"sync": "sync (plain loads)", "thread": "cuda::pipeline, thread scope",
+               "mbar": "mbarrier pipeline, block scope"}
 
 C_CENTER, C_NEIGHBOUR = np.float32(0.5), np.float32(0.125)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One way of staging the tiles: 'sync' (plain loads), 'thread' or 'block' scoped cuda::pipeline."""
+    """One kernel configuration.
 
+    layout: 'tile' (16 x 128 tiles) or 'strip' (a block walks down ``width`` columns, ``rows_per_stage`` rows a
+    stage); kind: 'sync', 'thread' or 'mbar' (see the module docstring); stages: shared-memory buffers (the sync
+    baseline has the fewest the loop allows: 2 for a tile, 3 for a strip); blocks_per_sm: 0 for as many as fit,
+    else that many blocks per SM are launched (the launch raises if they do not fit).
+    """
+
+    layout: str
     kind: str
     stages: int
+    width: int = TILE_W
+    rows_per_stage: int = TILE_H
+    blocks_per_sm: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("sync", "thread", "block"):
-            raise ValueError(f"variant kind must be sync, thread or block; got {self.kind!r}")
-        if self.kind == "sync" and self.stages != 1:
-            raise ValueError("the synchronous baseline has exactly one buffer")
-        if self.kind != "sync" and not 2 <= self.stages <= 8:
-            raise ValueError(f"a pipeline has 2 to 8 stages; got {self.stages}")
+        if self.layout not in ("tile", "strip"):
+            raise ValueError(f"layout must be tile or strip; got {self.layout!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"variant kind must be sync, thread or mbar; got {self.kind!r}")
+        if self.blocks_per_sm < 0:
+            raise ValueError(f"blocks per SM must be >= 0 (0: as many as fit); got {self.blocks_per_sm}")
+        least = self.reuse + 1  # the loop needs one stage in flight beyond the D it computes from
+        if self.kind == "sync" and self.stages != least:
+            raise ValueError(f"the synchronous {self.layout} baseline has exactly {least} buffers; got {self.stages}")
+        if self.kind != "sync" and not least <= self.stages <= 8:
+            raise ValueError(f"a {self.layout} pipeline has {least} to 8 stages; got {self.stages}")
+        if self.layout == "tile":
+            if (self.width, self.rows_per_stage) != (TILE_W, TILE_H):
+                raise ValueError(f"tiles are {TILE_H} x {TILE_W}; got {self.rows_per_stage} x {self.width}")
+            return
+        if self.width not in STRIP_WIDTHS:
+            raise ValueError(f"strip width must be one of {STRIP_WIDTHS}; got {self.width}")
+        groups = THREADS // (self.width // 4)  # row groups: threads share a stage's rows this many ways
+        if self.rows_per_stage < 2 or self.rows_per_stage % groups:
+            raise ValueError(f"a {self.width}-column strip needs rows per stage >= 2 and a multiple of {groups}; "
+                             f"got {self.rows_per_stage}")
+
+    @property
+    def reuse(self) -> int:
+        """D: consecutive stages one compute reads (a strip's row i-1 may sit in the previous stage)."""
+        return 1 if self.layout == "tile" else 2
 
     @property
     def label(self) -> str:
-        if self.kind == "sync":
-            return "sync (plain loads, 1 buffer)"
-        return f"{self.stages}-stage {self.kind}-scope pipeline"
+        what = KIND_LABELS[self.kind] if self.kind == "sync" else f"{self.stages}-stage {KIND_LABELS[self.kind]}"
+        shape = (f"tile {TILE_H}x{TILE_W}" if self.layout == "tile"
+                 else f"strip {self.width} cols x {self.rows_per_stage} rows")
+        bps = f", {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else ""
+        return f"{shape}: {what}{bps}"
+
+    @property
+    def key(self) -> str:
+        """A short name for figures: tile_thread2, strip_mbar4_w512r8, strip_mbar4_w512r8_b2."""
+        key = f"{self.layout}_{self.kind}{self.stages}"
+        if self.layout == "strip":
+            key += f"_w{self.width}r{self.rows_per_stage}"
+        return key + (f"_b{self.blocks_per_sm}" if self.blocks_per_sm else "")
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * STAGE_BYTES
+        if self.layout == "tile":
+            return self.stages * STAGE_BYTES
+        return self.stages * self.rows_per_stage * (self.width + 2 * HALO) * 4
 
     def expression(self, align: int) -> str:
+        if self.layout == "tile":
+            return f"stencil_tile_sync<{align}>" if self.kind == "sync" else \
+                f"stencil_tile_{self.kind}<{self.stages}, {align}>"
         if self.kind == "sync":
-            return f"stencil_sync<{align}>"
-        return f"stencil_pipeline_{self.kind}<{self.stages}, {align}>"
+            return f"stencil_strip_sync<{self.width}, {self.rows_per_stage}, {align}>"
+        return f"stencil_strip_{self.kind}<{self.width}, {self.rows_per_stage}, {self.stages}, {align}>"
 
 
-SYNC = Variant("sync", 1)
-VARIANTS = (SYNC, Variant("thread", 2), Variant("block", 2), Variant("thread", 4), Variant("block", 4),
-            Variant("block", 8))
-TIMELINE_VARIANTS = (SYNC, Variant("thread", 2), Variant("block", 4))
+def tile(kind: str, stages: int) -> Variant:
+    return Variant("tile", kind, stages)
+
+
+def strip(kind: str, width: int, rows_per_stage: int, stages: int = 3, blocks_per_sm: int = 0) -> Variant:
+    return Variant("strip", kind, stages, width, rows_per_stage, blocks_per_sm)
+
+
+SYNC = tile("sync", 2)
+TILE_VARIANTS = (SYNC, tile("thread", 2), tile("thread", 4), tile("mbar", 4))
+# The strip candidates: the measured run picks the best. In flight while a stage is computed: (stages - 2) x
+# rows x (width + 8) x 4 B per block, times the blocks that fit on an SM.
+STRIP_VARIANTS = (
+    strip("sync", 512, 8), strip("sync", 1024, 4),
+    strip("thread", 512, 8, 4),
+    strip("mbar", 512, 8, 3), strip("mbar", 512, 8, 4), strip("mbar", 512, 8, 4, blocks_per_sm=2),
+    strip("mbar", 512, 4, 6), strip("mbar", 1024, 4, 4), strip("mbar", 1024, 8, 3), strip("mbar", 256, 8, 4),
+)
+VARIANTS = TILE_VARIANTS + STRIP_VARIANTS
+TIMELINE_VARIANTS = (strip("sync", 512, 8), strip("thread", 512, 8, 4), strip("mbar", 512, 8, 4))
 ALIGNS = (16, 4)
 
 
 def stencil_expressions() -> list[str]:
-    return [v.expression(a) for v in VARIANTS for a in ALIGNS]
+    seen: dict[str, None] = {}
+    for v in VARIANTS:
+        for a in ALIGNS:
+            seen[v.expression(a)] = None
+    return list(seen)
 
 
 @dataclass(frozen=True)
@@ -97,10 +173,12 @@ class StencilParams:
     c_neighbour: float
     trace_ptr: int = 0
     trace_capacity: int = 0
+    flags: int = 0
 
     def kernel_param_bytes(self) -> bytes:
         return struct.pack("<QQqqqqffQII", self.in_ptr, self.out_ptr, self.rows, self.cols, self.in_pitch,
-                           self.out_pitch, self.c_center, self.c_neighbour, self.trace_ptr, self.trace_capacity, 0)
+                           self.out_pitch, self.c_center, self.c_neighbour, self.trace_ptr, self.trace_capacity,
+                           self.flags)
 
 
 @dataclass(frozen=True)
@@ -128,9 +206,33 @@ class Grid2D:
         """16 when every row starts 16-byte aligned (base and pitch), else 4: what a copy may claim."""
         return 16 if self.address % 16 == 0 and (self.pitch * 4) % 16 == 0 else 4
 
+    def byte_span(self) -> tuple[int, int]:
+        """[first, last) bytes the array's elements occupy."""
+        if self.rows == 0 or self.cols == 0:
+            return self.address, self.address
+        return self.address, self.address + 4 * ((self.rows - 1) * self.pitch + self.cols)
+
 
 def tile_count(rows: int, cols: int) -> int:
     return -(-rows // TILE_H) * -(-cols // TILE_W)
+
+
+def strip_work(rows: int, cols: int, width: int) -> int:
+    """(strip, row) pairs: what the strip kernels split evenly over their blocks."""
+    return -(-cols // width) * rows
+
+
+def stage_counts(variant: Variant, rows: int, cols: int, grid: int) -> list[int]:
+    """Stages each block runs (mirrors Tiling::count_for_block and strip::Stream in pipeline.cu)."""
+    if variant.layout == "tile":
+        tiles = tile_count(rows, cols)
+        return [(tiles - 1 - b) // grid + 1 if b < tiles else 0 for b in range(grid)]
+    work, counts = strip_work(rows, cols, variant.width), []
+    for b in range(grid):
+        w0, w1 = work * b // grid, work * (b + 1) // grid
+        runs = (w1 - 1) // rows - w0 // rows + 1 if w1 > w0 else 0
+        counts.append(-(-(w1 - w0 + 2 * runs) // variant.rows_per_stage))
+    return counts
 
 
 def reference(x: np.ndarray, c_center=C_CENTER, c_neighbour=C_NEIGHBOUR) -> np.ndarray:
@@ -147,23 +249,45 @@ class Stencil:
     def __init__(self, arch: str | None = None):
         self.module = compile_source(kernel_source("pipeline.cu"), name="pipeline", arch=arch,
                                      name_expressions=stencil_expressions())
-        self._grids: dict[tuple[Variant, int], int] = {}
+        self._fit: dict[tuple[Variant, int], int] = {}
 
     def kernel(self, variant: Variant, align: int):
         return self.module.kernel(variant.expression(align))
 
-    def grid(self, variant: Variant, align: int, tiles: int) -> int:
-        """A fixed number of blocks: as many as fit on the GPU at once (each then runs a long tile sequence)."""
+    def blocks_per_sm(self, variant: Variant, align: int) -> int:
+        """How many blocks of this variant fit on one SM (registers, shared memory, threads)."""
         key = (variant, align)
-        if key not in self._grids:
-            from ..device import current_device
+        if key not in self._fit:
             from ..occupancy import max_active_blocks_per_sm
 
-            per_sm = max_active_blocks_per_sm(self.kernel(variant, align), THREADS, variant.shared_bytes)
-            if per_sm < 1:
-                raise LaunchConfigError(f"{variant.label} does not fit on an SM ({variant.shared_bytes} B shared)")
-            self._grids[key] = per_sm * current_device().caps.sm_count
-        return max(1, min(self._grids[key], tiles))
+            self._fit[key] = max_active_blocks_per_sm(self.kernel(variant, align), THREADS, variant.shared_bytes)
+        return self._fit[key]
+
+    def fits(self, variant: Variant, align: int = 16) -> bool:
+        fit = self.blocks_per_sm(variant, align)
+        return fit >= max(1, variant.blocks_per_sm)
+
+    def grid(self, variant: Variant, align: int, rows: int, cols: int) -> int:
+        """Blocks to launch: at most as many as run at once (each then runs a long sequence of stages), and for a
+        strip no more than one per R (strip, row) pairs."""
+        from ..device import current_device
+
+        fit = self.blocks_per_sm(variant, align)
+        if fit < 1:
+            raise LaunchConfigError(f"{variant.label} does not fit on an SM ({variant.shared_bytes} B shared memory, "
+                                    f"{THREADS} threads)")
+        if variant.blocks_per_sm > fit:
+            raise LaunchConfigError(f"{variant.label}: {variant.blocks_per_sm} blocks per SM requested but only {fit} "
+                                    f"fit ({variant.shared_bytes} B shared memory, {THREADS} threads)")
+        resident = (variant.blocks_per_sm or fit) * current_device().caps.sm_count
+        if variant.layout == "tile":
+            return max(1, min(resident, tile_count(rows, cols)))
+        work = strip_work(rows, cols, variant.width)
+        grid = max(1, min(resident, work // variant.rows_per_stage))
+        if work * grid >= 1 << 63:
+            raise LaunchConfigError(f"{rows} x {cols} is too large for the strip split ({work} strip rows x {grid} "
+                                    "blocks overflows 64 bits)")
+        return grid
 
     def __call__(self, variant: Variant, x: Any, out: Any, c_center=C_CENTER, c_neighbour=C_NEIGHBOUR, *,
                  trace: "Trace | None" = None, stream: Any = None) -> int:
@@ -171,24 +295,30 @@ class Stencil:
         src, dst = Grid2D.of(x, "x"), Grid2D.of(out, "out")
         if (src.rows, src.cols) != (dst.rows, dst.cols):
             raise LaunchConfigError(f"out has shape {(dst.rows, dst.cols)} but x has {(src.rows, src.cols)}")
-        tiles = tile_count(src.rows, src.cols)
-        if tiles == 0:
+        if src.rows == 0 or src.cols == 0:
             return 0
+        (a0, a1), (b0, b1) = src.byte_span(), dst.byte_span()
+        if a0 < b1 and b0 < a1:
+            raise LaunchConfigError("out overlaps x: the stencil reads neighbours, so it cannot run in place")
+        if variant.layout == "strip" and max(src.rows, -(-src.cols // variant.width)) >= 1 << 31:
+            raise LaunchConfigError(f"the strip kernels index rows and strips with 32 bits: {src.rows} rows x "
+                                    f"{src.cols} columns needs more than {(1 << 31) - 1}; use a tile variant")
         align = src.copy_alignment
-        grid = self.grid(variant, align, tiles)
+        grid = self.grid(variant, align, src.rows, src.cols)
         trace_ptr = capacity = 0
         if trace is not None:
-            trace.prepare(grid, -(-tiles // grid))
+            trace.prepare(grid, max(stage_counts(variant, src.rows, src.cols, grid)))
             trace_ptr, capacity = trace.buffer.ptr, trace.capacity
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
-                               float(c_center), float(c_neighbour), trace_ptr, capacity)
+                               float(c_center), float(c_neighbour), trace_ptr, capacity,
+                               OUT_VEC16 if dst.copy_alignment == 16 else 0)
         launch(self.kernel(variant, align), LaunchConfig(grid=grid, block=THREADS, shared_mem=variant.shared_bytes),
                params, stream=stream)
         return grid
 
 
 class Trace:
-    """Per-tile %globaltimer stamps of thread 0 of every block: issued, wait, ready, done (nanoseconds)."""
+    """Per-stage %globaltimer stamps of thread 0 of every block: issued, wait, ready, done (nanoseconds)."""
 
     def __init__(self):
         self.buffer = None
@@ -197,11 +327,11 @@ class Trace:
     def prepare(self, blocks: int, capacity: int) -> None:
         from ..memory import DeviceBuffer
 
-        self.blocks, self.capacity = blocks, capacity
-        self.buffer = DeviceBuffer(blocks * capacity * len(TRACE_FIELDS) * 8, fill=0)
+        self.blocks, self.capacity = blocks, max(1, capacity)
+        self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=0)
 
     def records(self) -> np.ndarray:
-        """uint64 array [block, tile, field]; a tile a block did not run is all zeros."""
+        """uint64 array [block, stage, field]; a stage a block did not run is all zeros."""
         return self.buffer.to_host(np.uint64).reshape(self.blocks, self.capacity, len(TRACE_FIELDS))
 
 
@@ -228,28 +358,40 @@ def run_peer(peer, x, out) -> None:
 
 
 # Shapes that exercise every edge: single row/column, tails in both directions, a 16-byte-aligned pitch with a
-# partial last chunk, pitches that are not multiples of 16 bytes, a misaligned base, a tile grid with remainders.
+# partial last chunk, pitches that are not multiples of 16 bytes, a misaligned base, a tile grid with remainders,
+# strips whose last one is partial, blocks whose share of (strip, row) pairs spans several strips, a wide
+# 1-row array (many 1-row runs per block) and heights that are no multiple of any stage.
 VALIDATION_SHAPES = ((1, 1), (1, 7), (7, 1), (2, 3), (17, 131), (16, 128), (33, 300), (129, 257), (1000, 1001),
-                     (257, 1031))
+                     (257, 1031), (1, 5000), (12, 4), (3, 1030), (35, 2100))
+
+
+def _cases(cp, rng, shapes) -> list[tuple[str, Any, np.ndarray, bool]]:
+    """(name, x, x on the host, whether out is a view starting 4 bytes past a 16-byte boundary)."""
+    cases = []
+    for rows, cols in shapes:
+        host = rng.standard_normal((rows, cols), dtype=np.float32)
+        cases.append((f"{rows}x{cols}", cp.asarray(host), host, False))
+    storage = cp.asarray(rng.standard_normal((61, 260), dtype=np.float32))
+    cases.append(("61x253 pitched (pitch 260)", storage[:, :253], cp.asnumpy(storage[:, :253]), False))
+    cases.append(("61x259 base +4 B", storage[:, 1:], cp.asnumpy(storage[:, 1:]), False))
+    host = rng.standard_normal((45, 520), dtype=np.float32)
+    cases.append(("45x520 into out base +4 B", cp.asarray(host), host, True))
+    return cases
 
 
 def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=VARIANTS) -> list[str]:
     """Every element of every variant against NumPy, on fresh random data; outputs poisoned with NaN first.
-    Also a pitched view (16-byte pitch, odd width) and a view whose base is 4 bytes past a 16-byte boundary."""
+    Also a pitched view (16-byte pitch, odd width), a view whose base is 4 bytes past a 16-byte boundary, and an
+    output view that is not 16-byte aligned (4-byte stores; the float before each row must stay NaN)."""
     import cupy as cp
 
-    rng = np.random.default_rng()
-    cases = []
-    for rows, cols in shapes:
-        host = rng.standard_normal((rows, cols), dtype=np.float32)
-        cases.append((f"{rows}x{cols}", cp.asarray(host), host))
-    storage = cp.asarray(rng.standard_normal((61, 260), dtype=np.float32))
-    cases.append(("61x253 pitched (pitch 260)", storage[:, :253], cp.asnumpy(storage[:, :253])))
-    cases.append(("61x259 base +4 B", storage[:, 1:], cp.asnumpy(storage[:, 1:])))
-    for name, x, host in cases:
+    cases = _cases(cp, np.random.default_rng(), shapes)
+    for name, x, host, shifted_out in cases:
         expected = reference(host)
+        rows, cols = host.shape
         for variant in variants:
-            out = cp.full(x.shape, cp.nan, dtype=cp.float32)
+            storage = cp.full((rows, cols + 1 if shifted_out else cols), cp.nan, dtype=cp.float32)
+            out = storage[:, 1:] if shifted_out else storage
             stencil(variant, x, out)
             got = cp.asnumpy(out)
             if not np.array_equal(got, expected):
@@ -257,15 +399,18 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=VARIANTS) -> l
                 raise ValidationError(f"stencil {variant.label}, {name} (copy alignment "
                                       f"{Grid2D.of(x, 'x').copy_alignment} B): {len(bad)} wrong elements, first at "
                                       f"{tuple(bad[0])}: {got[tuple(bad[0])]} != {expected[tuple(bad[0])]}")
+            if shifted_out and not bool(cp.isnan(storage[:, 0]).all()):
+                raise ValidationError(f"stencil {variant.label}, {name}: wrote outside the output view")
     empty = cp.zeros((0, 5), dtype=cp.float32)
-    if stencil(SYNC, empty, empty) != 0:
-        raise ValidationError("an empty array launched a kernel")
+    for variant in (SYNC, strip("mbar", 512, 8, 4)):
+        if stencil(variant, empty, empty) != 0:
+            raise ValidationError("an empty array launched a kernel")
     return [f"every element of {len(variants)} variants equals NumPy's float32 stencil (bit for bit) on "
-            f"{len(cases)} shapes: {', '.join(n for n, _, _ in cases)}; 16-byte copies where base and pitch "
-            "allow, 4-byte copies otherwise; an empty array launches nothing"]
+            f"{len(cases)} shapes: {', '.join(n for n, _, _, _ in cases)}; 16-byte copies where base and pitch "
+            "allow, 4-byte copies otherwise (16-byte stores likewise); an empty array launches nothing"]
 
 
-def trace_phases(rec: np.ndarray, stages: int) -> dict[str, float]:
+def trace_phases(rec: np.ndarray, pipelined: bool) -> dict[str, float]:
     """Stall and phase lengths (microseconds, medians over blocks) from one variant's trace."""
     stalls, fills, drains, spans = [], [], [], []
     for block in rec:
@@ -277,19 +422,20 @@ def trace_phases(rec: np.ndarray, stages: int) -> dict[str, float]:
         spans.append(b[-1, 3] - b[0, 0])
         fills.append(b[0, 2] - b[0, 0])
         last_issue = b[:, 0].max()
-        drains.append(b[-1, 3] - last_issue if stages > 1 else 0)
+        drains.append(b[-1, 3] - last_issue if pipelined else 0)
     med = lambda v: float(np.median(v)) / 1e3 if v else float("nan")  # noqa: E731
     return {"stall_us": med(stalls), "fill_us": med(fills), "drain_us": med(drains), "block_span_us": med(spans)}
 
 
-def plot_timeline(traces: dict[str, tuple[np.ndarray, int]], path, title: str, blocks: int = 3) -> None:
-    """One panel per variant, one row per block: copies in flight (issued -> ready, thin, stacked by slot),
-    waits (wait -> ready, red) and compute (ready -> done, thick); fill and drain shaded."""
+def plot_timeline(traces: dict[str, tuple[np.ndarray, int, bool]], path, title: str, blocks: int = 3) -> None:
+    """One panel per variant (records, stages, pipelined), one row per block: copies in flight (issued -> ready,
+    thin, stacked by slot), waits (wait -> ready, red) and compute (ready -> done, thick); fill and drain shaded
+    for the pipelined variants."""
     from ..plots import _pyplot, save_figure
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(traces), 1, figsize=(12, 2.2 + 1.6 * len(traces)), squeeze=False)
-    for ax, (label, (rec, stages)) in zip(axes[:, 0], traces.items()):
+    for ax, (label, (rec, stages, pipelined)) in zip(axes[:, 0], traces.items()):
         written = [b for b in range(rec.shape[0]) if rec[b, 0, 3]]
         chosen = written[:: max(1, len(written) // blocks)][:blocks]
         t0 = min(int(rec[b, 0, 0]) for b in chosen) if chosen else 0
@@ -301,7 +447,7 @@ def plot_timeline(traces: dict[str, tuple[np.ndarray, int]], path, title: str, b
                 ax.plot([r[k, 0], r[k, 2]], [y + 1 + k % stages] * 2, color="tab:blue", lw=1)
                 ax.barh(y, r[k, 2] - r[k, 1], left=r[k, 1], height=0.8, color="tab:red", lw=0)
                 ax.barh(y, r[k, 3] - r[k, 2], left=r[k, 2], height=0.8, color="tab:green", lw=0)
-            if stages > 1 and n:
+            if pipelined and n:
                 ax.axvspan(r[0, 0], r[0, 2], ymin=0, ymax=1, color="gold", alpha=0.08)
                 ax.axvspan(r[:, 0].max(), r[-1, 3], color="purple", alpha=0.06)
         ax.set_yticks([])
@@ -326,7 +472,7 @@ class PipelineLab:
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (8, 0):
             return (f"cuda::memcpy_async into shared memory (cp.async) needs compute capability >= 8.0 "
-                    f"(got {caps.cc_string()}); fallback: the synchronous variant (plain loads)")
+                    f"(got {caps.cc_string()}); fallback: the synchronous variants (plain loads)")
         return None
 
     def build(self, arch: str):
@@ -334,16 +480,18 @@ class PipelineLab:
                                name_expressions=stencil_expressions())]
 
     def smoke(self) -> None:
+        """Every kernel (both copy alignments, vector and scalar stores) on small shapes, and a traced run."""
         stencil = Stencil()
-        validate(stencil, shapes=((1, 1), (17, 131), (33, 300), (40, 301)))
+        validate(stencil, shapes=((1, 1), (17, 131), (33, 300), (40, 301), (3, 1030)))
         import cupy as cp
 
-        x = cp.asarray(np.random.default_rng().standard_normal((64, 512), dtype=np.float32))
+        x = cp.asarray(np.random.default_rng().standard_normal((64, 1024), dtype=np.float32))
         out = cp.empty_like(x)
-        trace = Trace()
-        stencil(Variant("block", 4), x, out, trace=trace)
-        if not np.array_equal(cp.asnumpy(out), reference(cp.asnumpy(x))):
-            raise ValidationError("stencil with tracing: wrong result")
+        for variant in (tile("mbar", 4), strip("mbar", 512, 8, 4)):
+            trace = Trace()
+            stencil(variant, x, out, trace=trace)
+            if not np.array_equal(cp.asnumpy(out), reference(cp.asnumpy(x))):
+                raise ValidationError(f"stencil {variant.label} with tracing: wrong result")
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
@@ -352,14 +500,20 @@ class PipelineLab:
 
         result = LabResult(self.name, self.title)
         stencil = Stencil()
+        candidates = [v for v in VARIANTS if stencil.fits(v)]
+        for v in VARIANTS:
+            if v not in candidates:
+                result.notes.append(f"not measured: {v.label} does not fit ({stencil.blocks_per_sm(v, 16)} blocks "
+                                    f"per SM fit with {v.shared_bytes} B shared memory)")
         ctx.progress("pipeline: validating every variant")
-        result.checks += validate(stencil)
+        result.checks += validate(stencil, variants=candidates)
         peer = peer_kernel()
         repeats = 10 if ctx.quick else 30
         side = 8192 if ctx.quick else 16384
         shapes = [(side, side, "square"), (side, side - 1, "odd width: rows not 16-byte aligned")]
         if not ctx.quick:
             shapes.insert(1, (8192, 8192, "square"))
+        sms = ctx.caps.sm_count
         rows_out = []
         rng = cp.random.default_rng()
         for rows, cols, what in shapes:
@@ -374,46 +528,65 @@ class PipelineLab:
                 raise ValidationError(f"CuPy peer stencil differs from NumPy at {size}")
             peer_t = time_gpu(lambda: run_peer(peer, x, out), repeats=repeats)
             align = Grid2D.of(x, "x").copy_alignment
-            base_ms = None
-            for variant in VARIANTS:
+            measured = {}
+            for variant in candidates:
                 ctx.progress(f"pipeline: {size}: {variant.label}")
                 t = time_gpu(lambda: stencil(variant, x, out), repeats=repeats)
                 out.fill(cp.nan)
                 grid = stencil(variant, x, out)
                 if not bool(cp.array_equal(out, expected_dev)):
                     raise ValidationError(f"stencil {variant.label} wrong at {size}")
-                base_ms = base_ms or t.median_ms
+                measured[variant] = (t, grid)
+            base_ms = min(t.median_ms for v, (t, _) in measured.items() if v.kind == "sync")
+            for variant, (t, grid) in measured.items():
                 bw = t.rate(nbytes)
                 pct = 100 * ctx.ceiling.fraction(bw)
-                rows_out.append([size, variant.label, f"{align} B", grid, t.median_ms, bw / 1e9, pct,
-                                 base_ms / t.median_ms, peer_t.median_ms / t.median_ms])
-                key = f"pipeline_{variant.kind}{variant.stages}_{rows}x{cols}"
+                per_sm = variant.blocks_per_sm or stencil.blocks_per_sm(variant, align)
+                rows_out.append([size, variant.label, f"{align} B", grid, per_sm, variant.shared_bytes / 1024,
+                                 t.median_ms, bw / 1e9, pct, base_ms / t.median_ms, peer_t.median_ms / t.median_ms])
+                key = f"pipeline_{variant.key}_{rows}x{cols}"
                 result.figures[key + "_pct_ceiling"] = pct
                 result.figures[key + "_x_sync"] = base_ms / t.median_ms
             peer_bw = peer_t.rate(nbytes)
-            rows_out.append([size, "CuPy ElementwiseKernel (global loads)", "-", "-", peer_t.median_ms,
+            rows_out.append([size, "CuPy ElementwiseKernel (global loads)", "-", "-", "-", "-", peer_t.median_ms,
                              peer_bw / 1e9, 100 * ctx.ceiling.fraction(peer_bw), base_ms / peer_t.median_ms, 1.0])
+            result.figures[f"pipeline_cupy_{rows}x{cols}_pct_ceiling"] = 100 * ctx.ceiling.fraction(peer_bw)
         result.checks.append("at every measured size every variant's output equals the CuPy peer's, which equals "
                              "NumPy's (outputs poisoned with NaN before the checked run)")
         result.tables.append(Table(
             "2-D 5-point stencil (float32), staged through shared memory",
-            ["size", "variant", "copy", "blocks", "median ms", "GB/s", "% of copy ceiling", "x sync", "x CuPy"],
+            ["size", "variant", "copy", "blocks", "blocks/SM", "shared KB/block", "median ms", "GB/s",
+             "% of copy ceiling", "x best sync", "x CuPy"],
             rows_out,
             note=f"bytes = 8 per element (read + write; halo re-reads not counted); copy ceiling "
-                 f"{ctx.ceiling.tb_per_s:.2f} TB/s measured in this run; tile {TILE_H} x {TILE_W}, {THREADS} threads, "
-                 f"blocks = occupancy x SMs, each striding over the tiles; medians of {repeats} CUDA-event timings (each queued behind a "
-                 "150 us spin so host launch time is not timed). "
-                 "'copy' is the alignment the copies claim (4 B when the row pitch is not a multiple of 16 B)"))
+                 f"{ctx.ceiling.tb_per_s:.2f} TB/s measured in this run; {THREADS} threads per block; {sms} SMs. "
+                 f"tile: {TILE_H} x {TILE_W} output tiles (+1 halo row and 4 halo columns each side), blocks = "
+                 "occupancy x SMs striding over the tiles. strip: each block streams an equal share of the (strip, "
+                 "row) pairs, R rows per stage, rows above/below reused from the ring of stages. 'x best sync': the "
+                 "fastest synchronous (plain-load) variant at that size over this one's time. Medians of "
+                 f"{repeats} CUDA-event timings (each queued behind a 150 us spin so host launch time is not "
+                 "timed). 'copy' is the alignment the copies claim (4 B when the row pitch is not a multiple of "
+                 "16 B)"))
+        self._summary(result, measured_at=f"{side}x{side}")
         self._timeline(ctx, stencil, result)
-        best = max((v for v in VARIANTS if v.kind != "sync"),
-                   key=lambda v: result.figures[f"pipeline_{v.kind}{v.stages}_{side}x{side}_pct_ceiling"])
-        result.figures["pipeline_best_pct_ceiling"] = result.figures[
-            f"pipeline_{best.kind}{best.stages}_{side}x{side}_pct_ceiling"]
-        result.notes.append(f"best pipelined variant at {side} x {side}: {best.label}, "
-                            f"{result.figures['pipeline_best_pct_ceiling']:.1f}% of the copy ceiling, "
-                            f"{result.figures[f'pipeline_{best.kind}{best.stages}_{side}x{side}_x_sync']:.2f}x the "
-                            "synchronous baseline")
         return result
+
+    def _summary(self, result: LabResult, measured_at: str) -> None:
+        """The best pipelined and the best synchronous variant at the largest square size, by measurement."""
+        def pct(v: Variant) -> float:
+            return result.figures.get(f"pipeline_{v.key}_{measured_at}_pct_ceiling", float("nan"))
+
+        measured = [v for v in VARIANTS if pct(v) == pct(v)]
+        best = max((v for v in measured if v.kind != "sync"), key=pct)
+        best_sync = max((v for v in measured if v.kind == "sync"), key=pct)
+        result.figures["pipeline_best_pct_ceiling"] = pct(best)
+        result.figures["pipeline_best_x_sync"] = result.figures[f"pipeline_{best.key}_{measured_at}_x_sync"]
+        result.figures["pipeline_best_sync_pct_ceiling"] = pct(best_sync)
+        cupy = result.figures.get(f"pipeline_cupy_{measured_at}_pct_ceiling")
+        result.notes.append(
+            f"best pipelined variant at {measured_at.replace('x', ' x ')}: {best.label}, {pct(best):.1f}% of the copy "
+            f"ceiling, {result.figures['pipeline_best_x_sync']:.2f}x the best synchronous variant ({best_sync.label}, "
+            f"{pct(best_sync):.1f}%)" + (f", {pct(best) / cupy:.2f}x CuPy" if cupy else ""))
 
     def _timeline(self, ctx: RunContext, stencil: Stencil, result: LabResult) -> None:
         import cupy as cp
@@ -421,29 +594,38 @@ class PipelineLab:
         ctx.progress("pipeline: traced runs for the timeline")
         x = cp.random.default_rng().standard_normal((8192, 4096), dtype=cp.float32)
         out = cp.empty_like(x)
+        expected = cp.empty_like(x)
+        run_peer(peer_kernel(), x, expected)
         traces, rows = {}, []
         for variant in TIMELINE_VARIANTS:
+            if not stencil.fits(variant):
+                continue
             trace = Trace()
             stencil(variant, x, out, trace=trace)
+            if not bool(cp.array_equal(out, expected)):
+                raise ValidationError(f"stencil {variant.label} with tracing: wrong result")
             rec = trace.records()
-            traces[variant.label] = (rec, variant.stages)
-            ph = trace_phases(rec, variant.stages)
+            pipelined = variant.kind != "sync"
+            traces[variant.label] = (rec, variant.stages, pipelined)
+            ph = trace_phases(rec, pipelined)
             rows.append([variant.label, trace.blocks, trace.capacity, ph["stall_us"], ph["fill_us"], ph["drain_us"],
                          ph["block_span_us"]])
-            result.figures[f"pipeline_{variant.kind}{variant.stages}_median_stall_us"] = ph["stall_us"]
+            result.figures[f"pipeline_{variant.key}_median_stall_us"] = ph["stall_us"]
             deltas = np.diff(np.unique(rec[rec > 0]))
             if len(deltas):
                 result.figures["globaltimer_resolution_ns"] = float(deltas.min())
         name = "pipeline_timeline.png"
-        plot_timeline(traces, ctx.plot_path(name), "Stencil 8192 x 4096: per-tile stamps of thread 0 (3 blocks per "
-                      "variant)")
+        plot_timeline(traces, ctx.plot_path(name), "Stencil 8192 x 4096: per-stage stamps of thread 0 (3 blocks "
+                      "per variant)")
         result.plots.append(name)
         result.tables.append(Table(
             "Where the time goes (thread 0 of each block, %globaltimer, medians over blocks)",
-            ["variant", "blocks", "tiles per block", "stall per tile us", "fill us", "drain us", "block span us"],
+            ["variant", "blocks", "stages per block (max)", "stall per stage us", "fill us", "drain us",
+             "block span us"],
             rows,
-            note="stall = waiting for a tile's data (wait -> ready); fill = first issue -> first tile ready; "
-                 "drain = last issue -> last tile done. A traced launch; the timings above are untraced"))
+            note="stall = waiting for a stage's data (wait -> ready); fill = first issue -> first stage ready; "
+                 "drain = last issue -> last stage done (pipelined variants). For the sync variant 'issued' is "
+                 "after its plain loads returned. A traced launch; the timings above are untraced"))
         res = result.figures.get("globaltimer_resolution_ns")
         if res is not None:
             result.notes.append(f"smallest %globaltimer step seen: {res:.0f} ns (stamps finer than that are "

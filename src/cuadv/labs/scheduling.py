@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..results import LabResult, Selection, Table
-from ..work_stealing import TileKernel, TileOrder
+from ..timing import EventPair, StreamGate
+from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
 from .base import RunContext
 from .vecscale import tiles_for, vecscale_kernel
 
@@ -259,8 +260,9 @@ class SchedulingLab:
             ["policy", "median ms", "x fixed_blocks", "speedup vs fixed_work", "x ideal (no prologue)"],
             [[label, heavy[label], heavy[label] / heavy["fixed_blocks"], heavy["fixed_work"] / heavy[label],
               heavy[label] / ideal_ms] for label, _, _ in POLICIES],
-            note="steal's time slice stretches to 9x the block's own prologue (prologue_factor), so a block spends "
-                 "at most a tenth of its life in the prologue"))
+            note=f"steal's time slice stretches to {DEFAULT_PROLOGUE_FACTOR}x the block's own prologue "
+                 f"(prologue_factor), so a block spends at most 1/{DEFAULT_PROLOGUE_FACTOR + 1} of its life in the "
+                 "prologue; targets: steal within 1.1x fixed_blocks and at least 4x faster than fixed_work"))
         out["heavy"] = heavy
         for label in heavy:
             result.figures[f"heavy_prologue_{label.replace(' ', '_')}_ms"] = heavy[label]
@@ -280,17 +282,26 @@ class SchedulingLab:
         short_done = cp.zeros(short_tiles, dtype=cp.uint32)
         cp.cuda.Device().synchronize()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
 
-        def high_latency_ms() -> float:
-            from ..timing import EventPair
+        gate = StreamGate()
 
+        def high_latency_ms(delay_s: float = 0.0) -> float:
+            """The high-priority kernel is enqueued behind a gate, which opens after ``delay_s``: the
+            events then time the GPU from the moment the kernel may start, not Python's launch."""
             ev = EventPair()
+            gate.hold(high_stream.ptr)
             ev.record_start(high_stream.ptr)
             short(short_tiles, short_d, short_done, 0, stream=high_stream)
             ev.record_stop(high_stream.ptr)
+            time.sleep(delay_s)
+            gate.release()
             return ev.elapsed_ms()
 
+        # Load the kernel before any gated launch: loading a kernel (lazily, at its first launch)
+        # may wait for the context to go idle, which a held stream never does.
+        short(short_tiles, short_d, short_done, 0, stream=high_stream)
+        high_stream.synchronize()
         for _ in range(3):
-            high_latency_ms()  # warm-up (compile, load)
+            high_latency_ms()  # warm-up
         alone = float(np.median([high_latency_ms() for _ in range(repeats)]))
 
         def latency_under(kernel: TileKernel) -> tuple[float, float]:
@@ -302,14 +313,11 @@ class SchedulingLab:
                 raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
             lat, total = [], []
             for _ in range(repeats):
-                from ..timing import EventPair
-
                 ev = EventPair()
                 ev.record_start(low_stream.ptr)
                 kernel(long_d.size, long_d, long_done, 0, stream=low_stream)
                 ev.record_stop(low_stream.ptr)
-                time.sleep(0.003)  # the low-priority kernel is well under way (it runs ~10 ms)
-                lat.append(high_latency_ms())
+                lat.append(high_latency_ms(0.003))  # released 3 ms into the ~10 ms low-priority kernel
                 total.append(ev.elapsed_ms())
             return float(np.median(lat)), float(np.median(total))
 
@@ -323,8 +331,10 @@ class SchedulingLab:
         result.tables.append(Table(
             "c. preemption: a high-priority kernel (132 tiles of 20 us) launched 3 ms into a ~10 ms low-priority one",
             ["low-priority policy", "high-priority latency ms", "x its time alone", "low-priority kernel ms"], rows,
-            note=f"alone: {alone:.3f} ms; latency from the high-priority stream's event before the launch to the one "
-                 f"after it; medians of {repeats}"))
+            note=f"alone: {alone:.3f} ms; latency: from the moment the already-enqueued high-priority kernel may start "
+                 f"(a device-side gate opens; an event right after it) to its end, so no host launch time is in it; "
+                 f"target under steal: alone + 2 quanta = {alone + 2 * DEFAULT_QUANTUM_US / 1000:.3f} ms; "
+                 f"medians of {repeats}"))
         # Quantum sweep: preemption latency against the cost of a heavy prologue.
         d = cp.asarray(workload("uniform", TILES, np.random.default_rng()))
         sweep = []
@@ -342,7 +352,7 @@ class SchedulingLab:
             note="heavy prologue: 100 us per running block, 25 us tiles; short quanta yield fast but pay the prologue "
                  "more often"))
         self._plot_sweep(ctx, result, sweep)
-        self._preemption_timeline(ctx, result, low_stream, high_stream, long_d, short, short_d, short_done)
+        self._preemption_timeline(ctx, result, gate, low_stream, high_stream, long_d, short, short_d, short_done)
         return out
 
     def _plot_sweep(self, ctx, result, sweep) -> None:
@@ -361,7 +371,8 @@ class SchedulingLab:
         ax.set_title("steal: the quantum trades preemption latency for prologue cost")
         ctx.save_figure(fig, "scheduling_quantum_sweep.png", result)
 
-    def _preemption_timeline(self, ctx, result, low_stream, high_stream, long_d, short, short_d, short_done) -> None:
+    def _preemption_timeline(self, ctx, result, gate, low_stream, high_stream, long_d, short, short_d,
+                             short_done) -> None:
         """Trace of the low-priority steal kernel with the high-priority kernel's window shaded."""
         import cupy as cp
 
@@ -372,8 +383,10 @@ class SchedulingLab:
             done = cp.zeros(long_d.size, dtype=cp.uint32)
             cp.cuda.Device().synchronize()
             low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
-            time.sleep(0.003)  # then the high-priority kernel, as in the latency measurement
+            gate.hold(high_stream.ptr)  # then the high-priority kernel, as in the latency measurement
             high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)
+            time.sleep(0.003)
+            gate.release()
             t0 = low.start_ns
             hw = high.records[high.written]
             span = [((hw["start_ns"].min() - t0) / 1e3, (hw["end_ns"].max() - t0) / 1e3,
@@ -384,6 +397,7 @@ class SchedulingLab:
             plot_sm_timeline(low, ctx.plot_path(name), title=f"low-priority {label} kernel; high-priority kernel shaded",
                              sm_count=ctx.caps.sm_count, highlight=span, window_us=window)
             result.plots.append(name)
+            low = high = None  # free the trace buffers now: freeing may synchronize, never while a gate is held
 
     def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:
         """The seed's table: lower overhead / preemption / load balance, with the numbers behind each answer."""

@@ -4,12 +4,15 @@ Shows (seed 002, exercise 3, and TMA multicast): a tensor map built from Python 
 (pitched rows; float32, float16, bfloat16, uint8) with every alignment and size rule checked before
 anything reaches the driver; a 2-D copy and a transpose through TMA against the same tiles moved by 256
 threads, over tile shapes, element types, pitches and tail tiles (TMA fills the out-of-bounds part of a
-box and clips the stores); then a batched matrix-vector product whose blocks share the tiles of A, with
+box and clips the stores); the TMA copy swept over tile shape x blocks per SM x ring slots, then tile order
+(side-by-side chunks), loads in flight, L2 promotion and evict-first hints, every configuration measured
+and checked in the same run; then a batched matrix-vector product whose blocks share the tiles of A, with
 per-block loads against TMA multicast to clusters of 1 to 8 blocks (time, and DRAM and L2 bytes from
 Nsight Compute where it runs).
 Needs: compute capability 9.0 (TMA, clusters); multicast is built for sm_90a / sm_100a.
-Key insight: one thread can keep a whole SM's share of HBM bandwidth in flight with TMA, so a plain copy
-reaches the copy ceiling with no per-thread address arithmetic; tails and pitches cost nothing. Multicast
+Key insight: one thread per block can keep an SM's share of HBM bandwidth in flight with TMA, streaming
+boxes through a ring of shared-memory slots with no per-thread address arithmetic; tails and pitches cost
+nothing, and what is left to tune is the order and width of the runs the boxes make in memory. Multicast
 pays when several blocks consume the same tiles and the L2-to-SM traffic, not DRAM, is the limit; with
 one consumer, or with enough compute per byte, per-block loads are as fast and simpler.
 Run: ``cuadv bench tma`` (``--quick`` for a smaller problem).
@@ -27,7 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -37,18 +40,21 @@ from ..compiler import compile_source, kernel_source
 from ..errors import LaunchConfigError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..results import LabResult, Selection, Table
-from ..tensormap import TensorMap, TiledLayout, describe_array, element_size, pitch_elements
+from ..tensormap import L2_PROMOTIONS, TensorMap, TiledLayout, describe_array, element_size, pitch_elements
 from .base import RunContext
 
 # Mirrors kernels/tma.cu.
 TMA_PARAMS_BYTES, THREAD_PARAMS_BYTES, GEMV_PARAMS_BYTES = 320, 72, 192
-MAX_STAGES = 8
+MAX_STAGES = 32        # ring slots of tma_copy (kMaxStages)
+MAX_READING = 8        # stages - lookahead: stores that may still read their slots (bulk_wait_group_read_dynamic)
+MAX_CHUNK = 1024       # side-by-side tiles a block takes at a time (any positive value works; this bounds typos)
 COPY_THREADS, TILE_THREADS = 32, 256
 GEMV_THREADS, GEMV_TILE_M, GEMV_TILE_K, GEMV_SLICES, GEMV_STAGES = 256, 64, 64, 8, 4
 GEMV_TILE_BYTES = GEMV_TILE_M * GEMV_TILE_K * 4
 GEMV_SHARED = GEMV_STAGES * GEMV_TILE_BYTES + 128
 MAX_MULTICAST_CLUSTER = GEMV_SLICES
 GEMV_VECTORS_PER_BLOCK = (1, 8)
+EVICT_FIRST = {"none": 0, "loads": 1, "stores": 2, "both": 3}  # cache_hints bits of TmaTileParams
 ELEMENT_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
@@ -68,6 +74,10 @@ def _pad(blob: bytes, size: int) -> bytes:
     return blob + bytes(size - len(blob))
 
 
+def _round128(nbytes: int) -> int:
+    return -(-nbytes // 128) * 128
+
+
 @dataclass(frozen=True)
 class TmaTileParams:
     """TmaTileParams of tma.cu (320 bytes: two 128-byte descriptors, then the tiling)."""
@@ -80,11 +90,15 @@ class TmaTileParams:
     box_h: int
     box_bytes: int
     stages: int = 2
+    lookahead: int = 1
+    chunk: int = 1
+    cache_hints: int = 0
+    burst: int = 1
 
     def kernel_param_bytes(self) -> bytes:
         return _pad(self.src.kernel_param_bytes() + self.dst.kernel_param_bytes() + struct.pack(
-            "<iiiiIi", self.tiles_x, self.tiles_y, self.box_w, self.box_h, self.box_bytes, self.stages),
-            TMA_PARAMS_BYTES)
+            "<iiiiIiiiii", self.tiles_x, self.tiles_y, self.box_w, self.box_h, self.box_bytes, self.stages,
+            self.lookahead, self.chunk, self.cache_hints, self.burst), TMA_PARAMS_BYTES)
 
 
 @dataclass(frozen=True)
@@ -102,10 +116,75 @@ class ThreadTileParams:
     box_h: int
     tiles_x: int
     tiles_y: int
+    chunk: int = 1
 
     def kernel_param_bytes(self) -> bytes:
         return struct.pack("<QQqqqqiiiiii", self.src, self.dst, self.rows, self.cols, self.src_pitch, self.dst_pitch,
-                           self.esize, self.box_w, self.box_h, self.tiles_x, self.tiles_y, 0)
+                           self.esize, self.box_w, self.box_h, self.tiles_x, self.tiles_y, self.chunk)
+
+
+@dataclass(frozen=True)
+class TmaCopyConfig:
+    """How tma_copy streams its boxes (one issuing thread per block).
+
+    stages: ring slots per block (2 to MAX_STAGES); lookahead: loads in flight ahead of the box being stored
+    (1 to stages; default stages - 1), so ``stages - lookahead`` stores may still be reading their slots when the
+    thread issues a load (at most MAX_READING); blocks_per_sm: resident blocks per SM (None: as many as fit), the
+    grid is that many per SM; chunk: side-by-side tiles of a row that a block takes at a time (1: the blocks
+    interleave tile by tile); burst: loads are issued once this many are due (1 to lookahead; equal to chunk, with
+    lookahead a multiple of it, a chunk's boxes leave together: one long run per row); l2_promotion: the tensor
+    maps' L2 fill granularity; evict_first: which TMA operations carry an L2 evict-first policy ('none', 'loads',
+    'stores', 'both'). Pure checks here; whether the blocks fit is checked against the device when a copy is
+    prepared (TmaOps.prepare_copy).
+    """
+
+    stages: int = 4
+    lookahead: int | None = None
+    blocks_per_sm: int | None = None
+    chunk: int = 1
+    l2_promotion: str = "128B"
+    evict_first: str = "none"
+    burst: int = 1
+
+    def __post_init__(self):
+        if not 2 <= self.stages <= MAX_STAGES:
+            raise LaunchConfigError(f"tma copy: stages must be 2 to {MAX_STAGES}; got {self.stages}")
+        if self.lookahead is None:
+            object.__setattr__(self, "lookahead", self.stages - 1)
+        if not 1 <= self.lookahead <= self.stages:
+            raise LaunchConfigError(f"tma copy: lookahead must be 1 to stages ({self.stages}); got {self.lookahead}")
+        if self.reading > MAX_READING:
+            raise LaunchConfigError(
+                f"tma copy: stages - lookahead (stores still reading their slots) must be at most {MAX_READING}; "
+                f"got {self.reading} (stages {self.stages}, lookahead {self.lookahead})")
+        if self.blocks_per_sm is not None and self.blocks_per_sm < 1:
+            raise LaunchConfigError(f"tma copy: blocks_per_sm must be >= 1 (or None: as many as fit); got "
+                                    f"{self.blocks_per_sm}")
+        if not 1 <= self.chunk <= MAX_CHUNK:
+            raise LaunchConfigError(f"tma copy: chunk must be 1 to {MAX_CHUNK} tiles; got {self.chunk}")
+        if not 1 <= self.burst <= self.lookahead:
+            raise LaunchConfigError(f"tma copy: burst must be 1 to lookahead ({self.lookahead}) loads; got "
+                                    f"{self.burst}")
+        if self.l2_promotion not in L2_PROMOTIONS:
+            raise LaunchConfigError(f"tma copy: l2_promotion must be one of {', '.join(L2_PROMOTIONS)}; got "
+                                    f"{self.l2_promotion!r}")
+        if self.evict_first not in EVICT_FIRST:
+            raise LaunchConfigError(f"tma copy: evict_first must be one of {', '.join(EVICT_FIRST)}; got "
+                                    f"{self.evict_first!r}")
+
+    @property
+    def reading(self) -> int:
+        """Stores that may still be reading their slots when the next load is issued."""
+        return self.stages - self.lookahead
+
+    def shared_bytes(self, box_bytes: int) -> int:
+        """Dynamic shared memory of one block: the ring, plus 128 B to align it."""
+        return self.stages * _round128(box_bytes) + 128
+
+    def describe(self) -> str:
+        bps = "all that fit" if self.blocks_per_sm is None else str(self.blocks_per_sm)
+        return (f"{self.stages} stages ({self.lookahead} loads ahead, bursts of {self.burst}), {bps} blocks/SM, "
+                f"chunk {self.chunk}, L2 promotion {self.l2_promotion}, evict-first {self.evict_first}")
 
 
 @dataclass(frozen=True)
@@ -133,11 +212,13 @@ class Plan2D:
     array: Any
 
     @classmethod
-    def of(cls, array: Any, box: Sequence[int], dtype: str | None = None, oob_fill: str = "zero") -> "Plan2D":
+    def of(cls, array: Any, box: Sequence[int], dtype: str | None = None, oob_fill: str = "zero",
+           l2_promotion: str = "128B") -> "Plan2D":
         address, name, shape, strides = describe_array(array, dtype)
         if len(shape) != 2:
             raise LaunchConfigError(f"a 2-D tile copy needs a 2-D array; got shape {shape}")
-        return cls(TiledLayout(address, name, shape, strides, tuple(box), oob_fill=oob_fill), array)
+        return cls(TiledLayout(address, name, shape, strides, tuple(box), oob_fill=oob_fill,
+                               l2_promotion=l2_promotion), array)
 
     @property
     def rows(self) -> int:
@@ -156,9 +237,8 @@ class Plan2D:
 
 
 def default_stages(box_bytes: int) -> int:
-    """Boxes in flight per block of tma_copy: 4, fewer when a box is large (the block must fit an SM)."""
-    stride = -(-box_bytes // 128) * 128
-    return max(2, min(4, (96 * 1024) // stride))
+    """Ring slots of the default TMA copy: 4, fewer when a box is large (the block must fit an SM)."""
+    return max(2, min(4, (96 * 1024) // _round128(box_bytes)))
 
 
 class TmaOps:
@@ -168,55 +248,99 @@ class TmaOps:
     def __init__(self, arch: str | None = None):
         self.module = build_module(arch)
         self._per_sm: dict[tuple[str, int, int], int] = {}
+        self._kernels: dict[str, Any] = {}
 
     def kernel(self, name: str):
-        return self.module.kernel(name)
+        """One Kernel object per name: its dynamic shared-memory limit only ever rises, so a launcher prepared
+        earlier with more shared memory than a later one still launches."""
+        if name not in self._kernels:
+            self._kernels[name] = self.module.kernel(name)
+        return self._kernels[name]
 
-    def _blocks(self, name: str, threads: int, shared: int, tiles: int) -> int:
+    def blocks_per_sm(self, name: str, threads: int, shared: int) -> int:
+        """Blocks of ``name`` that fit on one SM with this much dynamic shared memory; raises if none does."""
         from ..device import current_device
         from ..occupancy import max_active_blocks_per_sm
 
         key = (name, threads, shared)
         if key not in self._per_sm:
-            per_sm = max_active_blocks_per_sm(self.kernel(name), threads, shared)
+            kernel = self.kernel(name)
+            limit = current_device().caps.shared_mem_per_block_optin
+            if shared + kernel.static_shared_bytes > limit:
+                raise LaunchConfigError(
+                    f"{name}: {shared} B of dynamic + {kernel.static_shared_bytes} B of static shared memory per "
+                    f"block exceed the per-block limit of {limit} B")
+            per_sm = max_active_blocks_per_sm(kernel, threads, shared)
             if per_sm < 1:
                 raise LaunchConfigError(f"{name} with {shared} B of shared memory does not fit on an SM")
-            self._per_sm[key] = per_sm * current_device().caps.sm_count
-        return max(1, min(self._per_sm[key], tiles))
+            self._per_sm[key] = per_sm
+        return self._per_sm[key]
+
+    def _grid(self, name: str, threads: int, shared: int, units: int, blocks_per_sm: int | None = None) -> int:
+        """Blocks to launch: ``blocks_per_sm`` (default: as many as fit) on every SM, at most one per unit of work."""
+        from ..device import current_device
+
+        fit = self.blocks_per_sm(name, threads, shared)
+        if blocks_per_sm is not None and blocks_per_sm > fit:
+            raise LaunchConfigError(
+                f"{name}: {blocks_per_sm} blocks per SM asked for, but only {fit} fit with {threads} threads and "
+                f"{shared} B of dynamic shared memory per block")
+        return max(1, min((blocks_per_sm or fit) * current_device().caps.sm_count, units))
+
+    def copy_fits(self, box_bytes: int, config: TmaCopyConfig) -> bool:
+        """Whether tma_copy with this box and configuration fits the device (blocks_per_sm of them per SM)."""
+        try:
+            fit = self.blocks_per_sm("tma_copy", COPY_THREADS, config.shared_bytes(box_bytes))
+        except LaunchConfigError:
+            return False
+        return config.blocks_per_sm is None or config.blocks_per_sm <= fit
 
     @staticmethod
-    def _tiling(src: Plan2D) -> tuple[int, int]:
+    def _tiling(src: Plan2D, chunk: int = 1) -> tuple[int, int, int]:
+        """(tiles_x, tiles_y, units of ``chunk`` tiles), within the kernels' 32-bit tile arithmetic."""
         tiles_y, tiles_x = src.layout.tiles()
-        if tiles_x * tiles_y >= 2**31:
-            raise LaunchConfigError(f"{tiles_x * tiles_y} tiles exceed the kernels' 32-bit tile index")
-        return tiles_x, tiles_y
+        if tiles_x * tiles_y + chunk >= 2**31:
+            raise LaunchConfigError(f"{tiles_x * tiles_y} tiles (+ chunk {chunk}) exceed the kernels' 32-bit tile "
+                                    "index")
+        return tiles_x, tiles_y, -(-tiles_x * tiles_y // chunk)
 
     def prepare_copy(self, src: Any, dst: Any, box: Sequence[int], *, method: str = "tma", dtype: str | None = None,
-                     stages: int | None = None, stream: Any = None) -> Callable[[], None]:
-        """dst[:] = src, box by box (``box`` = (rows, columns)); method 'tma' or 'threads'."""
-        s, d = Plan2D.of(src, box, dtype), Plan2D.of(dst, box, dtype)
+                     stages: int | None = None, config: TmaCopyConfig | None = None, chunk: int = 1,
+                     stream: Any = None) -> Callable[[], None]:
+        """dst[:] = src, box by box (``box`` = (rows, columns)); method 'tma' or 'threads'.
+
+        method 'tma': ``config`` (a TmaCopyConfig) or just ``stages`` (the rest default); method 'threads': 256
+        threads per block, ``chunk`` side-by-side tiles per block at a time (as TmaCopyConfig.chunk)."""
+        if method not in ("tma", "threads"):
+            raise ValueError(f"method must be 'tma' or 'threads'; got {method!r}")
+        if method == "tma" and config is not None and stages is not None:
+            raise LaunchConfigError("tma copy: give stages or config (which has stages), not both")
+        if method == "threads" and (config is not None or stages is not None):
+            raise LaunchConfigError("stages and config configure method 'tma'; the thread copy takes only chunk")
+        promotion = config.l2_promotion if config is not None else TmaCopyConfig.l2_promotion
+        s, d = Plan2D.of(src, box, dtype, l2_promotion=promotion), Plan2D.of(dst, box, dtype, l2_promotion=promotion)
         if s.layout.shape != d.layout.shape or s.layout.dtype != d.layout.dtype:
             raise LaunchConfigError(f"copy: dst is {d.layout.dtype}{d.layout.shape}, src {s.layout.dtype}{s.layout.shape}")
-        tiles_x, tiles_y = self._tiling(s)
         bh, bw = s.layout.box
         if method == "tma":
-            stages = stages or default_stages(s.layout.box_bytes)
-            if not 2 <= stages <= MAX_STAGES:
-                raise LaunchConfigError(f"stages must be 2 to {MAX_STAGES}; got {stages}")
-            shared = stages * (-(-s.layout.box_bytes // 128) * 128) + 128
-            params = TmaTileParams(s.tensor_map(), d.tensor_map(), tiles_x, tiles_y, bw, bh, s.layout.box_bytes,
-                                   stages)
+            if config is None:
+                config = TmaCopyConfig(stages=stages or default_stages(s.layout.box_bytes))
+            tiles_x, tiles_y, units = self._tiling(s, config.chunk)
+            shared = config.shared_bytes(s.layout.box_bytes)
+            grid = self._grid("tma_copy", COPY_THREADS, shared, units, config.blocks_per_sm)
+            params: Any = TmaTileParams(s.tensor_map(), d.tensor_map(), tiles_x, tiles_y, bw, bh, s.layout.box_bytes,
+                                        config.stages, config.lookahead, config.chunk, EVICT_FIRST[config.evict_first],
+                                        config.burst)
             kernel = self.kernel("tma_copy")
-            cfg = LaunchConfig(grid=self._blocks("tma_copy", COPY_THREADS, shared, tiles_x * tiles_y),
-                               block=COPY_THREADS, shared_mem=shared)
-        elif method == "threads":
-            params = ThreadTileParams(s.layout.address, d.layout.address, s.rows, s.cols, s.pitch, d.pitch,
-                                      s.layout.itemsize, bw, bh, tiles_x, tiles_y)
-            kernel = self.kernel("thread_copy")
-            cfg = LaunchConfig(grid=self._blocks("thread_copy", TILE_THREADS, 0, tiles_x * tiles_y),
-                               block=TILE_THREADS)
+            cfg = LaunchConfig(grid=grid, block=COPY_THREADS, shared_mem=shared)
         else:
-            raise ValueError(f"method must be 'tma' or 'threads'; got {method!r}")
+            if not 1 <= chunk <= MAX_CHUNK:
+                raise LaunchConfigError(f"thread copy: chunk must be 1 to {MAX_CHUNK} tiles; got {chunk}")
+            tiles_x, tiles_y, units = self._tiling(s, chunk)
+            params = ThreadTileParams(s.layout.address, d.layout.address, s.rows, s.cols, s.pitch, d.pitch,
+                                      s.layout.itemsize, bw, bh, tiles_x, tiles_y, chunk)
+            kernel = self.kernel("thread_copy")
+            cfg = LaunchConfig(grid=self._grid("thread_copy", TILE_THREADS, 0, units), block=TILE_THREADS)
         return lambda: launch(kernel, cfg, params, stream=stream)
 
     def prepare_transpose(self, src: Any, dst: Any, box: Sequence[int], *, method: str = "tma",
@@ -230,11 +354,11 @@ class TmaOps:
         esize = s.layout.itemsize
         if esize not in ELEMENT_TYPES:
             raise LaunchConfigError(f"transpose supports 1-, 2- and 4-byte elements; got {esize}-byte {s.layout.dtype}")
-        tiles_x, tiles_y = self._tiling(s)
+        tiles_x, tiles_y, units = self._tiling(s)
         box_bytes = s.layout.box_bytes
         name = f"{'tma' if method == 'tma' else 'thread'}_transpose<{ELEMENT_TYPES[esize]}>"
         if method == "tma":
-            shared = 4 * (-(-box_bytes // 128) * 128) + 128
+            shared = 4 * _round128(box_bytes) + 128
             params: Any = TmaTileParams(s.tensor_map(), d.tensor_map(), tiles_x, tiles_y, bw, bh, box_bytes, 2)
         elif method == "threads":
             shared = 2 * box_bytes
@@ -243,8 +367,7 @@ class TmaOps:
         else:
             raise ValueError(f"method must be 'tma' or 'threads'; got {method!r}")
         kernel = self.kernel(name)
-        cfg = LaunchConfig(grid=self._blocks(name, TILE_THREADS, shared, tiles_x * tiles_y), block=TILE_THREADS,
-                           shared_mem=shared)
+        cfg = LaunchConfig(grid=self._grid(name, TILE_THREADS, shared, units), block=TILE_THREADS, shared_mem=shared)
         return lambda: launch(kernel, cfg, params, stream=stream)
 
     def load_tiles(self, src: Any, box: Sequence[int], *, dtype: str | None = None, oob_fill: str = "zero"):
@@ -253,13 +376,12 @@ class TmaOps:
         import cupy as cp
 
         s = Plan2D.of(src, box, dtype, oob_fill)
-        tiles_x, tiles_y = self._tiling(s)
+        tiles_x, tiles_y, units = self._tiling(s)
         bh, bw = s.layout.box
         out = cp.empty((tiles_y, tiles_x, bh, bw), dtype=np.dtype(f"u{s.layout.itemsize}"))
         tmap = s.tensor_map()
-        shared = -(-s.layout.box_bytes // 128) * 128 + 128
-        cfg = LaunchConfig(grid=self._blocks("tma_load_tiles", 128, shared, tiles_x * tiles_y), block=128,
-                           shared_mem=shared)
+        shared = _round128(s.layout.box_bytes) + 128
+        cfg = LaunchConfig(grid=self._grid("tma_load_tiles", 128, shared, units), block=128, shared_mem=shared)
         launch(self.kernel("tma_load_tiles"), cfg,
                TmaTileParams(tmap, tmap, tiles_x, tiles_y, bw, bh, s.layout.box_bytes, 1), out)
         return out
@@ -435,6 +557,50 @@ def validate_oob_fill(ops: TmaOps) -> str:
             "rest with zeros (float32, uint8, bfloat16) or NaN (float32, float16 with the NaN fill mode)")
 
 
+# (dtype, rows, cols, box, config): tails in both directions, and tma_copy's ring at its limits: 2 slots; lookahead
+# = stages (the thread waits for the store it has just issued); MAX_READING stores still reading; 32 slots
+# wrapping several times; chunks that do not divide a row of tiles (units wrap to the next row); bursts equal to
+# the chunk, not dividing the lookahead, and out of step with the chunks; 1, 2 and 4 blocks per SM; every L2
+# promotion and evict-first hint.
+COPY_CONFIG_CASES = (
+    ("float32", 515, 1000, (8, 64), TmaCopyConfig(stages=2, blocks_per_sm=1)),
+    ("float32", 515, 1000, (8, 64), TmaCopyConfig(stages=3, lookahead=3, blocks_per_sm=1, chunk=2, burst=2)),
+    ("float32", 2053, 1000, (4, 32), TmaCopyConfig(stages=12, lookahead=4, blocks_per_sm=1, chunk=7,
+                                                   l2_promotion="none")),
+    ("float32", 2053, 1000, (4, 32), TmaCopyConfig(stages=32, lookahead=30, blocks_per_sm=1, chunk=5, burst=5,
+                                                   evict_first="loads")),
+    ("float32", 2053, 1000, (4, 32), TmaCopyConfig(stages=16, lookahead=12, blocks_per_sm=2, chunk=4, burst=7)),
+    ("uint8", 777, 3001, (8, 256), TmaCopyConfig(stages=6, lookahead=4, blocks_per_sm=2, chunk=3,
+                                                 l2_promotion="256B", evict_first="both")),
+    ("float16", 301, 999, (16, 128), TmaCopyConfig(stages=8, blocks_per_sm=4, chunk=4, l2_promotion="64B",
+                                                   evict_first="stores")),
+)
+
+
+def validate_copy_configs(ops: TmaOps, cases=COPY_CONFIG_CASES) -> str:
+    """tma_copy under each configuration of ``cases``, and the thread copy with the same chunk, bit for bit against
+    the source (destinations poisoned with the complement of the expected bits)."""
+    import cupy as cp
+
+    rng = np.random.default_rng()
+    for dtype, rows, cols, box, config in cases:
+        src = random_array(cp, rng, rows, cols, dtype)
+        host = cp.asnumpy(src)
+        for method in ("tma", "threads"):
+            dst = pitched(cp, rows, cols, dtype, extra=1)
+            poison_against(cp, dst, host)
+            if method == "tma":
+                ops.prepare_copy(src, dst, box, config=config)()
+            else:
+                ops.prepare_copy(src, dst, box, method="threads", chunk=config.chunk)()
+            if not np.array_equal(_bits(cp.asnumpy(dst)), _bits(host)):
+                raise ValidationError(f"{method} copy wrong: {dtype} {rows}x{cols} box {box}, {config.describe()}")
+    return (f"TMA copies equal their source bit for bit under {len(cases)} ring configurations (2 to 32 slots, "
+            f"lookahead 1 to stages, up to {MAX_READING} stores reading, bursts of 1 to 7 loads, 1 to 4 blocks per "
+            "SM, chunks of 1 to 7 tiles that wrap rows, every L2 promotion and evict-first hint; float32, float16, "
+            "uint8 with tails both ways), and so do the thread copies with the same chunks")
+
+
 def integer_problem(cp, rng, m: int, k: int, vectors: int, pitch_extra: int = 0, reference: str = "numpy"):
     """A [m, k] (16-byte pitch), X [vectors, k], Y [vectors, m] poisoned, and the expected Y. Entries are small
     integers in float32, so every order of summation is exact and a float64 product is the exact reference:
@@ -539,7 +705,86 @@ def run_ncu(m: int, k: int, vectors_per_block: int, timeout: float = 60.0) -> tu
 
 # ---------------------------------------------------------------------------------------------- the lab
 
-TILE_SHAPES = ((8, 256), (16, 128), (32, 32), (32, 128), (64, 64), (128, 64), (256, 32))
+TILE_SHAPES = ((4, 256), (8, 256), (16, 256), (32, 256), (16, 128), (32, 32), (32, 128), (64, 64), (128, 64),
+               (256, 32))
+SWEEP_BLOCKS_PER_SM = (1, 2, 4)
+SWEEP_RING_KIB = (64, 128, 192)  # shared memory per SM given to the rings
+SWEEP_CHUNKS = (2, 4, 8, 16)      # and a whole row of tiles
+SWEEP_TOP = 3                    # tiles (their fastest grid configuration) whose chunks are swept
+CONFIRM_REPEATS = 100
+# Measured whatever the greedy steps pick: long runs per row sent out together, at one and two blocks per SM.
+SWEEP_EXTRA = (
+    ((8, 256), TmaCopyConfig(stages=24, lookahead=16, blocks_per_sm=1, chunk=4, burst=4)),
+    ((8, 256), TmaCopyConfig(stages=12, lookahead=8, blocks_per_sm=2, chunk=4, burst=4)),
+    ((8, 256), TmaCopyConfig(stages=12, lookahead=8, blocks_per_sm=2, chunk=8, burst=8)),
+    ((4, 256), TmaCopyConfig(stages=32, lookahead=24, blocks_per_sm=1, chunk=8, burst=8)),
+    ((4, 256), TmaCopyConfig(stages=24, lookahead=16, blocks_per_sm=2, chunk=8, burst=8)),
+    ((16, 256), TmaCopyConfig(stages=12, lookahead=8, blocks_per_sm=1, chunk=4, burst=4)),
+    ((16, 256), TmaCopyConfig(stages=6, lookahead=4, blocks_per_sm=2, chunk=2, burst=2)),
+)
+
+
+def sweep_grid(tiles: Sequence[tuple[int, int]], itemsize: int, quick: bool = False
+               ) -> list[tuple[tuple[int, int], TmaCopyConfig]]:
+    """Tile shape x blocks per SM x ring depth for tma_copy: for each tile and blocks per SM, the stages that give
+    the rings of one SM about SWEEP_RING_KIB of shared memory; loads run stages - 1 ahead for rings of up to 4 slots,
+    stages - 2 for deeper ones. Configurations that do not fit an SM are skipped where they are measured."""
+    out = []
+    for box in tiles:
+        stride = _round128(box[0] * box[1] * itemsize)
+        for bps in (1, 2) if quick else SWEEP_BLOCKS_PER_SM:
+            seen: set[int] = set()
+            for kib in (128,) if quick else SWEEP_RING_KIB:
+                stages = max(2, min(MAX_STAGES, round(kib * 1024 / (bps * stride))))
+                if stages not in seen:
+                    seen.add(stages)
+                    out.append((box, TmaCopyConfig(stages=stages, lookahead=stages - (1 if stages <= 4 else 2),
+                                                   blocks_per_sm=bps)))
+    return out
+
+
+def _variant(config: TmaCopyConfig, **changes: Any) -> TmaCopyConfig | None:
+    try:
+        return replace(config, **changes)
+    except LaunchConfigError:
+        return None
+
+
+def chunk_variants(config: TmaCopyConfig, chunk: int) -> list[TmaCopyConfig]:
+    """``chunk`` side-by-side tiles per block with loads issued one by one, and (where the ring allows) with the
+    chunk's loads issued together: burst = chunk, lookahead the largest multiple of it that keeps at most
+    MAX_READING stores reading, so bursts line up with the chunks."""
+    out = [replace(config, chunk=chunk, burst=1)]
+    ahead = config.lookahead // chunk * chunk
+    together = _variant(config, chunk=chunk, burst=chunk, lookahead=ahead) if ahead >= chunk > 1 else None
+    return out + ([together] if together else [])
+
+
+def ring_neighbours(config: TmaCopyConfig) -> list[TmaCopyConfig]:
+    """The same shared memory per SM arranged differently: 1, 2 or 4 stores reading; twice the blocks with half
+    the slots, or half the blocks with twice the slots (each kept only where it is a valid configuration)."""
+    out = []
+    for reading in (1, 2, 4):
+        if reading != config.reading and config.stages - reading >= 1:
+            out.append(_variant(config, lookahead=config.stages - reading))
+    bps = config.blocks_per_sm or 1
+    for b, st in ((bps * 2, config.stages // 2), (bps // 2, config.stages * 2)):
+        if b >= 1 and 2 <= st <= MAX_STAGES:
+            out.append(_variant(config, blocks_per_sm=b, stages=st, lookahead=st - min(config.reading, st - 1)))
+    return [c for c in out if c is not None]
+
+
+def config_label(config: TmaCopyConfig) -> str:
+    """Short form for the tables: '12 slots, 10 ahead, 2/SM, chunk 4' (+ non-default L2 settings)."""
+    bps = "max" if config.blocks_per_sm is None else str(config.blocks_per_sm)
+    label = f"{config.stages} slots, {config.lookahead} ahead, {bps}/SM, chunk {config.chunk}"
+    if config.burst > 1:
+        label += f", bursts of {config.burst}"
+    if config.l2_promotion != "128B":
+        label += f", L2 {config.l2_promotion}"
+    if config.evict_first != "none":
+        label += f", evict-first {config.evict_first}"
+    return label
 
 
 class TmaLab:
@@ -560,6 +805,7 @@ class TmaLab:
     def smoke(self) -> None:
         ops = TmaOps()
         validate_tiles(ops, cases=VALIDATION_CASES[:3])
+        validate_copy_configs(ops)
         validate_gemv(ops, clusters=(1, 2, 3, 8))
 
     def run(self, ctx: RunContext) -> LabResult:
@@ -567,6 +813,8 @@ class TmaLab:
         ops = TmaOps()
         ctx.progress("tma: validating copies, transposes and out-of-bounds fill")
         result.checks += validate_tiles(ops)
+        ctx.progress("tma: validating the TMA copy's ring configurations")
+        result.checks.append(validate_copy_configs(ops))
         ctx.progress("tma: validating the multicast gemv for clusters of 1 to 8")
         result.checks.append(validate_gemv(ops))
         self._tile_table(ctx, ops, result)
@@ -590,49 +838,177 @@ class TmaLab:
         dst = pitched(cp, rows, cols, "float32", extra=1)
         dst_t = pitched(cp, cols, rows, "float32")
         nbytes = 2 * 4 * rows * cols  # read + write
-        table = []
+
+        def pct(ms: float) -> float:
+            return 100 * ctx.ceiling.fraction(nbytes / (ms * 1e-3))
+
+        def checked(fn: Callable[[], None], target, expected, what: str) -> float:
+            """Median ms of fn; then the target is poisoned, fn rerun and its output compared with expected."""
+            t = timed(fn)
+            target.fill(cp.nan)
+            fn()
+            if not bool(cp.array_equal(target, expected)):
+                raise ValidationError(f"{what} wrong at {rows} x {cols}")
+            return t.median_ms
+
         ctx.progress("tma: CuPy copy and transpose")
         peer_copy = timed(lambda: cp.copyto(dst, src))
         peer_t = timed(lambda: cp.copyto(dst_t, src.T))
-        best = {}
+        times: dict[tuple[tuple[int, int], str, str], float] = {}
         for box in TILE_SHAPES:
             ctx.progress(f"tma: tile {box[0]} x {box[1]}")
-            row = [f"{box[0]} x {box[1]}"]
-            times = {}
             for op, method in (("copy", "tma"), ("copy", "threads"), ("transpose", "tma"), ("transpose", "threads")):
-                target = dst if op == "copy" else dst_t
+                target, expected = (dst, src) if op == "copy" else (dst_t, src.T)
                 prep = ops.prepare_copy if op == "copy" else ops.prepare_transpose
-                fn = prep(src, target, box, method=method)
-                t = timed(fn)
-                target.fill(cp.nan)
-                fn()
-                if not bool(cp.array_equal(target, src if op == "copy" else src.T)):
-                    raise ValidationError(f"{method} {op} wrong at {rows} x {cols}, box {box}")
-                times[(op, method)] = t.median_ms
-            for op in ("copy", "transpose"):
-                tma_ms, thr_ms = times[(op, "tma")], times[(op, "threads")]
-                peer_ms = (peer_copy if op == "copy" else peer_t).median_ms
-                pct = 100 * ctx.ceiling.fraction(nbytes / (tma_ms * 1e-3))
-                row += [pct, 100 * ctx.ceiling.fraction(nbytes / (thr_ms * 1e-3)), thr_ms / tma_ms, peer_ms / tma_ms]
-                result.figures[f"tma_{op}_{box[0]}x{box[1]}_pct_ceiling"] = pct
-                if pct > best.get(op, (0.0, None))[0]:
-                    best[op] = (pct, box)
-            table.append(row)
+                times[(box, op, method)] = checked(prep(src, target, box, method=method), target, expected,
+                                                   f"{method} {op}, box {box}")
+        records = [{"box": box, "config": TmaCopyConfig(stages=default_stages(4 * box[0] * box[1])),
+                    "ms": times[(box, "copy", "tma")], "step": "default"} for box in TILE_SHAPES]
+        records += self._copy_sweep(ctx, ops, src, dst, checked)
+        for r in records:
+            r["pct"] = pct(r["ms"])
+        best = max(records, key=lambda r: r["pct"])
+
+        # The winner again, with more repeats: the maximum of many medians is biased upwards.
+        from ..timing import time_gpu
+
+        confirm_fn = ops.prepare_copy(src, dst, best["box"], config=best["config"])
+        confirm = time_gpu(confirm_fn, repeats=repeats if ctx.quick else CONFIRM_REPEATS)
+        thread_same = None
+        if best["config"].chunk > 1:  # the baseline with the winner's tile order, for a like-for-like ratio
+            thread_same = checked(ops.prepare_copy(src, dst, best["box"], method="threads",
+                                                   chunk=best["config"].chunk), dst, src, "thread copy (chunked)")
+
+        table = []
+        for box in TILE_SHAPES:
+            tag = f"{box[0]}x{box[1]}"
+            default_ms = times[(box, "copy", "tma")]
+            swept = [r for r in records if r["box"] == box and r["step"] != "default"]
+            top = min(swept, key=lambda r: r["ms"]) if swept else None
+            tma_ms = min(default_ms, top["ms"]) if top else default_ms
+            thr_ms = times[(box, "copy", "threads")]
+            tt_ms, tthr_ms = times[(box, "transpose", "tma")], times[(box, "transpose", "threads")]
+            table.append([f"{box[0]} x {box[1]}", pct(default_ms), pct(top["ms"]) if top else "-",
+                          config_label(top["config"]) if top else "-", pct(thr_ms), thr_ms / tma_ms,
+                          peer_copy.median_ms / tma_ms, pct(tt_ms), pct(tthr_ms), tthr_ms / tt_ms,
+                          peer_t.median_ms / tt_ms])
+            result.figures[f"tma_copy_{tag}_pct_ceiling"] = pct(default_ms)
+            if top:
+                result.figures[f"tma_copy_swept_{tag}_pct_ceiling"] = pct(top["ms"])
+            result.figures[f"tma_transpose_{tag}_pct_ceiling"] = pct(tt_ms)
         result.tables.append(Table(
             f"float32 {rows} x {cols} (pitched rows, tail tiles both ways): tile shape by method, % of the copy ceiling",
-            ["tile (rows x cols)", "TMA copy %", "thread copy %", "copy: TMA x threads", "copy: TMA x CuPy",
-             "TMA transpose %", "thread transpose %", "transpose: TMA x threads", "transpose: TMA x CuPy"],
+            ["tile (rows x cols)", "TMA copy % (default ring)", "TMA copy % (best swept)", "best swept configuration",
+             "thread copy %", "copy: TMA x threads", "copy: TMA x CuPy", "TMA transpose %", "thread transpose %",
+             "transpose: TMA x threads", "transpose: TMA x CuPy"],
             table,
             note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
                  f"this run; CuPy copy {100 * ctx.ceiling.fraction(nbytes / peer_copy.median_s):.1f}%, CuPy "
                  f"transpose (copyto of .T) {100 * ctx.ceiling.fraction(nbytes / peer_t.median_s):.1f}%. TMA copy: "
-                 "one thread per block, up to 4 boxes in flight; threads: 256 per block, 16-byte loads. Medians of "
-                 f"{repeats} CUDA-event timings; every output poisoned, rerun and compared with the source after timing"))
-        for op, (pct, box) in best.items():
-            result.figures[f"tma_{op}_best_pct_ceiling"] = pct
-            result.notes.append(f"best TMA {op}: tile {box[0]} x {box[1]}, {pct:.1f}% of the copy ceiling")
-        result.checks.append(f"every timed copy and transpose at {rows} x {cols} equals its source (or its "
-                             "transpose) element for element, output poisoned with NaN before the checked run")
+                 "one thread per block streams boxes through a ring of shared-memory slots; default ring: 4 slots "
+                 "(fewer for boxes over 24 KiB), 3 loads ahead, as many blocks as fit, blocks interleaved tile by "
+                 "tile; best swept: the fastest configuration of the next table for that tile ('chunk' = side-by-side "
+                 "tiles a block takes at a time); the ratios use the faster of the two TMA copies. Threads: 256 per "
+                 f"block, 16-byte loads, tiles interleaved. Medians of {repeats} CUDA-event timings; every output "
+                 "poisoned, rerun and compared with the source after timing"))
+        self._sweep_table(ops, records, result, rows, cols, repeats)
+
+        result.figures["tma_copy_best_pct_ceiling"] = best["pct"]
+        result.figures["tma_copy_best_confirmed_pct_ceiling"] = pct(confirm.median_ms)
+        note = (f"best TMA copy: tile {best['box'][0]} x {best['box'][1]}, {config_label(best['config'])}: "
+                f"{best['pct']:.1f}% of the copy ceiling (best of {len(records)} configurations; re-timed with "
+                f"{len(confirm.samples)} repeats: {pct(confirm.median_ms):.1f}%)")
+        if thread_same is not None:
+            result.figures["tma_copy_best_x_threads_same_order"] = thread_same / best["ms"]
+            note += (f"; threads with the same tile and chunk: {pct(thread_same):.1f}% "
+                     f"({thread_same / best['ms']:.2f}x slower)")
+        result.notes.append(note)
+        best_t = max(TILE_SHAPES, key=lambda b: pct(times[(b, "transpose", "tma")]))
+        result.figures["tma_transpose_best_pct_ceiling"] = pct(times[(best_t, "transpose", "tma")])
+        result.notes.append(f"best TMA transpose: tile {best_t[0]} x {best_t[1]}, "
+                            f"{pct(times[(best_t, 'transpose', 'tma')]):.1f}% of the copy ceiling")
+        result.checks.append(f"every timed copy and transpose at {rows} x {cols} ({len(records)} TMA copy "
+                             "configurations among them) equals its source (or its transpose) element for element, "
+                             "output poisoned with NaN before the checked run")
+
+    def _copy_sweep(self, ctx: RunContext, ops: TmaOps, src, dst, checked) -> list[dict[str, Any]]:
+        """tma_copy over sweep_grid; chunks for the fastest configuration of each of the SWEEP_TOP fastest tiles;
+        then, greedily from the fastest so far, the ring's arrangement, the L2 promotion and the evict-first hints.
+        Every configuration measured is returned (median ms and the step that proposed it)."""
+        measured: dict[tuple[tuple[int, int], TmaCopyConfig], dict[str, Any]] = {}
+
+        def measure(box: tuple[int, int], config: TmaCopyConfig, step: str) -> None:
+            if (box, config) in measured or not ops.copy_fits(4 * box[0] * box[1], config):
+                return
+            fn = ops.prepare_copy(src, dst, box, config=config)
+            ms = checked(fn, dst, src, f"TMA copy ({config_label(config)}), box {box}")
+            measured[(box, config)] = {"box": box, "config": config, "ms": ms, "step": step}
+
+        def fastest(count: int = 1) -> list[dict[str, Any]]:
+            return sorted(measured.values(), key=lambda r: r["ms"])[:count]
+
+        grid = sweep_grid(TILE_SHAPES, 4, ctx.quick)
+        for i, (box, config) in enumerate(grid):
+            if i % 16 == 0:
+                ctx.progress(f"tma: TMA copy sweep, tile x blocks per SM x slots ({i + 1} of {len(grid)})")
+            measure(box, config, "grid")
+        if not ctx.quick:
+            for box, config in SWEEP_EXTRA:
+                measure(box, config, "extra")
+        ctx.progress("tma: TMA copy sweep, chunks")
+        leaders: dict[tuple[int, int], dict[str, Any]] = {}  # the fastest configuration of each tile, fastest first
+        for r in fastest(len(measured)):
+            if r["step"] == "grid":
+                leaders.setdefault(r["box"], r)
+        for r in list(leaders.values())[:1 if ctx.quick else SWEEP_TOP]:
+            tiles_x = -(-src.shape[1] // r["box"][1])
+            for chunk in (4,) if ctx.quick else SWEEP_CHUNKS + (tiles_x,):  # ... and a whole row of tiles
+                for config in chunk_variants(r["config"], chunk):
+                    measure(r["box"], config, "chunk")
+        refinements: tuple[tuple[str, Callable[[TmaCopyConfig], list[TmaCopyConfig]]], ...] = (
+            ("ring", ring_neighbours),
+            ("L2 promotion", lambda c: [replace(c, l2_promotion=v) for v in ("none", "256B") if v != c.l2_promotion]),
+            ("evict-first", lambda c: [replace(c, evict_first=v) for v in ("loads", "stores", "both")
+                                       if v != c.evict_first]),
+        )
+        for step, variants in refinements:
+            ctx.progress(f"tma: TMA copy sweep, {step}")
+            best = fastest()[0]
+            for config in variants(best["config"]):
+                measure(best["box"], config, step)
+        return list(measured.values())
+
+    def _sweep_table(self, ops: TmaOps, records: list[dict[str, Any]], result: LabResult, rows: int, cols: int,
+                     repeats: int) -> None:
+        table = []
+        for r in sorted(records, key=lambda r: -r["pct"]):
+            box, c = r["box"], r["config"]
+            box_bytes = 4 * box[0] * box[1]
+            shared = c.shared_bytes(box_bytes)
+            bps = c.blocks_per_sm or ops.blocks_per_sm("tma_copy", COPY_THREADS, shared)
+            table.append([f"{box[0]} x {box[1]}", box_bytes / 1024, c.stages, c.lookahead, c.reading, c.burst,
+                          bps if c.blocks_per_sm else f"{bps} (all that fit)", c.chunk, c.l2_promotion,
+                          c.evict_first, bps * shared / 1024, bps * c.lookahead * box_bytes / 1024, r["pct"],
+                          r["step"]])
+        result.tables.append(Table(
+            f"TMA copy, float32 {rows} x {cols}: every configuration measured, fastest first, % of the copy ceiling",
+            ["tile (rows x cols)", "box KiB", "slots", "loads ahead", "stores reading", "burst", "blocks/SM",
+             "chunk (tiles)",
+             "L2 promotion", "evict-first", "shared KiB/SM", "loads in flight/SM KiB", "% of copy ceiling", "step"],
+            table,
+            note="one issuing thread per block; 'loads ahead' boxes are in flight while the oldest is stored, and "
+                 "a slot is refilled once the store that last used it has read it, so 'stores reading' = slots - "
+                 "loads ahead stores may still be reading their slots; loads leave in bursts of 'burst' once that "
+                 "many are due; the grid is blocks/SM x SMs (persistent); chunk = side-by-side tiles of one row a "
+                 "block takes at a time (runs of chunk x tile width; with burst = chunk they leave together). Steps: "
+                 "default = the first table's default ring; grid = tile x blocks/SM x slots (rings of about 64, 128, "
+                 "192 KiB of shared memory per SM; those that do not fit an SM are left out); extra = a few long-run configurations measured in every "
+                 "full run; chunk = chunks of "
+                 f"{', '.join(map(str, SWEEP_CHUNKS))} tiles and a whole row of tiles, loads one by one and in "
+                 "bursts of a chunk, for the fastest grid "
+                 f"configuration of each of the {SWEEP_TOP} fastest tiles; then, greedily from the fastest so far: "
+                 "ring (the same shared memory per SM arranged differently), L2 promotion, evict-first hints. "
+                 f"Medians of {repeats} CUDA-event timings; every output poisoned, rerun and compared with the source"))
 
     def _dtype_table(self, ctx: RunContext, ops: TmaOps, result: LabResult) -> None:
         import cupy as cp

@@ -111,6 +111,12 @@ static inline __device__ void fence_acq_rel_cluster() {
   asm volatile("fence.acq_rel.cluster;" ::: "memory");
 }
 
+// fence.acq_rel.cta;  - the same pattern when every observer is in this block: a CTA-scope
+// membar, which unlike the cluster-scope fence does not wait for this thread's global stores.
+static inline __device__ void fence_acq_rel_cta() {
+  asm volatile("fence.acq_rel.cta;" ::: "memory");
+}
+
 // fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;  (sm_90, PTX 8.6)
 // Before an async-proxy write (try_cancel) into shared memory the generic proxy has read.
 template <int D = 0>
@@ -138,6 +144,14 @@ static inline __device__ u64 globaltimer_ns() {
 static inline __device__ u32 smid() {
   u32 id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+// %gridid: the temporal launch number of this grid in the context; every stream launch gets a new
+// one (the replays of one captured graph node share theirs, measured on the H200).
+static inline __device__ u64 grid_id() {
+  u64 id;
+  asm("mov.u64 %0, %%gridid;" : "=l"(id));
   return id;
 }
 
@@ -178,5 +192,63 @@ static inline __device__ uint3 clusterlaunchcontrol_query_cancel_get_first_ctaid
   return make_uint3(x, y, z);
 }
 #endif  // CUADV_ARCH >= 1000
+
+}  // namespace cuadv::ptx
+
+// ---- cp.async (non-bulk) and the mbarrier operations a per-thread-copy pipeline needs (appended) ----
+
+namespace cuadv::ptx {
+
+// cp.async.cg.shared.global [dst], [src], 16;  (sm_80)
+// 16 bytes from global to shared memory, cached in L2 only; dst and src must both be 16-byte aligned.
+// Asynchronous: complete only after cp.async.wait_group / wait_all or a cp.async.mbarrier.arrive has fired.
+template <int D = 0>
+static inline __device__ void cp_async_cg_16(void* dst, const void* src) {
+  static_assert(arch_at_least<D>(80), "cp.async needs sm_80");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)),
+               "l"(static_cast<u64>(__cvta_generic_to_global(src)))
+               : "memory");
+}
+
+// cp.async.ca.shared.global [dst], [src], 4;  (sm_80) - 4 bytes; dst and src 4-byte aligned.
+template <int D = 0>
+static inline __device__ void cp_async_ca_4(void* dst, const void* src) {
+  static_assert(arch_at_least<D>(80), "cp.async needs sm_80");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)),
+               "l"(static_cast<u64>(__cvta_generic_to_global(src)))
+               : "memory");
+}
+
+// cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar];  (sm_80)
+// One arrive-on `bar`, performed asynchronously once every cp.async this thread issued before it has completed
+// (their writes are then visible to a thread whose wait observes the phase). .noinc: the pending count is not
+// raised first, so this IS the thread's arrival and `bar`'s expected count must include it; the thread must not
+// also mbarrier.arrive for the same phase.
+template <int D = 0>
+static inline __device__ void cp_async_mbarrier_arrive_noinc(u64* bar) {
+  static_assert(arch_at_least<D>(80), "cp.async.mbarrier.arrive needs sm_80");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// mbarrier.arrive.shared::cta.b64 state, [bar];  (sm_80) - release at CTA scope (the defaults): this thread's
+// earlier memory accesses happen before the completion of the phase it arrives on.
+template <int D = 0>
+static inline __device__ void mbarrier_arrive(u64* bar) {
+  static_assert(arch_at_least<D>(80), "mbarrier.arrive needs sm_80");
+  u64 state;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(smem_addr(bar)) : "memory");
+  (void)state;
+}
+
+// mbarrier.test_wait.parity.shared::cta.b64 p, [bar], parity;  (sm_80) - acquire at CTA scope (the defaults).
+// True once the phase of `bar` with this parity has completed (the current phase or the one just before it).
+template <int D = 0>
+static inline __device__ bool mbarrier_test_wait_parity(u64* bar, u32 parity) {
+  static_assert(arch_at_least<D>(80), "mbarrier.test_wait.parity needs sm_80");
+  u32 done;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;"
+               " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
 
 }  // namespace cuadv::ptx

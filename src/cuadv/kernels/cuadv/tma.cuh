@@ -92,6 +92,40 @@ static inline __device__ void store_2d(const TensorMap* map, int x, int y, const
                : "memory");
 }
 
+// createpolicy.fractional.L2::evict_first.b64 policy, 1.0;  (sm_80)
+// An L2 cache policy for the .L2::cache_hint forms below: the lines they touch are the first to be evicted
+// (streamed data that will not be read again). A hint: it changes no result.
+template <int D = 0>
+static inline __device__ u64 createpolicy_evict_first() {
+  static_assert(ptx::arch_at_least<D>(80), "createpolicy needs sm_80");
+  u64 policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint
+//     [dst], [map, {x, y}], [bar], policy;  (sm_90) - load_2d with an L2 cache policy (createpolicy_*).
+template <int D = 0>
+static inline __device__ void load_2d_hint(void* dst, const TensorMap* map, int x, int y, u64* bar, u64 policy) {
+  static_assert(ptx::arch_at_least<D>(90), "cp.async.bulk.tensor needs sm_90");
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(ptx::smem_addr(dst)), "l"(reinterpret_cast<u64>(map)), "r"(x), "r"(y), "r"(ptx::smem_addr(bar)),
+      "l"(policy)
+      : "memory");
+}
+
+// cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint [map, {x, y}], [src], policy;  (sm_90)
+// store_2d with an L2 cache policy for the lines it writes.
+template <int D = 0>
+static inline __device__ void store_2d_hint(const TensorMap* map, int x, int y, const void* src, u64 policy) {
+  static_assert(ptx::arch_at_least<D>(90), "cp.async.bulk.tensor needs sm_90");
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%1, %2}], [%3], %4;"
+               ::"l"(reinterpret_cast<u64>(map)), "r"(x), "r"(y), "r"(ptx::smem_addr(src)), "l"(policy)
+               : "memory");
+}
+
 // cp.async.bulk.commit_group;  (sm_90) - closes the group of this thread's bulk stores issued since the last one.
 template <int D = 0>
 static inline __device__ void bulk_commit_group() {
@@ -105,6 +139,22 @@ template <int N, int D = 0>
 static inline __device__ void bulk_wait_group_read() {
   static_assert(ptx::arch_at_least<D>(90), "cp.async.bulk.wait_group needs sm_90");
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// bulk_wait_group_read<N> for a run-time N (0 to 8): at most n of this thread's groups still read their source.
+// An n above 8 waits as for 0, which is stricter and so still correct.
+static inline __device__ void bulk_wait_group_read_dynamic(int n) {
+  switch (n) {
+    case 1: bulk_wait_group_read<1>(); break;
+    case 2: bulk_wait_group_read<2>(); break;
+    case 3: bulk_wait_group_read<3>(); break;
+    case 4: bulk_wait_group_read<4>(); break;
+    case 5: bulk_wait_group_read<5>(); break;
+    case 6: bulk_wait_group_read<6>(); break;
+    case 7: bulk_wait_group_read<7>(); break;
+    case 8: bulk_wait_group_read<8>(); break;
+    default: bulk_wait_group_read<0>(); break;
+  }
 }
 
 // cp.async.bulk.wait_group N;  (sm_90) - at most N of this thread's groups are incomplete (writes performed).

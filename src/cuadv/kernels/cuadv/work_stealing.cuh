@@ -38,16 +38,22 @@ namespace cuadv::ws {
 
 namespace cg = cooperative_groups;
 
-// Counters of one launch of a Steal kernel, packed in one 64-bit word so that every update is a
-// relaxed read-modify-write of one location: their single modification order is all the ordering
-// the reset needs, and no fence is paid per tile. Zero before the first launch; the last unit
-// (block or cluster) to exit sets it back to zero, so back-to-back launches and graph replays on
-// one stream need no host memset. Two launches that may overlap need two StealStates.
+// The ticket counter of a Steal kernel: one 64-bit word, the low half the next ticket (a unit
+// index). Every update is a relaxed read-modify-write of this one location, whose single
+// modification order makes tickets unique; no fence is paid per tile. The word resets itself, so
+// back-to-back launches and graph replays on one stream need no host memset, in one of two ways:
+//   tagged (stream launches): the high half is the launch's tag, the low 32 bits of %gridid. A
+//     launch's first claim that finds another tag restarts the count under its own, so nothing
+//     is counted at exit and a block launched after the work is gone leaves after one load.
+//   counted (kCountExits; launches captured in a graph, whose replays share one %gridid): the high
+//     half counts the units that exited, and the last one sets the word back to zero.
+// Zero is a valid start for both. Two launches that may overlap need two StealStates.
 struct StealState {
-  unsigned long long word;  // low 32 bits: next ticket (a unit index); high 32 bits: units that exited
+  unsigned long long word;  // (launch tag or exited units) << 32 | next ticket
   unsigned long long reserved;
 };
 constexpr unsigned long long kExited = 1ull << 32;
+constexpr unsigned int kCountExits = 1;  // Schedule::flags: the counted reset
 constexpr unsigned long long kRefused = ~0ull;  // a software request refused because the time slice is spent
 
 // One record per tile when tracing, written by the block's thread 0.
@@ -65,7 +71,7 @@ struct Schedule {
   unsigned int cluster[3];        // cluster shape (1, 1, 1 without clusters)
   unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never) ...
   unsigned int prologue_factor;   // ... or after this many times the block's own prologue, if later (0: off)
-  unsigned int reserved;
+  unsigned int flags;             // Steal: kCountExits for launches captured in a graph
   StealState* state;              // Steal: this launch's counters
   TraceRecord* trace;             // one record per tile, or nullptr
   const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
@@ -274,9 +280,9 @@ class Scheduler {
     const bool submitter = leader_ && cluster_rank_ == 0;
     unsigned long long claim = kRefused;
     if (submitter) {
-      // Acquire write access to `result` for the async proxy, after the generic reads of the last round.
-      ptx::fence_proxy_async_generic_acquire_cluster();
       if constexpr (kCancel) {
+        // Acquire write access to `result` for the async proxy, after the generic reads of the last round.
+        ptx::fence_proxy_async_generic_acquire_cluster();
 #if CUADV_ARCH >= 1000
         // try_cancel is a uniform instruction: invoke_one lets the compiler drop the peeling loop.
         if (clustered_) {
@@ -317,14 +323,31 @@ class Scheduler {
     return make_uint4(1, c.x, c.y, c.z);
   }
 
-  __device__ uint4 take_ticket() const {
-    return response_for(state_word().fetch_add(1, cuda::memory_order_relaxed));
+  // A block's first claim. A block launched after the work is gone sees it with one load and
+  // leaves without a read-modify-write. Tagged: the first block of a launch to see another
+  // launch's tag starts this launch's count (taking ticket 0).
+  __device__ uint4 first_claim() const {
+    auto word = state_word();
+    unsigned long long seen = word.load(cuda::memory_order_relaxed);
+    if (!counted()) {
+      const unsigned long long tag = (ptx::grid_id() & 0xffffffffull) << 32;
+      while ((seen & ~0xffffffffull) != tag) {  // an earlier launch's count: restart it under this tag
+        if (word.compare_exchange_weak(seen, tag | 1, cuda::memory_order_relaxed)) return response_for(tag);
+      }
+    }
+    if ((seen & 0xffffffffull) >= units_) return make_uint4(0, 0, 0, 0);
+    return response_for(word.fetch_add(1, cuda::memory_order_relaxed));
   }
 
-  // A block launched after the work is gone sees it with one load and exits without a claim.
-  __device__ uint4 first_claim() const {
-    if ((state_word().load(cuda::memory_order_relaxed) & 0xffffffffull) >= units_) return make_uint4(0, 0, 0, 0);
-    return take_ticket();
+  __device__ bool counted() const { return (s_.flags & kCountExits) != 0; }
+
+  // Counted reset: the last unit of the grid to exit sets the word back to zero.
+  __device__ void exit_protocol() const {
+    if (!counted() || !(leader_ && cluster_rank_ == 0)) return;
+    // Relaxed is enough: claims and exits update one word, so the exit that brings the count to
+    // the number of units comes after every other unit's last update in its modification order.
+    const unsigned long long before = state_word().fetch_add(kExited, cuda::memory_order_relaxed);
+    if ((before >> 32) == grid_clusters() - 1) state_word().store(0, cuda::memory_order_relaxed);
   }
 
   // The first response, written into every block of the unit (made visible by the sync after it).
@@ -352,7 +375,9 @@ class Scheduler {
       for (unsigned r = 0; r < cluster_size_; ++r) ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
     } else {
       sl.result = response;
-      ptx::fence_acq_rel_cluster();  // the response store happens before the completion below
+      // The response store happens before the completion below; only this block waits on it, so
+      // a CTA-scope fence suffices (a cluster-scope one would wait for the body's global stores).
+      ptx::fence_acq_rel_cta();
       ptx::mbarrier_complete_tx_cta(&sl.bar, sizeof(uint4));
     }
     arrive_expect_response();  // the arrival that completes this block's phase, after the response
@@ -377,18 +402,10 @@ class Scheduler {
       first = make_uint3(response.y, response.z, response.w);
       tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);  // already mapped
     }
-    // Release read access to `result` to the async proxy: our reads above come before its next write.
-    ptx::fence_proxy_async_generic_release_cluster();
+    // Release read access to `result` to the async proxy: our reads above come before its next
+    // write. Steal's response is a generic store, ordered by the sync at the top of the loop.
+    if constexpr (kCancel) ptx::fence_proxy_async_generic_release_cluster();
     return true;
-  }
-
-  // Steal: the last unit of the grid to exit resets the counters for the next launch.
-  __device__ void exit_protocol() const {
-    if (!(leader_ && cluster_rank_ == 0)) return;
-    // Relaxed is enough: claims and exits update one word, so the exit that brings the count to
-    // the number of units comes after every other unit's last update in its modification order.
-    const unsigned long long before = state_word().fetch_add(kExited, cuda::memory_order_relaxed);
-    if ((before >> 32) == grid_clusters() - 1) state_word().store(0, cuda::memory_order_relaxed);
   }
 
   const Schedule s_;  // by value: members stay in the constant bank of the kernel parameter
