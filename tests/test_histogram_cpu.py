@@ -452,7 +452,7 @@ def ballot_sort_model(values: np.ndarray, c: int, hot: int, bins: int, cursor: n
 
 
 @pytest.mark.parametrize("c", [2, 4, 8, 16])
-def test_ballot_sort_places_every_element_once(c):
+def test_ballot_sort_model_places_every_element_once(c):
     rng = np.random.default_rng(c)
     bins, hot = 1000, 37
     cursor = np.zeros(c, dtype=np.int64)

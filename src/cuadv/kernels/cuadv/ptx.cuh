@@ -193,11 +193,7 @@ static inline __device__ uint3 clusterlaunchcontrol_query_cancel_get_first_ctaid
 }
 #endif  // CUADV_ARCH >= 1000
 
-}  // namespace cuadv::ptx
-
-// ---- cp.async (non-bulk) and the mbarrier operations a per-thread-copy pipeline needs (appended) ----
-
-namespace cuadv::ptx {
+// ---- cp.async (non-bulk) and the mbarrier operations a per-thread-copy pipeline needs ----
 
 // cp.async.cg.shared.global [dst], [src], 16;  (sm_80)
 // 16 bytes from global to shared memory, cached in L2 only; dst and src must both be 16-byte aligned.
