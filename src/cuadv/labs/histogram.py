@@ -450,7 +450,6 @@ class HistogramEngine:
 
         self.caps = current_device().caps
         self._module = None
-        self._kernels: dict[str, Any] = {}
         self._resident: dict[HistogramPlan, int] = {}
 
     @property
@@ -460,10 +459,7 @@ class HistogramEngine:
         return self._module
 
     def kernel(self, plan: HistogramPlan):
-        k = self._kernels.get(plan.kernel_expr)
-        if k is None:
-            k = self._kernels[plan.kernel_expr] = self.module.kernel(plan.kernel_expr)
-        return k
+        return self.module.kernel(plan.kernel_expr)  # one object per name, kept by the module
 
     def plan(self, bins: int, dtype: str, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
              counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,

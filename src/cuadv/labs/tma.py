@@ -248,14 +248,10 @@ class TmaOps:
     def __init__(self, arch: str | None = None):
         self.module = build_module(arch)
         self._per_sm: dict[tuple[str, int, int], int] = {}
-        self._kernels: dict[str, Any] = {}
 
     def kernel(self, name: str):
-        """One Kernel object per name: its dynamic shared-memory limit only ever rises, so a launcher prepared
-        earlier with more shared memory than a later one still launches."""
-        if name not in self._kernels:
-            self._kernels[name] = self.module.kernel(name)
-        return self._kernels[name]
+        """The named kernel (one object per name, kept by the module)."""
+        return self.module.kernel(name)
 
     def blocks_per_sm(self, name: str, threads: int, shared: int) -> int:
         """Blocks of ``name`` that fit on one SM with this much dynamic shared memory; raises if none does."""
