@@ -108,3 +108,15 @@ def test_smoke_and_quick_run(tmp_path):
     assert result.tables and result.plots and result.selection
     assert (tmp_path / result.plots[0]).exists()
     assert np.isfinite(result.figures["pdl_saved_us_per_boundary_graph_setup0ns"])
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_boundary_gaps_are_measured(module, stream, graph):
+    """Every boundary's next link starts its dependent part after the previous link's last block (PDL or not:
+    griddepcontrol.wait returns only after the previous grid completed), and the chain stays exact."""
+    caps = current_device().caps
+    chain = Chain(module, caps, stream, n=caps.sm_count * 256 + 5)
+    for pdl, early in ((False, 0), (True, 1)):
+        gaps = chain.boundary_gaps(12, pdl, early, graph=graph)
+        assert gaps.shape == (11,) and (gaps >= 0).all(), gaps
+        chain.check(12 + (2 if graph else 0))

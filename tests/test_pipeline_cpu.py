@@ -1,7 +1,8 @@
 """The stencil pipeline lab without a GPU: the NumPy reference, variants, parameter layout, copy alignment, the
 strip split and stream (a Python model of pipeline.cu's Stream), compilation for sm_90a and sm_100a (no spills,
-cp.async and 16-byte stores where they belong, no cp.async.mbarrier.arrive without .noinc), errors raised before
-launch, trace analysis and plot."""
+cp.async and 16-byte stores where they belong, TMA loads and no cp.async in the tma kernels, no
+cp.async.mbarrier.arrive without .noinc), the TMA rules and other errors raised before launch, trace analysis and
+plot."""
 
 import re
 
@@ -40,9 +41,12 @@ def test_reference_matches_the_kernels_order(shape):
 
 
 def test_variants():
-    assert [v.expression(16) for v in lab.TILE_VARIANTS] == [
+    assert [v.expression(16) for v in lab.TILE_VARIANTS if v.kind != "tma"] == [
         "stencil_tile_sync<16>", "stencil_tile_thread<2, 16>", "stencil_tile_thread<4, 16>",
         "stencil_tile_mbar<4, 16>"]
+    assert {v.expression(16) for v in lab.TILE_VARIANTS if v.kind == "tma"} == {
+        f"stencil_tile_tma<{s}, {th}>" for s in (3, 4, 6) for th in (16, 32)} | {
+        f"stencil_tile_tma<{s}, 64>" for s in (3, 4)}
     assert lab.strip("mbar", 512, 8, 4).expression(4) == "stencil_strip_mbar<512, 8, 4, 4>"
     assert lab.strip("sync", 1024, 4).expression(16) == "stencil_strip_sync<1024, 4, 16>"
     assert lab.tile("mbar", 4).shared_bytes == 4 * lab.STAGE_BYTES == 4 * 18 * 136 * 4
@@ -68,6 +72,13 @@ def test_variants():
     (lambda: lab.strip("mbar", 1024, 1, 4), ">= 2"),
     (lambda: lab.Variant("tile", "mbar", 4, width=256), "tiles are 16 x 128"),
     (lambda: lab.strip("mbar", 512, 8, 4, blocks_per_sm=-1), "blocks per SM"),
+    (lambda: lab.Variant("tile", "mbar", 4, rows_per_stage=32), "tiles are 16 x 128"),  # 32 rows: tma only
+    (lambda: lab.tma(4, 8), "TMA tiles are 16, 32 or 64 rows x 128"),
+    (lambda: lab.tma(4, 128), "TMA tiles are 16, 32 or 64 rows x 128"),
+    (lambda: lab.Variant("tile", "tma", 4, width=256), "TMA tiles are 16, 32 or 64 rows x 128"),
+    (lambda: lab.Variant("strip", "tma", 4, 512, 8), "TMA pipeline stages tiles"),
+    (lambda: lab.tma(9), "2 to 8 stages"),
+    (lambda: lab.tma(1, 32), "2 to 8 stages"),
 ])
 def test_variant_errors(make, match):
     with pytest.raises(ValueError, match=match):
@@ -80,6 +91,57 @@ def test_params_layout():
     assert np.frombuffer(b[48:56], np.float32).tolist() == [0.5, 0.125]
     assert int.from_bytes(b[56:64], "little") == 7 and int.from_bytes(b[64:68], "little") == 8
     assert int.from_bytes(b[68:72], "little") == 1
+
+
+class FakeMap:
+    def kernel_param_bytes(self):
+        return bytes(range(128))
+
+
+def test_tma_params_layout():
+    """StencilParams first (unchanged), the 64-byte-aligned tensor map at offset 128 (static_assert in pipeline.cu)."""
+    params = lab.StencilParams(1, 2, 3, 4, 5, 6, 0.5, 0.125, 7, 8, lab.OUT_VEC16)
+    b = lab.StencilTmaParams(params, FakeMap()).kernel_param_bytes()
+    assert len(b) == lab.TMA_PARAMS_BYTES == 256 and lab.TMA_MAP_OFFSET == 128
+    assert b[:72] == params.kernel_param_bytes() and b[72:128] == bytes(56)
+    assert b[128:] == bytes(range(128))
+    assert "sizeof(StencilTmaParams) == 256" in kernel_source("pipeline.cu")
+
+
+def test_tma_variants():
+    v = lab.tma(4, 32)
+    assert v.layout == "tile" and v.reuse == 1 and lab.tma(4) == lab.tma(4, 16)
+    assert v.label == "tile 32x128: 4-stage TMA pipeline, block scope"
+    assert lab.tma(6).label == "tile 16x128: 6-stage TMA pipeline, block scope"
+    assert v.key == "tile_tma4_r32" and lab.tma(3).key == "tile_tma3_r16"
+    assert v.expression(16) == v.expression(4) == "stencil_tile_tma<4, 32>"  # one kernel: TMA needs 16 anyway
+    assert lab.tma(4).box_bytes == 18 * 136 * 4 and v.box_bytes == 34 * 136 * 4 and v.box_bytes % 16 == 0
+    assert lab.tma(4).shared_bytes == 4 * 9856 + 128  # 9,792 B boxes in 128-byte aligned slots, + ring alignment
+    assert v.shared_bytes == 4 * 18560 + 128
+    assert max(t.shared_bytes for t in lab.VARIANTS if t.kind == "tma") <= 227 * 1024  # H200 / B200 opt-in limit
+    assert lab.tma(4, 16).label in {t.label for t in lab.TILE_VARIANTS}  # the tile labels keep their shape
+    assert lab.SYNC.label == "tile 16x128: sync (plain loads)"
+
+
+def test_tma_variants_need_sm90():
+    assert all(v.kind != "tma" for v in lab.variants_for("sm_80"))
+    assert not any("tma" in e for e in lab.stencil_expressions("sm_80"))
+    assert lab.variants_for("sm_90a") == lab.variants_for("sm_100a") == lab.VARIANTS
+    assert lab.stencil_expressions() == lab.stencil_expressions("sm_100a")
+
+
+def test_builds_for_sm80_without_the_tma_kernels():
+    module = lab.PipelineLab().build("sm_80")[0]
+    assert set(module.lowered_names) == set(lab.stencil_expressions("sm_80"))
+    assert "cp.async.bulk" not in module.ptx
+
+
+def test_tma_layout_is_the_tile_with_its_halo():
+    layout = lab.tma_layout(lab.tma(4, 32), lab.Grid2D.of(FakeArray((100, 7), strides=(32, 4)), "x"))
+    assert layout.box == (34, 136) and layout.box_bytes == lab.tma(4, 32).box_bytes
+    assert layout.oob_fill == "zero" and layout.swizzle == "none"
+    args = layout.driver_arguments()
+    assert args["global_dim"] == (7, 100) and args["global_strides"] == (32,) and args["box_dim"] == (136, 34)
 
 
 def test_copy_alignment_is_what_the_array_guarantees():
@@ -171,6 +233,9 @@ def test_strip_stream_model(rows, cols, width, grid):
 def test_stage_counts_tile():
     assert lab.stage_counts(lab.SYNC, 33, 300, 4) == [3, 2, 2, 2]  # 9 tiles over 4 blocks
     assert sum(lab.stage_counts(lab.SYNC, 1000, 1001, 7)) == lab.tile_count(1000, 1001)
+    assert lab.stage_counts(lab.tma(4, 16), 33, 300, 4) == [3, 2, 2, 2]
+    assert lab.stage_counts(lab.tma(4, 32), 33, 300, 4) == [2, 2, 1, 1]  # 2 x 3 tiles of 32 x 128
+    assert lab.tile_count(64, 129, 32) == 4 and lab.tile_count(65, 128, 32) == 3
 
 
 @pytest.fixture(scope="module", params=["sm_90a", "sm_100a"])
@@ -193,6 +258,11 @@ def test_kernels_use_the_copies_and_stores_they_claim(module, tmp_path):
     for v in lab.VARIANTS:
         for align in lab.ALIGNS:
             got = ops[low[v.expression(align)]]
+            if v.kind == "tma":  # TMA box loads, no cp.async, 16-byte stores where the output allows them
+                assert "UTMALDG.2D" in got and not any(o.startswith("LDGSTS") for o in got), (v, sorted(got))
+                assert any(o.startswith("STG") and ".128" in o for o in got), (v, sorted(got))
+                assert any(o.startswith("LDS") and ".128" in o for o in got), (v, sorted(got))
+                continue
             has_cp_async = any(o.startswith("LDGSTS") for o in got)
             assert has_cp_async == (v.kind != "sync"), (v, align)
             bypass_16 = any(o.startswith("LDGSTS") and ".128" in o for o in got)
@@ -219,6 +289,25 @@ def test_launch_errors_before_any_gpu_call(module):
     with pytest.raises(LaunchConfigError, match="32 bits"):
         stencil(lab.strip("mbar", 512, 8, 4), FakeArray((1 << 31, 1)), FakeArray((1 << 31, 1), address=1 << 40))
     assert stencil(lab.SYNC, FakeArray((0, 8)), FakeArray((0, 8))) == 0  # empty: nothing launched
+    assert stencil(lab.tma(4), FakeArray((0, 8)), FakeArray((0, 8))) == 0
+
+
+@pytest.mark.parametrize("x, match", [
+    (FakeArray((10, 8), address=0x10004), "global address must be 16-byte aligned"),
+    (FakeArray((10, 7)), "strides must be multiples of 16 bytes"),  # 28-byte rows
+    (FakeArray((10, 7), strides=(36, 4)), "strides must be multiples of 16 bytes"),
+    (FakeArray((2, 4), strides=(1 << 40, 4)), "below 2\\^40"),
+    (FakeArray((4, (1 << 31) + 4)), "32-bit signed"),
+    (FakeArray(((1 << 31) + 1, 4)), "32-bit signed"),
+])
+def test_tma_rules_refused_before_any_gpu_call(x, match):
+    """A tma variant never launches a TMA the rules forbid: LaunchConfigError naming the rule and the fallback."""
+    stencil = lab.Stencil.__new__(lab.Stencil)  # no compile: the checks run before a kernel is looked up
+    stencil._fit = {}
+    for variant in (lab.tma(4, 16), lab.tma(3, 32)):
+        with pytest.raises(LaunchConfigError, match=match) as err:
+            stencil(variant, x, FakeArray(x.__cuda_array_interface__["shape"], address=1 << 50))
+        assert "fallback: the thread or mbar variants" in str(err.value) and variant.label in str(err.value)
 
 
 def test_trace_phases():
@@ -256,3 +345,13 @@ def test_summary_picks_the_best_by_measurement():
     assert result.figures["pipeline_best_sync_pct_ceiling"] == 75.0
     assert result.figures["pipeline_best_x_sync"] == pytest.approx(88.0 / 75.0)
     assert "strip 512 cols x 8 rows: 4-stage mbarrier pipeline" in result.notes[-1] and "2.20x CuPy" in result.notes[-1]
+
+
+def test_one_row_needs_no_pitch_for_tma():
+    """A single row's stride is never used, so a 1 x 7 array (28-byte 'pitch') is TMA-loadable; its tensor map
+    gets the row rounded up to 16 bytes."""
+    g = lab.Grid2D.of(FakeArray((1, 7)), "x")
+    assert g.tma_loadable and g.copy_alignment == 4
+    assert lab.tma_layout(lab.tma(4), g).strides[0] == 32
+    assert not lab.Grid2D.of(FakeArray((2, 7)), "x").tma_loadable
+    assert not lab.Grid2D.of(FakeArray((1, 8), address=0x10004), "x").tma_loadable

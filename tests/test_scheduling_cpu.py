@@ -3,20 +3,31 @@
 import numpy as np
 import pytest
 
-from cuadv.labs.scheduling import MEAN_TILE_NS, WORKLOADS, SchedulingLab, workload
+from cuadv.labs.scheduling import DOMINANT, REGIMES, SHARED, WORKLOADS, SchedulingLab, workload
 
 
+@pytest.mark.parametrize("regime", REGIMES, ids=lambda r: r.key)
 @pytest.mark.parametrize("kind", WORKLOADS)
-def test_workloads_have_the_stated_mean(kind):
-    d = workload(kind, 42_240, np.random.default_rng(1))
+def test_workloads_have_the_stated_mean(kind, regime):
+    d = workload(kind, regime.tiles(1056), np.random.default_rng(1), regime)
     assert d.dtype == np.uint32 and d.min() >= 1000
-    assert abs(d.mean() / MEAN_TILE_NS - 1) < 0.15
+    assert abs(d.mean() / regime.mean_ns - 1) < 0.15
 
 
-def test_periodic_heavy_lands_on_one_fixed_blocks_block():
-    d = workload("periodic", 42_240, np.random.default_rng(1))
+@pytest.mark.parametrize("regime", REGIMES, ids=lambda r: r.key)
+def test_periodic_heavy_lands_on_one_fixed_blocks_block(regime):
+    d = workload("periodic", regime.tiles(1000), np.random.default_rng(1), regime, period=1000)
     heavy = np.flatnonzero(d > 10 * np.median(d))
-    assert (heavy % 1056 == 0).all() and len(heavy) == 40
+    assert (heavy % 1000 == 0).all() and len(heavy) == regime.tiles_per_slot
+
+
+@pytest.mark.parametrize("kind", ["pareto", "periodic"])
+def test_regimes_place_the_longest_tile(kind):
+    """Many tiles per slot: the longest tile is under 10% of a slot's share. Dominant: it outlasts the share."""
+    for regime, below in ((SHARED, True), (DOMINANT, False)):
+        d = workload(kind, regime.tiles(1056), np.random.default_rng(2), regime).astype(np.float64)
+        share = d.sum() / 1056
+        assert (d.max() < 0.1 * share) == below, (regime.key, d.max() / share)
 
 
 def test_unknown_workload():

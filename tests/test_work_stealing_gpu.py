@@ -101,6 +101,17 @@ def test_steal_quantum_keeps_exactly_once(cp, quantum_us):
     assert 1 <= prologues <= 20_011
 
 
+def test_steal_without_quantum_launches_only_resident_blocks(cp):
+    """Q = inf never yields, so the grid is what fits at once: each resident block runs the prologue once."""
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, quantum_us=math.inf, name="once_resident")
+    counts, prologues = run_counts(cp, k, 1_000_003)
+    assert (counts == 1).all()
+    kernel, _ = k.kernel()
+    assert prologues <= k.launch_config(kernel, "steal", (1_000_003, 1, 1)).grid[0] < 1_000_003
+
+
 @pytest.mark.parametrize("policy", ["steal", "fixed_blocks", "auto"])
 def test_back_to_back_launches_need_no_reset(cp, policy):
     if policy not in policies():

@@ -306,7 +306,10 @@ class TileKernel:
 
     def launch_config(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None = None) -> LaunchConfig:
         cluster = self.cluster if volume(self.cluster) > 1 else None
-        if policy == "fixed_blocks":
+        # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs the
+        # full grid, whose later blocks replace the ones that gave their SM back (and, once the work is gone,
+        # each still launches, reads the counter and exits: see docs/work_stealing.md).
+        if policy == "fixed_blocks" or (policy == "steal" and self.quantum_ns == 0):
             units = volume(tiles) // volume(self.cluster)
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
         else:

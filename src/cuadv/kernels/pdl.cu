@@ -11,7 +11,7 @@
 //   pdl_chain_step
 //       One link of a chain of small kernels: trigger, independent setup, wait, dst = src + 1.
 //       The same kernel runs with and without the PDL attribute, so the time difference of a
-//       chain is what PDL saves per kernel boundary.
+//       chain is what PDL saves per kernel boundary; optional stamps measure the boundary's gap.
 //   pdl_spin
 //       Holds a stream for a while, so a chain of launches can be queued before it starts.
 #include <cuda/atomic>
@@ -84,14 +84,21 @@ extern "C" __global__ void pdl_demo_consumer_correct(const __grid_constant__ Dem
 }
 
 // One link of a chain. early_trigger: call launch_dependents before the setup (else only the
-// implicit trigger at block exit applies).
+// implicit trigger at block exit applies). stamps: null, or this link's pair of %globaltimer stamps,
+// [0] the earliest block past its wait (atomicMin) and [1] the latest block done (atomicMax), from
+// which the host reads the gap at each kernel boundary.
 extern "C" __global__ void pdl_chain_step(const float* src, float* dst, unsigned int n, unsigned long long setup_ns,
-                                          int early_trigger) {
+                                          int early_trigger, unsigned long long* stamps) {
   if (early_trigger) cuadv::pdl::launch_dependents();  // the next link may be scheduled now
   cuadv::pdl::spin_ns(setup_ns);                       // independent setup: needs nothing from src
   cuadv::pdl::wait();                                  // src (the previous link's dst) is complete and visible
+  if (stamps != nullptr && threadIdx.x == 0) atomicMin(&stamps[0], cuadv::ptx::globaltimer_ns());
   for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     dst[i] = src[i] + 1.0f;
+  }
+  if (stamps != nullptr) {
+    __syncthreads();  // every thread of the block has issued its stores before the stamp
+    if (threadIdx.x == 0) atomicMax(&stamps[1], cuadv::ptx::globaltimer_ns());
   }
 }
 

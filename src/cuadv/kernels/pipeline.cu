@@ -1,8 +1,9 @@
-// pipeline.cu - a 2-D 5-point stencil staged through shared memory, in two layouts and three staging methods.
+// pipeline.cu - a 2-D 5-point stencil staged through shared memory, in two layouts and four staging methods.
 //
 // Layouts:
 //   tile   each stage is a 16 x 128 output tile plus its halo (18 x 136 floats); a block strides over tiles, so
-//          every tile re-reads 2 halo rows and 8 halo columns (the layout this lab started with).
+//          every tile re-reads 2 halo rows and 8 halo columns (the layout this lab started with). The tma
+//          method also has 32 and 64 x 128 tiles (2 halo rows in 34 or 66 instead of 18).
 //   strip  a block walks down a strip of W columns (+ one 16-byte halo chunk each side); each stage brings the
 //          next R input rows, and output row i is computed from rows i-1, i, i+1 already in the ring of stages,
 //          so each input row is read once (no vertical halo re-reads).
@@ -13,9 +14,17 @@
 //   mbar   a block-scope pipeline on explicit mbarriers: full[s] completes when every thread's cp.async of the
 //          stage in slot s has landed (cp.async.mbarrier.arrive.noinc: the copy engine arrives for the thread),
 //          empty[s] when every thread has finished reading slot s. No __syncthreads in the loop.
+//   tma    (tile only) one TMA box per stage: an extra producer warp's lane 0 issues cp.async.bulk.tensor for
+//          the tile with its halo, (TH + 2) x 136 floats, from a tensor map of the input; full[s] expects one
+//          arrival (the producer's expect_tx of the full box) plus the box bytes, empty[s] one arrival per
+//          consumer thread after its last read of slot s. The box may reach past any edge of the array: TMA
+//          fills that part with zeros, which is the stencil's boundary, so neither the copy nor the compute has
+//          edge code (only the stores are clipped). Each consumer thread computes 4 adjacent columns (float4
+//          shared loads, neighbours by shuffle, 16-byte stores). No __syncthreads in the loop.
 // Every pipelined kernel runs the same three phases: fill (the first S - D stages issued before any compute),
 // steady state (one stage issued per stage computed) and drain (compute what is in flight, issue nothing);
-// D is how many consecutive stages one compute reads (tile: 1, strip: 2).
+// D is how many consecutive stages one compute reads (tile: 1, strip: 2). The tma kernel's producer warp fills
+// all S slots and refills each as soon as the consumers release it.
 //
 //   out[i][j] = c_center * x[i][j] + c_neighbour * (((x[i-1][j] + x[i+1][j]) + x[i][j-1]) + x[i][j+1])
 // with x = 0 outside the array, every operation rounded to float32 in this order (__fmul_rn/__fadd_rn: no FMA
@@ -34,11 +43,17 @@
 // arrival as the thread's own, and the explicit one as a second arrival on the same phase. The mbar stager gives
 // each thread exactly one arrival per phase on each barrier and has every thread wait on every phase it arrives on.
 //
-// Needs sm_80 (cp.async, mbarrier); built for sm_90a and sm_100a.
+// TMA needs the input's base and row pitch 16-byte aligned (and the other tensor-map rules), checked in Python
+// before launch: an input that breaks them is refused, never loaded with a misaligned TMA.
+//
+// Needs sm_80 (cp.async, mbarrier), the tma kernels sm_90 (TMA); built for sm_90a and sm_100a.
 #include <cuda/pipeline>
 #include <cuda/std/cstdint>
 
 #include "cuadv/ptx.cuh"
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // the TMA helpers: only the tma kernels (sm_90+) use them
+#include "cuadv/tma.cuh"
+#endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #error "pipeline.cu needs sm_80 or newer (cp.async and mbarrier)"
@@ -60,6 +75,7 @@ static_assert(sizeof(StencilParams) == 72, "mirrors cuadv.labs.pipeline.StencilP
 namespace stencil {
 
 namespace ptx = cuadv::ptx;
+using u32 = cuadv::ptx::u32;
 using u64 = cuadv::ptx::u64;
 
 constexpr int kThreads = 256;
@@ -71,8 +87,8 @@ constexpr int kHalo = 4;            // 1 halo column is needed; 4 keep every chu
 struct Tracer {
   const StencilParams& p;
   __device__ explicit Tracer(const StencilParams& params) : p(params) {}
-  __device__ void stamp(long long k, int field) const {
-    if (p.trace != nullptr && threadIdx.x == 0 && k < p.trace_capacity) {
+  __device__ void stamp(long long k, int field, unsigned thread = 0) const {
+    if (p.trace != nullptr && threadIdx.x == thread && k < p.trace_capacity) {
       p.trace[(static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity + k) * 4 + field] =
           ptx::globaltimer_ns();
     }
@@ -220,17 +236,18 @@ constexpr int kChunksPerRow = kStageW / 4;           // 16-byte chunks per buffe
 constexpr int kRowsPerThread = kTileH / (kThreads / kTileW);
 static_assert(kThreads % kTileW == 0 && kTileH % (kThreads / kTileW) == 0, "tile must map onto the block");
 
-// Tile t covers output rows [row0, row0 + kTileH) and columns [col0, col0 + kTileW); tiles are numbered along the
+// Tile t covers output rows [row0, row0 + TH) and columns [col0, col0 + kTileW); tiles are numbered along the
 // rows of tiles, and block b takes tiles b, b + gridDim.x, ...
+template <int TH>
 struct Tiling {
   long long strips, tiles;
   __device__ explicit Tiling(const StencilParams& p)
-      : strips((p.cols + kTileW - 1) / kTileW), tiles(strips * ((p.rows + kTileH - 1) / kTileH)) {}
+      : strips((p.cols + kTileW - 1) / kTileW), tiles(strips * ((p.rows + TH - 1) / TH)) {}
   __device__ long long count_for_block() const {
     return blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   }
   __device__ long long tile(long long k) const { return blockIdx.x + k * static_cast<long long>(gridDim.x); }
-  __device__ long long row0(long long t) const { return (t / strips) * kTileH; }
+  __device__ long long row0(long long t) const { return (t / strips) * TH; }
   __device__ long long col0(long long t) const { return (t % strips) * kTileW; }
 };
 
@@ -280,7 +297,7 @@ __device__ void compute(const StencilParams& p, const float* buf, long long row0
 
 template <int S, int Align, class Stager>
 __device__ void run(const StencilParams& p, float* smem, Stager& st) {
-  const Tiling tiling(p);
+  const Tiling<kTileH> tiling(p);
   const Tracer tracer(p);
   run_stages<S, 1>(
       st, tiling.count_for_block(), tracer,
@@ -499,7 +516,8 @@ __device__ void run(const StencilParams& p, float* smem, Stager& st) {
 }  // namespace stencil
 
 // ---------------------------------------------------------------------------------------------------------------
-// Kernels. Dynamic shared memory: S stage buffers (tile: S * 9,792 B; strip: S * R * (W + 8) * 4 B).
+// Kernels. Dynamic shared memory: S stage buffers (tile: S * 9,792 B; strip: S * R * (W + 8) * 4 B; the tma
+// kernels come last).
 
 template <int Align>
 __global__ void __launch_bounds__(stencil::kThreads) stencil_tile_sync(const __grid_constant__ StencilParams p) {
@@ -544,3 +562,146 @@ __global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_mbar(const
   auto st = stencil::make_mbar_stager<S>(full, empty);
   stencil::strip::run<W, R, S, Align>(p, stencil_smem, st);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// TMA-fed tiles (the tma method): the tile layout's Tiling and halo, one cp.async.bulk.tensor box per stage.
+// sm_90+ only (the lab asks for these kernels only on such targets).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+
+// The tma kernels' parameters: the common ones, then the input's tensor map (box TH + 2 rows x 136 columns, zero
+// fill out of bounds) at offset 128.
+struct StencilTmaParams {
+  StencilParams p;
+  cuadv::tma::TensorMap map;
+};
+static_assert(sizeof(StencilTmaParams) == 256 && alignof(StencilTmaParams) == 64,
+              "mirrors cuadv.labs.pipeline.StencilTmaParams");
+
+namespace stencil::tile {
+
+namespace tma = cuadv::tma;
+
+// TH x kTileW outputs a stage, loaded as one box of (TH + 2) x kStageW floats (one halo row above and below, kHalo
+// columns each side) into a 128-byte aligned slot; box row r holds input row row0 - 1 + r, column c input column
+// col0 - kHalo + c.
+template <int TH>
+struct TmaBox {
+  static constexpr int kGroups = kTileW / 4;             // 4-column groups of a tile row: one per lane
+  static constexpr int kRowGroups = kThreads / kGroups;  // one per warp
+  static_assert(TH % kRowGroups == 0, "a tile's rows must split evenly over the warps");
+  static constexpr int kRowsPerThread = TH / kRowGroups;
+  static constexpr u32 kBytes = kStageW * (TH + 2) * 4;      // the transaction bytes of one load
+  static constexpr u32 kSlotBytes = (kBytes + 127) / 128 * 128;
+};
+
+__device__ inline float point(float cc, float cn, float up, float down, float left, float right, float x) {
+  return __fadd_rn(__fmul_rn(cc, x), __fmul_rn(cn, __fadd_rn(__fadd_rn(__fadd_rn(up, down), left), right)));
+}
+
+// Columns col0 + 4g .. +3 (g = lane) of this warp's kRowsPerThread rows, a 3-row window of float4 sliding down
+// in registers; a column's left and right neighbours come from the lanes beside it (shuffles), the two at the
+// warp's edges from the halo in shared memory. TMA wrote zeros wherever the box left the array, so the reads
+// need no edge tests; the stores are clipped to the array (16 bytes wide where kOutVec16 allows and all 4
+// columns are inside). Every lane takes part in the shuffles, also one whose columns are past the array.
+template <int TH>
+__device__ void compute_tma(const StencilParams& p, const float* box, long long row0, long long col0) {
+  using Box = TmaBox<TH>;
+  static_assert(Box::kGroups == 32, "one 4-column group per lane: the shuffles below assume it");
+  const int g = threadIdx.x % Box::kGroups;
+  const int first = threadIdx.x / Box::kGroups * Box::kRowsPerThread;  // first output row, in the tile
+  const long long j = col0 + 4 * g;
+  const long long valid = p.cols - j;  // columns of the group inside the array (>= 4: all of them; <= 0: none)
+  const bool vec = (p.flags & kOutVec16) && valid >= 4;
+  const float cc = p.c_center, cn = p.c_neighbour;
+  const float* s = box + first * kStageW + kHalo + 4 * g;  // box row `first`: the row above output row `first`
+  float4 up = *reinterpret_cast<const float4*>(s);
+  float4 mid = *reinterpret_cast<const float4*>(s + kStageW);
+#pragma unroll
+  for (int r = 0; r < Box::kRowsPerThread; ++r) {
+    const long long i = row0 + first + r;
+    if (i >= p.rows) break;  // the same for every lane of the warp
+    s += kStageW;  // mid's row
+    const float4 down = *reinterpret_cast<const float4*>(s + kStageW);
+    float left = __shfl_up_sync(0xffffffffu, mid.w, 1);
+    float right = __shfl_down_sync(0xffffffffu, mid.x, 1);
+    if (g == 0) left = s[-1];
+    if (g == Box::kGroups - 1) right = s[4];
+    const float4 y = make_float4(point(cc, cn, up.x, down.x, left, mid.y, mid.x),
+                                 point(cc, cn, up.y, down.y, mid.x, mid.z, mid.y),
+                                 point(cc, cn, up.z, down.z, mid.y, mid.w, mid.z),
+                                 point(cc, cn, up.w, down.w, mid.z, right, mid.w));
+    float* o = p.out + i * p.out_pitch + j;
+    if (vec) {
+      __stwb(reinterpret_cast<float4*>(o), y);  // the intrinsic keeps it one st.global.v4 (see strip::emit)
+    } else if (valid > 0) {
+      o[0] = y.x;
+      if (valid > 1) o[1] = y.y;
+      if (valid > 2) o[2] = y.z;
+      if (valid > 3) o[3] = y.w;
+    }
+    up = mid;
+    mid = down;
+  }
+}
+
+// A ring of S slots on two barriers per slot, phase n of slot s belonging to stage s + n * S. full[s]: one
+// arrival (the producer's arrive.expect_tx of the full box) plus the box bytes, which the TMA unit completes.
+// empty[s]: kThreads arrivals, one per consumer thread after its last read of a slot that will be refilled.
+// Warp specialised: the block's kThreads consumer threads compute; one extra warp produces, its lane 0 issuing
+// every load, so no consumer ever waits for the others before a load goes out. Fill: the producer issues
+// stages 0 .. S-1 into the empty ring. Steady state: it refills each slot with stage m as soon as every
+// consumer has released stage m - S, while the consumers wait for stage k, compute it and release its slot.
+// Drain: the consumers compute the last stages; nothing is issued or released.
+template <int S, int TH>
+__device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* full, u64* empty) {
+  using Box = TmaBox<TH>;
+  const StencilParams& p = tp.p;
+  const Tiling<TH> tiling(p);
+  const Tracer tracer(p);
+  const long long n = tiling.count_for_block();
+  if (threadIdx.x == kThreads) {  // the producer
+    for (int s = 0; s < S; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kThreads);
+    }
+    ptx::fence_mbarrier_init_release_cluster();  // the inits are visible before any TMA completes bytes on them
+    tma::fence_proxy_async_shared_cta();         // ... including to the async proxy that does the completing
+    tma::prefetch_tensormap(&tp.map);
+  }
+  __syncthreads();  // the initialised barriers are visible to every thread before any arrive or wait
+  if (threadIdx.x >= kThreads) {  // the producer warp: lane 0 issues stage m into slot m % S
+    if (threadIdx.x != kThreads) return;
+    for (long long m = 0; m < n; ++m) {  // fill (m < S), then steady state
+      const int s = static_cast<int>(m % S);
+      if (m >= S) tma::wait_parity<false>(&empty[s], static_cast<u32>((m / S - 1) & 1));  // stage m-S's reads done
+      ptx::mbarrier_arrive_expect_tx_relaxed<false>(&full[s], Box::kBytes);  // the full box, out-of-bounds part too
+      const long long t = tiling.tile(m);
+      tma::load_2d(ring + s * Box::kSlotBytes, &tp.map, static_cast<int>(tiling.col0(t) - kHalo),
+                   static_cast<int>(tiling.row0(t) - 1), &full[s]);
+      tracer.stamp(m, 0, kThreads);
+    }
+    return;
+  }
+  for (long long k = 0; k < n; ++k) {  // the consumers: steady state, then drain (k + S >= n: nothing to release)
+    tracer.stamp(k, 1);
+    tma::wait_parity<false>(&full[k % S], static_cast<u32>((k / S) & 1));  // stage k's box has landed (acquire)
+    tracer.stamp(k, 2);
+    const long long t = tiling.tile(k);
+    compute_tma<TH>(p, reinterpret_cast<const float*>(ring + (k % S) * Box::kSlotBytes), tiling.row0(t),
+                    tiling.col0(t));
+    tracer.stamp(k, 3);
+    if (k + S < n) ptx::mbarrier_arrive(&empty[k % S]);  // release: this thread's reads of the slot are done
+  }
+}
+
+}  // namespace stencil::tile
+
+// kThreads consumer threads and one producer warp. Dynamic shared memory: S * TmaBox<TH>::kSlotBytes + 128 (the
+// ring is moved up to a 128-byte boundary).
+template <int S, int TH>
+__global__ void __launch_bounds__(stencil::kThreads + 32) stencil_tile_tma(const __grid_constant__ StencilTmaParams p) {
+  extern __shared__ __align__(128) unsigned char stencil_tma_smem[];
+  __shared__ __align__(8) stencil::u64 full[S], empty[S];
+  stencil::tile::run_tma<S, TH>(p, cuadv::tma::align128(stencil_tma_smem), full, empty);
+}
+#endif  // sm_90+

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -183,12 +184,43 @@ class Chain:
             b.fill(0)
         self.cp.cuda.Device().synchronize()
 
-    def enqueue(self, k: int, pdl: bool, early: int, setup_ns: int) -> None:
+    def enqueue(self, k: int, pdl: bool, early: int, setup_ns: int, stamps: Any = None) -> None:
+        """k links; stamps: None, or a uint64 array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
         cfg = LaunchConfig(grid=self.grid, block=THREADS, pdl=pdl)
         n, setup = np.uint32(self.n), np.uint64(setup_ns)
         for i in range(k):
             src, dst = self.bufs[i % 2], self.bufs[(i + 1) % 2]
-            launch(self.step, cfg, src, dst, n, setup, np.int32(early), stream=self.stream)
+            where = np.uint64(0 if stamps is None else stamps.data.ptr + 16 * i)
+            launch(self.step, cfg, src, dst, n, setup, np.int32(early), where, stream=self.stream)
+
+    def boundary_gaps(self, k: int, pdl: bool, early: int, graph: bool) -> np.ndarray:
+        """Nanoseconds from the last block of link i being done to the first block of link i + 1 being past
+        its wait, for each of the k - 1 boundaries of one stamped chain (a stream run queued behind a spin
+        kernel, or one replay of a captured chain). The stamps add two atomics per block, so this run is
+        not one of the timed ones."""
+        from ..graphs import Graph
+
+        stamps = self.cp.zeros(2 * k, dtype=self.cp.uint64)
+
+        def clear():
+            stamps[0::2] = np.iinfo(np.uint64).max
+            stamps[1::2] = 0
+            self.cp.cuda.Device().synchronize()  # CuPy's fill is on its own stream
+
+        self.reset()
+        clear()
+        if graph:
+            self.enqueue(2, pdl, early, 0)  # checked outside the capture
+            with Graph.capture(self.stream, lambda: self.enqueue(k, pdl, early, 0, stamps)) as g:
+                clear()
+                g.launch(self.stream)
+                synchronize(self.stream)
+        else:
+            launch(self.spin, LaunchConfig(grid=1, block=32), np.uint64(2_000_000 + k * 40_000), stream=self.stream)
+            self.enqueue(k, pdl, early, 0, stamps)
+            synchronize(self.stream)
+        s = self.cp.asnumpy(stamps).astype(np.int64).reshape(k, 2)
+        return s[1:, 0] - s[:-1, 1]
 
     def check(self, links: int) -> None:
         """After `links` links (an even number) from zeros, buffer 0 holds `links` everywhere."""
@@ -353,6 +385,8 @@ class PdlLab:
                     chain.check(2 + (3 + repeats) * k)  # two links ran before the capture, then every replay
                 per_kernel[("graph", setup, mode)] = t.median_ms * 1e3 / k
         self._chain_table(per_kernel, setups, k, chain, ctx, result)
+        self._gap_table(chain, ctx, k, result)
+        self._grid_sweep(chain, ctx, k, repeats, result)
         if edges_seen is not None:
             result.figures["pdl_chain_graph_programmatic_edges"] = float(edges_seen["programmatic"])
             if edges_seen["programmatic"] >= k - 1:
@@ -393,6 +427,61 @@ class PdlLab:
             fallback="compute capability < 9.0: a CUDA graph without PDL"))
         if saved0 < 0.5:
             result.notes.append(f"PDL saved {saved0:.2f} us per boundary without setup ({best}); the target was 0.5 us")
+
+    def _gap_table(self, chain: "Chain", ctx: RunContext, k: int, result: LabResult) -> None:
+        """What there is to hide: the gap at each kernel boundary, from in-kernel stamps, with and without PDL."""
+        rows = []
+        for path in ("stream", "graph"):
+            gaps = {}
+            for mode in ("off", "pdl, trigger at start"):
+                ctx.progress(f"PDL chain: boundary gaps, {mode}, {path}")
+                pdl, early = MODES[mode]
+                gaps[mode] = float(np.median(chain.boundary_gaps(k, pdl, early, graph=path == "graph"))) / 1e3
+            off, on = gaps["off"], gaps["pdl, trigger at start"]
+            rows.append([path, off, on, off - on, 100 * (off - on) / off if off > 0 else 0.0])
+            result.figures[f"pdl_gap_us_{path}_off"] = off
+            result.figures[f"pdl_gap_us_{path}_pdl"] = on
+        result.tables.append(Table(
+            "The gap at a kernel boundary: last block of one link done to the first block of the next past its wait",
+            ["path", "gap without PDL (us)", "gap with PDL (us)", "gap hidden (us)", "% of the gap hidden"], rows,
+            note=f"medians over the {k - 1} boundaries of one stamped chain (%globaltimer, no setup, {chain.grid} "
+                 "blocks); a graph already overlaps most of the launch with the previous kernel, so less is left "
+                 "for PDL to hide there than in a stream"))
+
+    def _grid_sweep(self, chain: "Chain", ctx: RunContext, k: int, repeats: int, result: LabResult) -> None:
+        """The same chain (no setup) with 1 to 16 blocks per SM: an early launch needs room for the dependent
+        grid's blocks beside the running grid's."""
+        rows, sms = [], ctx.caps.sm_count
+        for per_sm in (1, 2, 4, 8, 16):
+            chain.grid = per_sm * sms
+            us = {}
+            for path in ("stream", "graph"):
+                for mode in ("off", "pdl, trigger at start"):
+                    ctx.progress(f"PDL chain: {per_sm} blocks/SM, {mode}, {path}")
+                    pdl, early = MODES[mode]
+                    chain.reset()
+                    if path == "stream":
+                        ms, runs = chain.time_stream(k, pdl, early, 0, repeats)
+                        chain.check(runs * k)
+                    else:
+                        with chain.capture(k, pdl, early, 0) as graph:
+                            ms = time_gpu(lambda: graph.launch(chain.stream), stream=chain.stream, warmup=3,
+                                          repeats=repeats).median_ms
+                            chain.check(2 + (3 + repeats) * k)
+                    us[(path, mode)] = ms * 1e3 / k
+            saved = {p: (us[(p, "off")] - us[(p, "pdl, trigger at start")]) * k / (k - 1) for p in ("stream", "graph")}
+            rows.append([per_sm, chain.grid, us[("stream", "off")], us[("stream", "pdl, trigger at start")],
+                         saved["stream"], us[("graph", "off")], us[("graph", "pdl, trigger at start")], saved["graph"]])
+            for p in ("stream", "graph"):
+                result.figures[f"pdl_saved_us_per_boundary_{p}_{per_sm}_blocks_per_sm"] = saved[p]
+        chain.grid = sms
+        result.tables.append(Table(
+            f"The chain of {k} kernels (no setup) by grid size: microseconds per kernel",
+            ["blocks per SM", "blocks", "stream: no PDL", "stream: PDL", "stream: saved per boundary",
+             "graph: no PDL", "graph: PDL", "graph: saved per boundary"], rows,
+            note=f"PDL = trigger at start; the same {chain.n} floats per kernel at every grid size; {THREADS} threads "
+                 "per block, so from 8 blocks per SM one grid fills the SMs' threads and the dependent grid's blocks "
+                 "find no room to start early"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
         from ..plots import _pyplot

@@ -1,24 +1,31 @@
-"""Asynchronous copies into shared memory: a 2-D 5-point stencil, synchronous vs ``cuda::memcpy_async`` pipelines.
+"""Asynchronous copies into shared memory: a 2-D 5-point stencil, synchronous vs ``cuda::memcpy_async`` and TMA
+pipelines.
 
 Shows (seed 002, exercise 1; issue 5, item 1): the same stencil staged through shared memory in two layouts and
-three ways. Layouts: ``tile`` (16 x 128 output tiles, each re-reading its halo) and ``strip`` (a block walks down
-a strip of W columns; each stage brings R new rows and the rows above and below come from the ring of stages
-already in shared memory, so every input row is read once). Staging: ``sync`` (plain loads, the baseline),
-``thread`` (``cuda::memcpy_async`` with a per-thread ``cuda::pipeline`` plus one block barrier per stage) and
-``mbar`` (a block-scope pipeline on explicit full / empty mbarriers: ``cp.async.mbarrier.arrive.noinc`` marks a
-stage landed, every thread waits on every phase it arrives on, no block barrier in the loop). Every pipelined
-variant has an explicit fill, steady state and drain. Tails that are not a multiple of the 16-byte copy are
-copied element by element; a row pitch or base that is not 16-byte aligned gets 4-byte copies throughout (and
-an output that is not gets 4-byte stores): the alignment a copy claims is always one that was checked. Several
-strip shapes (width, rows per stage, stages, blocks per SM) are measured in the same run and the best is
-picked by measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain timeline.
+four ways. Layouts: ``tile`` (16 x 128 output tiles, each re-reading its halo; 32 and 64 x 128 too for ``tma``) and
+``strip`` (a block walks down a strip of W columns; each stage brings R new rows and the rows above and below
+come from the ring of stages already in shared memory, so every input row is read once). Staging: ``sync``
+(plain loads, the baseline), ``thread`` (``cuda::memcpy_async`` with a per-thread ``cuda::pipeline`` plus one
+block barrier per stage), ``mbar`` (a block-scope pipeline on explicit full / empty mbarriers:
+``cp.async.mbarrier.arrive.noinc`` marks a stage landed, every thread waits on every phase it arrives on, no
+block barrier in the loop) and ``tma`` (tiles only, warp specialised: one extra producer warp loads each tile
+with its halo as one ``cp.async.bulk.tensor`` box from a tensor map of the input, completing the bytes on a full
+mbarrier; every consumer thread releases the slot on an empty mbarrier; TMA zero-fills the box outside the array,
+which is the stencil's boundary). Every pipelined variant has an explicit fill, steady state and drain. Tails
+that are not a multiple of the 16-byte copy are copied element by element; a row pitch or base that is not
+16-byte aligned gets 4-byte copies throughout (and an output that is not gets 4-byte stores): the alignment a
+copy claims is always one that was checked. TMA has no 4-byte fallback: a ``tma`` variant refuses such an input
+with ``LaunchConfigError`` (use ``thread`` or ``mbar``). Several strip shapes (width, rows per stage, stages,
+blocks per SM) and TMA tile heights and stage counts are measured in the same run and the best is picked by
+measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain timeline.
 
-Needs: compute capability 8.0 (cp.async, mbarrier); built for sm_90a and sm_100a.
+Needs: compute capability 8.0 (cp.async, mbarrier), 9.0 for the ``tma`` variants; built for sm_90a and sm_100a.
 Key insight: a staged kernel that waits for its loads idles for the memory latency once per stage; with S
 stages, S - D of them are in flight while one is computed (D = stages one compute reads: 1 for a tile, 2 for a
-strip), so the wait leaves the steady state. What is left is bytes: a tile re-reads 2 of every 18 rows and 8
-of every 136 columns, a strip almost nothing, and the strip keeps tens of KB per SM in flight with one
-barrier wait per stage.
+strip), so the wait leaves the steady state. What is left is how the bytes move: on the H200 the cp.async
+pipelines level off near 73-78% of the copy ceiling whatever the tile shape, stage count or row pitch, the strips
+below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 84% with tall
+tiles (less halo per output row).
 Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
 """
 
@@ -30,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import compile_source, kernel_source
+from ..compiler import compile_source, kernel_source, parse_arch
 from ..errors import LaunchConfigError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..results import LabResult, Table
+from ..tensormap import TensorMap, TensorMapError, TiledLayout, pitch_elements
 from .base import RunContext
 
 # Mirrors kernels/pipeline.cu.
@@ -42,12 +50,14 @@ TILE_W, TILE_H, HALO = 128, 16, 4
 STAGE_W, STAGE_H = TILE_W + 2 * HALO, TILE_H + 2
 STAGE_BYTES = STAGE_W * STAGE_H * 4
 STRIP_WIDTHS = (256, 512, 1024)
+TMA_TILE_HEIGHTS = (16, 32, 64)  # output rows of a tma tile (TH); its box is (TH + 2) x STAGE_W floats
 PARAMS_BYTES = 72
+TMA_PARAMS_BYTES, TMA_MAP_OFFSET = 256, 128  # StencilTmaParams: StencilParams, then the tensor map
 OUT_VEC16 = 1  # StencilParams.flags: the output base and row pitch allow 16-byte stores
 TRACE_FIELDS = ("issued", "wait", "ready", "done")
-KINDS = ("sync", "thread", "mbar")
+KINDS = ("sync", "thread", "mbar", "tma")
 KIND_LABELS = {"sync": "sync (plain loads)", "thread": "cuda::pipeline, thread scope",
-               "mbar": "mbarrier pipeline, block scope"}
+               "mbar": "mbarrier pipeline, block scope", "tma": "TMA pipeline, block scope"}
 
 C_CENTER, C_NEIGHBOUR = np.float32(0.5), np.float32(0.125)
 
@@ -56,10 +66,11 @@ C_CENTER, C_NEIGHBOUR = np.float32(0.5), np.float32(0.125)
 class Variant:
     """One kernel configuration.
 
-    layout: 'tile' (16 x 128 tiles) or 'strip' (a block walks down ``width`` columns, ``rows_per_stage`` rows a
-    stage); kind: 'sync', 'thread' or 'mbar' (see the module docstring); stages: shared-memory buffers (the sync
-    baseline has the fewest the loop allows: 2 for a tile, 3 for a strip); blocks_per_sm: 0 for as many as fit,
-    else that many blocks per SM are launched (the launch raises if they do not fit).
+    layout: 'tile' (16 x 128 tiles; for kind 'tma' ``rows_per_stage`` x 128, 16, 32 or 64 rows) or 'strip' (a block
+    walks down ``width`` columns, ``rows_per_stage`` rows a stage); kind: 'sync', 'thread', 'mbar' or 'tma' (see
+    the module docstring); stages: shared-memory buffers (the sync baseline has the fewest the loop allows: 2 for a
+    tile, 3 for a strip); blocks_per_sm: 0 for as many as fit, else that many blocks per SM are launched (the
+    launch raises if they do not fit).
     """
 
     layout: str
@@ -73,7 +84,9 @@ class Variant:
         if self.layout not in ("tile", "strip"):
             raise ValueError(f"layout must be tile or strip; got {self.layout!r}")
         if self.kind not in KINDS:
-            raise ValueError(f"variant kind must be sync, thread or mbar; got {self.kind!r}")
+            raise ValueError(f"variant kind must be sync, thread or mbar (cp.async), or tma; got {self.kind!r}")
+        if self.kind == "tma" and self.layout != "tile":
+            raise ValueError(f"the TMA pipeline stages tiles; got layout {self.layout!r}")
         if self.blocks_per_sm < 0:
             raise ValueError(f"blocks per SM must be >= 0 (0: as many as fit); got {self.blocks_per_sm}")
         least = self.reuse + 1  # the loop needs one stage in flight beyond the D it computes from
@@ -81,6 +94,11 @@ class Variant:
             raise ValueError(f"the synchronous {self.layout} baseline has exactly {least} buffers; got {self.stages}")
         if self.kind != "sync" and not least <= self.stages <= 8:
             raise ValueError(f"a {self.layout} pipeline has {least} to 8 stages; got {self.stages}")
+        if self.kind == "tma":
+            if self.width != TILE_W or self.rows_per_stage not in TMA_TILE_HEIGHTS:
+                raise ValueError(f"TMA tiles are 16, 32 or 64 rows x {TILE_W} columns; got {self.rows_per_stage} x "
+                                 f"{self.width}")
+            return
         if self.layout == "tile":
             if (self.width, self.rows_per_stage) != (TILE_W, TILE_H):
                 raise ValueError(f"tiles are {TILE_H} x {TILE_W}; got {self.rows_per_stage} x {self.width}")
@@ -93,6 +111,11 @@ class Variant:
                              f"got {self.rows_per_stage}")
 
     @property
+    def threads(self) -> int:
+        """Threads per block: THREADS compute; a tma variant adds one producer warp."""
+        return THREADS + 32 if self.kind == "tma" else THREADS
+
+    @property
     def reuse(self) -> int:
         """D: consecutive stages one compute reads (a strip's row i-1 may sit in the previous stage)."""
         return 1 if self.layout == "tile" else 2
@@ -100,26 +123,38 @@ class Variant:
     @property
     def label(self) -> str:
         what = KIND_LABELS[self.kind] if self.kind == "sync" else f"{self.stages}-stage {KIND_LABELS[self.kind]}"
-        shape = (f"tile {TILE_H}x{TILE_W}" if self.layout == "tile"
+        shape = (f"tile {self.rows_per_stage}x{TILE_W}" if self.layout == "tile"
                  else f"strip {self.width} cols x {self.rows_per_stage} rows")
         bps = f", {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else ""
         return f"{shape}: {what}{bps}"
 
     @property
     def key(self) -> str:
-        """A short name for figures: tile_thread2, strip_mbar4_w512r8, strip_mbar4_w512r8_b2."""
+        """A short name for figures: tile_thread2, tile_tma4_r32, strip_mbar4_w512r8, strip_mbar4_w512r8_b2."""
         key = f"{self.layout}_{self.kind}{self.stages}"
         if self.layout == "strip":
             key += f"_w{self.width}r{self.rows_per_stage}"
+        elif self.kind == "tma":
+            key += f"_r{self.rows_per_stage}"
         return key + (f"_b{self.blocks_per_sm}" if self.blocks_per_sm else "")
 
     @property
+    def box_bytes(self) -> int:
+        """A tma variant's box: the tile plus its halo, (TH + 2) x STAGE_W floats (the bytes one load completes)."""
+        return (self.rows_per_stage + 2) * STAGE_W * 4
+
+    @property
     def shared_bytes(self) -> int:
+        if self.kind == "tma":  # 128-byte aligned slots, and up to 128 B to align the ring (TmaBox in pipeline.cu)
+            return self.stages * -(-self.box_bytes // 128) * 128 + 128
         if self.layout == "tile":
             return self.stages * STAGE_BYTES
         return self.stages * self.rows_per_stage * (self.width + 2 * HALO) * 4
 
     def expression(self, align: int) -> str:
+        """The kernel; ``align`` is what its copies may claim (a tma kernel has one form: TMA needs 16)."""
+        if self.kind == "tma":
+            return f"stencil_tile_tma<{self.stages}, {self.rows_per_stage}>"
         if self.layout == "tile":
             return f"stencil_tile_sync<{align}>" if self.kind == "sync" else \
                 f"stencil_tile_{self.kind}<{self.stages}, {align}>"
@@ -132,12 +167,17 @@ def tile(kind: str, stages: int) -> Variant:
     return Variant("tile", kind, stages)
 
 
+def tma(stages: int, rows: int = TILE_H) -> Variant:
+    return Variant("tile", "tma", stages, TILE_W, rows)
+
+
 def strip(kind: str, width: int, rows_per_stage: int, stages: int = 3, blocks_per_sm: int = 0) -> Variant:
     return Variant("strip", kind, stages, width, rows_per_stage, blocks_per_sm)
 
 
 SYNC = tile("sync", 2)
-TILE_VARIANTS = (SYNC, tile("thread", 2), tile("thread", 4), tile("mbar", 4))
+TILE_VARIANTS = (SYNC, tile("thread", 2), tile("thread", 4), tile("mbar", 4),
+                 tma(3, 16), tma(4, 16), tma(6, 16), tma(3, 32), tma(4, 32), tma(6, 32), tma(3, 64), tma(4, 64))
 # The strip candidates: the measured run picks the best. In flight while a stage is computed: (stages - 2) x
 # rows x (width + 8) x 4 B per block, times the blocks that fit on an SM.
 STRIP_VARIANTS = (
@@ -147,13 +187,18 @@ STRIP_VARIANTS = (
     strip("mbar", 512, 4, 6), strip("mbar", 1024, 4, 4), strip("mbar", 1024, 8, 3), strip("mbar", 256, 8, 4),
 )
 VARIANTS = TILE_VARIANTS + STRIP_VARIANTS
-TIMELINE_VARIANTS = (strip("sync", 512, 8), strip("thread", 512, 8, 4), strip("mbar", 512, 8, 4))
+TIMELINE_VARIANTS = (strip("sync", 512, 8), strip("thread", 512, 8, 4), strip("mbar", 512, 8, 4), tma(4, 16))
 ALIGNS = (16, 4)
 
 
-def stencil_expressions() -> list[str]:
+def variants_for(arch: str) -> tuple[Variant, ...]:
+    """The variants a target runs: the tma ones need sm_90 (TMA)."""
+    return VARIANTS if parse_arch(arch) >= (9, 0) else tuple(v for v in VARIANTS if v.kind != "tma")
+
+
+def stencil_expressions(arch: str = "sm_90a") -> list[str]:
     seen: dict[str, None] = {}
-    for v in VARIANTS:
+    for v in variants_for(arch):
         for a in ALIGNS:
             seen[v.expression(a)] = None
     return list(seen)
@@ -182,6 +227,19 @@ class StencilParams:
 
 
 @dataclass(frozen=True)
+class StencilTmaParams:
+    """The tma kernels' parameter struct (256 bytes: StencilParams, then the input's 128-byte tensor map at offset
+    128; asserted in pipeline.cu)."""
+
+    params: StencilParams
+    map: Any  # a TensorMap (anything with the 128-byte kernel_param_bytes())
+
+    def kernel_param_bytes(self) -> bytes:
+        head = self.params.kernel_param_bytes()
+        return head + bytes(TMA_MAP_OFFSET - len(head)) + self.map.kernel_param_bytes()
+
+
+@dataclass(frozen=True)
 class Grid2D:
     """A 2-D float32 device array as the kernels see it."""
 
@@ -206,6 +264,11 @@ class Grid2D:
         """16 when every row starts 16-byte aligned (base and pitch), else 4: what a copy may claim."""
         return 16 if self.address % 16 == 0 and (self.pitch * 4) % 16 == 0 else 4
 
+    @property
+    def tma_loadable(self) -> bool:
+        """What a tma variant takes: a 16-byte aligned base and, beyond one row, a 16-byte multiple pitch."""
+        return self.address % 16 == 0 and (self.rows == 1 or (self.pitch * 4) % 16 == 0)
+
     def byte_span(self) -> tuple[int, int]:
         """[first, last) bytes the array's elements occupy."""
         if self.rows == 0 or self.cols == 0:
@@ -213,8 +276,8 @@ class Grid2D:
         return self.address, self.address + 4 * ((self.rows - 1) * self.pitch + self.cols)
 
 
-def tile_count(rows: int, cols: int) -> int:
-    return -(-rows // TILE_H) * -(-cols // TILE_W)
+def tile_count(rows: int, cols: int, tile_h: int = TILE_H) -> int:
+    return -(-rows // tile_h) * -(-cols // TILE_W)
 
 
 def strip_work(rows: int, cols: int, width: int) -> int:
@@ -225,7 +288,7 @@ def strip_work(rows: int, cols: int, width: int) -> int:
 def stage_counts(variant: Variant, rows: int, cols: int, grid: int) -> list[int]:
     """Stages each block runs (mirrors Tiling::count_for_block and strip::Stream in pipeline.cu)."""
     if variant.layout == "tile":
-        tiles = tile_count(rows, cols)
+        tiles = tile_count(rows, cols, variant.rows_per_stage)
         return [(tiles - 1 - b) // grid + 1 if b < tiles else 0 for b in range(grid)]
     work, counts = strip_work(rows, cols, variant.width), []
     for b in range(grid):
@@ -233,6 +296,33 @@ def stage_counts(variant: Variant, rows: int, cols: int, grid: int) -> list[int]
         runs = (w1 - 1) // rows - w0 // rows + 1 if w1 > w0 else 0
         counts.append(-(-(w1 - w0 + 2 * runs) // variant.rows_per_stage))
     return counts
+
+
+def tma_layout(variant: Variant, src: Grid2D) -> TiledLayout:
+    """The tensor map a tma variant loads ``src`` through (box: one tile with its halo, zero fill outside the
+    array), with every TMA rule checked here, before anything reaches the GPU."""
+    fallback = "; fallback: the thread or mbar variants (cp.async copies, 4-byte alignment suffices)"
+    if max(src.rows, src.cols) > 1 << 31:
+        raise LaunchConfigError(f"{variant.label}: TMA box coordinates are 32-bit signed, so rows and columns must "
+                                f"be at most 2^31; got {src.rows} x {src.cols}{fallback}")
+    # One row: its stride is never used (no second row is read), so the row's size rounded up to 16 bytes
+    # stands in for a pitch the array may not have.
+    pitch_bytes = 4 * src.pitch if src.rows > 1 else -(-4 * src.cols // 16) * 16
+    try:
+        return TiledLayout(src.address, "float32", (src.rows, src.cols), (pitch_bytes, 4),
+                           (variant.rows_per_stage + 2, STAGE_W), oob_fill="zero")
+    except TensorMapError as e:
+        raise LaunchConfigError(f"{variant.label} loads x by TMA: {e}{fallback}") from e
+
+
+def pitched_copy(x: Any) -> Any:
+    """A CuPy copy of the 2-D float32 array x whose rows start 16-byte aligned: an input a tma variant takes."""
+    import cupy as cp
+
+    rows, cols = x.shape
+    storage = cp.zeros((rows, pitch_elements(cols, "float32")), dtype=cp.float32)
+    storage[:, :cols] = x
+    return storage[:, :cols]
 
 
 def reference(x: np.ndarray, c_center=C_CENTER, c_neighbour=C_NEIGHBOUR) -> np.ndarray:
@@ -247,11 +337,19 @@ class Stencil:
     """The stencil kernels for one target, launched on CuPy / PyTorch / any CUDA-array-interface arrays."""
 
     def __init__(self, arch: str | None = None):
+        if arch is None:
+            from ..device import current_device
+
+            arch = current_device().caps.arch
         self.module = compile_source(kernel_source("pipeline.cu"), name="pipeline", arch=arch,
-                                     name_expressions=stencil_expressions())
+                                     name_expressions=stencil_expressions(arch))
+        self.variants = variants_for(arch)
         self._fit: dict[tuple[Variant, int], int] = {}
 
     def kernel(self, variant: Variant, align: int):
+        if variant.kind == "tma" and variant not in self.variants:
+            raise LaunchConfigError(f"{variant.label} needs sm_90 (TMA); built for {self.module.arch}: use a thread "
+                                    "or mbar variant")
         return self.module.kernel(variant.expression(align))
 
     def blocks_per_sm(self, variant: Variant, align: int) -> int:
@@ -260,7 +358,8 @@ class Stencil:
         if key not in self._fit:
             from ..occupancy import max_active_blocks_per_sm
 
-            self._fit[key] = max_active_blocks_per_sm(self.kernel(variant, align), THREADS, variant.shared_bytes)
+            self._fit[key] = max_active_blocks_per_sm(self.kernel(variant, align), variant.threads,
+                                                      variant.shared_bytes)
         return self._fit[key]
 
     def fits(self, variant: Variant, align: int = 16) -> bool:
@@ -275,13 +374,13 @@ class Stencil:
         fit = self.blocks_per_sm(variant, align)
         if fit < 1:
             raise LaunchConfigError(f"{variant.label} does not fit on an SM ({variant.shared_bytes} B shared memory, "
-                                    f"{THREADS} threads)")
+                                    f"{variant.threads} threads)")
         if variant.blocks_per_sm > fit:
             raise LaunchConfigError(f"{variant.label}: {variant.blocks_per_sm} blocks per SM requested but only {fit} "
-                                    f"fit ({variant.shared_bytes} B shared memory, {THREADS} threads)")
+                                    f"fit ({variant.shared_bytes} B shared memory, {variant.threads} threads)")
         resident = (variant.blocks_per_sm or fit) * current_device().caps.sm_count
         if variant.layout == "tile":
-            return max(1, min(resident, tile_count(rows, cols)))
+            return max(1, min(resident, tile_count(rows, cols, variant.rows_per_stage)))
         work = strip_work(rows, cols, variant.width)
         grid = max(1, min(resident, work // variant.rows_per_stage))
         if work * grid >= 1 << 63:
@@ -303,6 +402,7 @@ class Stencil:
         if variant.layout == "strip" and max(src.rows, -(-src.cols // variant.width)) >= 1 << 31:
             raise LaunchConfigError(f"the strip kernels index rows and strips with 32 bits: {src.rows} rows x "
                                     f"{src.cols} columns needs more than {(1 << 31) - 1}; use a tile variant")
+        layout = tma_layout(variant, src) if variant.kind == "tma" else None
         align = src.copy_alignment
         grid = self.grid(variant, align, src.rows, src.cols)
         trace_ptr = capacity = 0
@@ -312,8 +412,9 @@ class Stencil:
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
-        launch(self.kernel(variant, align), LaunchConfig(grid=grid, block=THREADS, shared_mem=variant.shared_bytes),
-               params, stream=stream)
+        args = params if layout is None else StencilTmaParams(params, TensorMap(layout, owner=x))
+        config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
+        launch(self.kernel(variant, align), config, args, stream=stream)
         return grid
 
 
@@ -379,12 +480,15 @@ def _cases(cp, rng, shapes) -> list[tuple[str, Any, np.ndarray, bool]]:
     return cases
 
 
-def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=VARIANTS) -> list[str]:
-    """Every element of every variant against NumPy, on fresh random data; outputs poisoned with NaN first.
-    Also a pitched view (16-byte pitch, odd width), a view whose base is 4 bytes past a 16-byte boundary, and an
-    output view that is not 16-byte aligned (4-byte stores; the float before each row must stay NaN)."""
+def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[str]:
+    """Every element of every variant (default: all the stencil's target runs) against NumPy, on fresh random data;
+    outputs poisoned with NaN first. Also a pitched view (16-byte pitch, odd width), a view whose base is 4 bytes
+    past a 16-byte boundary, and an output view that is not 16-byte aligned (4-byte stores; the float before each
+    row must stay NaN). A tma variant must refuse every input whose base or pitch is not 16-byte aligned (TMA
+    cannot load it); it is then checked on a copy of that input with 16-byte rows."""
     import cupy as cp
 
+    variants = stencil.variants if variants is None else variants
     cases = _cases(cp, np.random.default_rng(), shapes)
     for name, x, host, shifted_out in cases:
         expected = reference(host)
@@ -392,22 +496,33 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=VARIANTS) -> l
         for variant in variants:
             storage = cp.full((rows, cols + 1 if shifted_out else cols), cp.nan, dtype=cp.float32)
             out = storage[:, 1:] if shifted_out else storage
-            stencil(variant, x, out)
+            src = x
+            if variant.kind == "tma" and not Grid2D.of(x, "x").tma_loadable:
+                try:
+                    stencil(variant, x, out)
+                except LaunchConfigError:
+                    src = pitched_copy(x)
+                else:
+                    raise ValidationError(f"stencil {variant.label}, {name}: a TMA load of an input whose base or "
+                                          "pitch is not 16-byte aligned was launched instead of refused")
+            stencil(variant, src, out)
             got = cp.asnumpy(out)
             if not np.array_equal(got, expected):
                 bad = np.argwhere(got != expected)
                 raise ValidationError(f"stencil {variant.label}, {name} (copy alignment "
-                                      f"{Grid2D.of(x, 'x').copy_alignment} B): {len(bad)} wrong elements, first at "
-                                      f"{tuple(bad[0])}: {got[tuple(bad[0])]} != {expected[tuple(bad[0])]}")
+                                      f"{Grid2D.of(src, 'x').copy_alignment} B): {len(bad)} wrong elements, first "
+                                      f"at {tuple(bad[0])}: {got[tuple(bad[0])]} != {expected[tuple(bad[0])]}")
             if shifted_out and not bool(cp.isnan(storage[:, 0]).all()):
                 raise ValidationError(f"stencil {variant.label}, {name}: wrote outside the output view")
     empty = cp.zeros((0, 5), dtype=cp.float32)
-    for variant in (SYNC, strip("mbar", 512, 8, 4)):
+    for variant in (SYNC, strip("mbar", 512, 8, 4), *(v for v in variants if v.kind == "tma")):
         if stencil(variant, empty, empty) != 0:
             raise ValidationError("an empty array launched a kernel")
     return [f"every element of {len(variants)} variants equals NumPy's float32 stencil (bit for bit) on "
             f"{len(cases)} shapes: {', '.join(n for n, _, _, _ in cases)}; 16-byte copies where base and pitch "
-            "allow, 4-byte copies otherwise (16-byte stores likewise); an empty array launches nothing"]
+            "allow, 4-byte copies otherwise (16-byte stores likewise); the TMA variants refuse a base or pitch "
+            "that is not 16-byte aligned and are checked on a 16-byte-pitched copy instead; an empty array "
+            "launches nothing"]
 
 
 def trace_phases(rec: np.ndarray, pipelined: bool) -> dict[str, float]:
@@ -477,7 +592,7 @@ class PipelineLab:
 
     def build(self, arch: str):
         return [compile_source(kernel_source("pipeline.cu"), name="pipeline", arch=arch,
-                               name_expressions=stencil_expressions())]
+                               name_expressions=stencil_expressions(arch))]
 
     def smoke(self) -> None:
         """Every kernel (both copy alignments, vector and scalar stores) on small shapes, and a traced run."""
@@ -487,7 +602,7 @@ class PipelineLab:
 
         x = cp.asarray(np.random.default_rng().standard_normal((64, 1024), dtype=np.float32))
         out = cp.empty_like(x)
-        for variant in (tile("mbar", 4), strip("mbar", 512, 8, 4)):
+        for variant in (tile("mbar", 4), strip("mbar", 512, 8, 4), *(v for v in stencil.variants if v.kind == "tma")):
             trace = Trace()
             stencil(variant, x, out, trace=trace)
             if not np.array_equal(cp.asnumpy(out), reference(cp.asnumpy(x))):
@@ -500,8 +615,8 @@ class PipelineLab:
 
         result = LabResult(self.name, self.title)
         stencil = Stencil()
-        candidates = [v for v in VARIANTS if stencil.fits(v)]
-        for v in VARIANTS:
+        candidates = [v for v in stencil.variants if stencil.fits(v)]
+        for v in stencil.variants:
             if v not in candidates:
                 result.notes.append(f"not measured: {v.label} does not fit ({stencil.blocks_per_sm(v, 16)} blocks "
                                     f"per SM fit with {v.shared_bytes} B shared memory)")
@@ -528,8 +643,14 @@ class PipelineLab:
                 raise ValidationError(f"CuPy peer stencil differs from NumPy at {size}")
             peer_t = time_gpu(lambda: run_peer(peer, x, out), repeats=repeats)
             align = Grid2D.of(x, "x").copy_alignment
+            loadable = Grid2D.of(x, "x").tma_loadable
             measured = {}
+            if not loadable and any(v.kind == "tma" for v in candidates):
+                result.notes.append(f"not measured at {size}: the TMA variants (TMA needs rows that start 16-byte "
+                                    "aligned; the cp.async variants fall back to 4-byte copies)")
             for variant in candidates:
+                if variant.kind == "tma" and not loadable:
+                    continue
                 ctx.progress(f"pipeline: {size}: {variant.label}")
                 t = time_gpu(lambda: stencil(variant, x, out), repeats=repeats)
                 out.fill(cp.nan)
@@ -542,7 +663,8 @@ class PipelineLab:
                 bw = t.rate(nbytes)
                 pct = 100 * ctx.ceiling.fraction(bw)
                 per_sm = variant.blocks_per_sm or stencil.blocks_per_sm(variant, align)
-                rows_out.append([size, variant.label, f"{align} B", grid, per_sm, variant.shared_bytes / 1024,
+                copy = "TMA" if variant.kind == "tma" else f"{align} B"
+                rows_out.append([size, variant.label, copy, grid, per_sm, variant.shared_bytes / 1024,
                                  t.median_ms, bw / 1e9, pct, base_ms / t.median_ms, peer_t.median_ms / t.median_ms])
                 key = f"pipeline_{variant.key}_{rows}x{cols}"
                 result.figures[key + "_pct_ceiling"] = pct
@@ -559,14 +681,16 @@ class PipelineLab:
              "% of copy ceiling", "x best sync", "x CuPy"],
             rows_out,
             note=f"bytes = 8 per element (read + write; halo re-reads not counted); copy ceiling "
-                 f"{ctx.ceiling.tb_per_s:.2f} TB/s measured in this run; {THREADS} threads per block; {sms} SMs. "
-                 f"tile: {TILE_H} x {TILE_W} output tiles (+1 halo row and 4 halo columns each side), blocks = "
-                 "occupancy x SMs striding over the tiles. strip: each block streams an equal share of the (strip, "
-                 "row) pairs, R rows per stage, rows above/below reused from the ring of stages. 'x best sync': the "
+                 f"{ctx.ceiling.tb_per_s:.2f} TB/s measured in this run; {THREADS} threads per block (tma: plus one "
+                 f"producer warp); {sms} SMs. "
+                 f"tile: {TILE_H} x {TILE_W} output tiles (tma: 16, 32 or 64 x {TILE_W}, each tile and its halo one "
+                 "TMA box) +1 halo row and 4 halo columns each side, blocks = occupancy x SMs striding over the "
+                 "tiles. strip: each block streams an equal share of the (strip, row) pairs, R rows per stage, rows "
+                 "above/below reused from the ring of stages. 'x best sync': the "
                  "fastest synchronous (plain-load) variant at that size over this one's time. Medians of "
                  f"{repeats} CUDA-event timings (each queued behind a 150 us spin so host launch time is not "
                  "timed). 'copy' is the alignment the copies claim (4 B when the row pitch is not a multiple of "
-                 "16 B)"))
+                 "16 B), or TMA"))
         self._summary(result, measured_at=f"{side}x{side}")
         self._timeline(ctx, stencil, result)
         return result
@@ -598,7 +722,7 @@ class PipelineLab:
         run_peer(peer_kernel(), x, expected)
         traces, rows = {}, []
         for variant in TIMELINE_VARIANTS:
-            if not stencil.fits(variant):
+            if variant not in stencil.variants or not stencil.fits(variant):
                 continue
             trace = Trace()
             stencil(variant, x, out, trace=trace)

@@ -26,11 +26,15 @@ class Shape:
     """How a tile is cut: rows of THREADS x vec float4 per tile, and the occupancy hint that caps
     registers. Several shapes are measured because the best one differs between a block that lives
     for one tile, one that strides over many (whose last round is partly idle unless tiles are
-    small) and one that syncs between tiles (which needs more bytes in flight around each sync)."""
+    small) and one that syncs between tiles (which needs more bytes in flight around each sync).
+    prefetch: a row's loads are issued before the previous row's stores, so a tile of many rows
+    keeps vec float4 per thread in flight from its first row to its last (a large tile then costs
+    no more latency than a small one, and steal's full grid has fewer blocks)."""
 
     vec: int = 8  # float4 loads in flight per thread
     rows: int = 2  # rows per tile
     min_blocks: int = 3  # __launch_bounds__ occupancy hint
+    prefetch: bool = False
 
     @property
     def tile_elems(self) -> int:
@@ -38,11 +42,13 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"{self.vec} x float4, {self.rows} rows, {self.min_blocks} blocks/SM"
+        prefetched = ", prefetched" if self.prefetch else ""
+        return f"{self.vec} x float4, {self.rows} rows{prefetched}, {self.min_blocks} blocks/SM"
 
 
 DEFAULT_SHAPE = Shape()
-SHAPES = (Shape(8, 2, 3), Shape(4, 4, 4), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2), Shape(8, 8, 3))
+SHAPES = (Shape(8, 2, 3), Shape(4, 4, 4), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2),
+          Shape(8, 8, 3), Shape(8, 4, 2, True), Shape(8, 8, 2, True), Shape(8, 8, 3, True))
 TILE_ELEMS = DEFAULT_SHAPE.tile_elems
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
@@ -57,30 +63,43 @@ PROLOGUE = r"""
 BODY = r"""
       constexpr int kVec = CUADV_VEC, kRows = CUADV_ROWS;  // a tile: kRows rows of blockDim.x * kVec float4
       const long long row_elems = (long long)blockDim.x * 4 * kVec;
-      for (int r = 0; r < kRows; ++r) {
-        const unsigned long long base = (tile.index * kRows + r) * (unsigned long long)row_elems;
-        const long long left = (long long)n - (long long)base;  // elements from the row's start to the end
-        if (left >= row_elems) {  // a full row: kVec 16-byte loads in flight per thread
-          float4* p = reinterpret_cast<float4*>(data + base) + threadIdx.x;
-          float4 v[kVec];
+      const unsigned long long first = tile.index * kRows * (unsigned long long)row_elems;
+      // Full rows of this tile (kVec 16-byte accesses per thread each); the rest is the tail row.
+      const long long left = (long long)n - (long long)first;
+      const int full = left <= 0 ? 0 : (left >= kRows * row_elems ? kRows : (int)(left / row_elems));
+      float4* p = reinterpret_cast<float4*>(data + first) + threadIdx.x;
+      float4 v[kVec];
+      #pragma unroll
+      for (int k = 0; k < kVec; ++k) if (full > 0) v[k] = p[k * blockDim.x];
+      for (int r = 0; r < full; ++r) {
+        float4 next[kVec];
+        if (CUADV_PREFETCH && r + 1 < full) {  // the next row's loads go out before this row's stores
           #pragma unroll
-          for (int k = 0; k < kVec; ++k) v[k] = p[k * blockDim.x];
-          #pragma unroll
-          for (int k = 0; k < kVec; ++k) {
-            v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
-            p[k * blockDim.x] = v[k];
-          }
-        } else {  // the last, partial row: one element per thread per step
-          for (long long j = threadIdx.x; j < left; j += blockDim.x) data[base + j] *= a;
+          for (int k = 0; k < kVec; ++k) next[k] = p[(r + 1) * row_elems / 4 + k * blockDim.x];
         }
+        #pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
+          p[r * row_elems / 4 + k * blockDim.x] = v[k];
+        }
+        if (r + 1 < full) {
+          #pragma unroll
+          for (int k = 0; k < kVec; ++k) v[k] = CUADV_PREFETCH ? next[k] : p[(r + 1) * row_elems / 4 + k * blockDim.x];
+        }
+      }
+      if (full < kRows && left > full * row_elems) {  // the last, partial row: one element per thread per step
+        const unsigned long long base = first + full * (unsigned long long)row_elems;
+        const long long rest = left - full * row_elems;
+        for (long long j = threadIdx.x; j < rest; j += blockDim.x) data[base + j] *= a;
       }
 """
 
 
 def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE) -> TileKernel:
-    preamble = f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
+    preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
+                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n")
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us, preamble=preamble,
-                      name=f"vecscale_{policy}_{shape.vec}x{shape.rows}_b{shape.min_blocks}",
+                      name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}",
                       min_blocks_per_sm=shape.min_blocks)
 
 
@@ -161,6 +180,9 @@ class VecScaleLab:
             peer_pct = 100 * ctx.ceiling.fraction(peer.rate(nbytes))
             rows.append([size, "CuPy data *= alpha", "-", peer.median_ms, peer.rate(nbytes) / 1e9, peer_pct,
                          base_ms / peer.median_ms, 1.0])
+            if n == sizes[-1]:
+                shape = min(SHAPES, key=lambda sh: times[("fixed_blocks", sh)])
+                self._sm_finish(ctx, result, kernels, shape, data, n, size)
             del data
         for (size, label), (pct, _) in best.items():
             result.figures[f"vecscale_{label.replace(' ', '_')}_{size.replace(' ', '')}_best_pct_ceiling"] = pct
@@ -174,3 +196,41 @@ class VecScaleLab:
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
             note="target: 90% of the copy ceiling or better for every policy at 1 GiB and up"))
         return result
+
+    def _sm_finish(self, ctx: RunContext, result: LabResult, kernels, shape: Shape, data, n: int, size: str) -> None:
+        """When each SM ran out of work, from block traces: a static split (fixed_blocks) gives every SM the
+        same share, so SMs that stream more slowly finish last while the others idle; a ticket (steal) hands
+        the last tiles to whichever SMs are free."""
+        from ..plots import _pyplot
+
+        finish, rates, counts = {}, {}, {}
+        for label in ("fixed_blocks", "steal"):
+            trace = kernels[(label, shape)](tiles_for(n, shape), data, n, np.float32(1.0), 0, trace=True)
+            rec = trace.records[trace.written]
+            t0, sm = int(rec["start_ns"].min()), rec["smid"].astype(np.int64)
+            end = np.zeros(ctx.caps.sm_count)
+            np.maximum.at(end, sm, (rec["end_ns"] - t0).astype(np.float64))
+            busy = end > 0
+            finish[label] = np.sort(end[busy] / end[busy].max())
+            counts[label] = np.bincount(sm, minlength=ctx.caps.sm_count)[busy]
+            rates[label] = counts[label] / end[busy]  # tiles per ns while the SM had work
+            result.figures[f"vecscale_{label}_first_sm_done_pct"] = 100 * float(finish[label][0])
+            result.figures[f"vecscale_{label}_sm_rate_spread"] = float(rates[label].max() / rates[label].min())
+        fb, st, c = finish["fixed_blocks"], finish["steal"], counts["fixed_blocks"]
+        result.notes.append(
+            f"per-SM finish at {size} ({shape.label}, block traces): under fixed_blocks the first SM ran out of tiles "
+            f"at {100 * fb[0]:.1f}% of the makespan and the median SM at {100 * np.median(fb):.1f}%, with "
+            f"{c.min()} to {c.max()} tiles per SM; SMs streamed at different rates (fastest / slowest "
+            f"{rates['fixed_blocks'].max() / rates['fixed_blocks'].min():.2f}x) and a static split cannot move work "
+            f"to the fast ones. Under steal the first SM ran out at {100 * st[0]:.1f}% and the median at "
+            f"{100 * np.median(st):.1f}% ({counts['steal'].min()} to {counts['steal'].max()} tiles per SM)")
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(7, 3.8))
+        for label, f in finish.items():
+            ax.plot(np.arange(1, f.size + 1), 100 * f, label=label)
+        ax.set_xlabel("SMs, sorted by when they ran out of tiles")
+        ax.set_ylabel("last tile ended (% of makespan)")
+        ax.set_title(f"v := alpha * v at {size}: when each SM ran out of work")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ctx.save_figure(fig, "vecscale_sm_finish.png", result)
