@@ -13,7 +13,8 @@
 //                         on purpose, so the block exits and gives its SM back.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
-// Use (the tile grid is the launch grid for FixedWork, ClusterLaunchControl and Steal):
+// Use (the tile grid is the launch grid for FixedWork, ClusterLaunchControl and Steal with a quantum;
+// Steal without one, quantum_ns = 0, may launch only the blocks that fit at once, as FixedBlocks does):
 //
 //   __global__ void k(const __grid_constant__ cuadv::ws::Schedule s, float* data, int n) {
 //     cuadv::ws::Scheduler<cuadv::ws::Auto> sched(s);
