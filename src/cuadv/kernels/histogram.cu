@@ -40,6 +40,8 @@
 #include <cooperative_groups.h>
 #include <cuda/std/cstdint>
 
+#include "cuadv/ptx.cuh"
+
 namespace cg = cooperative_groups;
 
 namespace cuadv_hist {
@@ -352,22 +354,11 @@ struct HotSink {
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers for distributed shared memory and the split cluster barrier (all sm_90).
 
-// mapa.shared::cluster.u32 d, a, rank;  (sm_90) - the shared::cluster address of this block's
-// shared::cta address `a` in the block of cluster rank `rank` (the same offset in that block).
-static __device__ __forceinline__ u32 mapa_shared_cluster(u32 addr, u32 rank) {
-  u32 remote;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  return remote;
-}
-
-// st.shared::cluster.v4.u32 [addr], {...};  (sm_90) - a weak 16-byte store into the shared memory of
-// a block of the cluster. No ordering of its own: the reader sees it after a cluster barrier
-// (arrive.release by the writer, wait.acquire by the reader).
-static __device__ __forceinline__ void st_shared_cluster_v4(u32 addr, const uint4& v) {
-  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-}
+// mapa_shared_cluster (the same offset in another block of the cluster) and st_shared_cluster_v4 (a weak
+// 16-byte store there, seen by the reader after a cluster barrier: arrive.release by the writer, wait.acquire
+// by the reader) come from cuadv/ptx.cuh.
+using cuadv::ptx::mapa_shared_cluster;
+using cuadv::ptx::st_shared_cluster_v4;
 
 // st.shared::cluster.u32 [addr], v;  (sm_90) - a weak 4-byte store, ordered like st_shared_cluster_v4.
 static __device__ __forceinline__ void st_shared_cluster_u32(u32 addr, u32 v) {

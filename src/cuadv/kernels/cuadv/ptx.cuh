@@ -80,11 +80,12 @@ static inline __device__ void mbarrier_complete_tx_cta(u64* bar, u32 bytes) {
 }
 
 // mapa.shared::cluster.u32 remote, local, rank;  (sm_90) - the same shared variable in block `rank` of the cluster.
+// A pure address computation (not volatile), so the compiler may hoist or merge it.
 template <int D = 0>
 static inline __device__ u32 mapa_shared_cluster(u32 local, u32 rank) {
   static_assert(arch_at_least<D>(90), "mapa needs sm_90");
   u32 remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   return remote;
 }
 
