@@ -45,8 +45,9 @@ def test_variants():
         "stencil_tile_sync<16>", "stencil_tile_thread<2, 16>", "stencil_tile_thread<4, 16>",
         "stencil_tile_mbar<4, 16>"]
     assert {v.expression(16) for v in lab.TILE_VARIANTS if v.kind == "tma"} == {
-        f"stencil_tile_tma<{s}, {th}>" for s in (3, 4, 6) for th in (16, 32)} | {
-        f"stencil_tile_tma<{s}, 64>" for s in (3, 4)}
+        f"stencil_tile_tma<{s}, {th}, false>" for s in (3, 4, 6) for th in (16, 32)} | {
+        "stencil_tile_tma<3, 64, false>", "stencil_tile_tma<4, 64, false>", "stencil_tile_tma<4, 32, true>",
+        "stencil_tile_tma<3, 64, true>", "stencil_tile_tma<4, 64, true>"}  # chunk is a parameter, not a kernel
     assert lab.strip("mbar", 512, 8, 4).expression(4) == "stencil_strip_mbar<512, 8, 4, 4>"
     assert lab.strip("sync", 1024, 4).expression(16) == "stencil_strip_sync<1024, 4, 16>"
     assert lab.tile("mbar", 4).shared_bytes == 4 * lab.STAGE_BYTES == 4 * 18 * 136 * 4
@@ -79,6 +80,9 @@ def test_variants():
     (lambda: lab.Variant("strip", "tma", 4, 512, 8), "TMA pipeline stages tiles"),
     (lambda: lab.tma(9), "2 to 8 stages"),
     (lambda: lab.tma(1, 32), "2 to 8 stages"),
+    (lambda: lab.Variant("tile", "mbar", 4, tma_store=True), "TMA stores belong to the tma pipeline"),
+    (lambda: lab.Variant("tile", "mbar", 4, chunk=2), "chunks of 1 to 64 tiles belong to the tma pipeline"),
+    (lambda: lab.tma(4, 16, chunk=0), "chunks of 1 to 64 tiles"),
 ])
 def test_variant_errors(make, match):
     with pytest.raises(ValueError, match=match):
@@ -98,14 +102,23 @@ class FakeMap:
         return bytes(range(128))
 
 
+class FakeOutMap:
+    def kernel_param_bytes(self):
+        return bytes(range(128, 256))
+
+
 def test_tma_params_layout():
-    """StencilParams first (unchanged), the 64-byte-aligned tensor map at offset 128 (static_assert in pipeline.cu)."""
+    """StencilParams first (unchanged), the 64-byte-aligned input tensor map at offset 128, the output's at 256
+    (zeros without TMA stores; static_assert in pipeline.cu)."""
     params = lab.StencilParams(1, 2, 3, 4, 5, 6, 0.5, 0.125, 7, 8, lab.OUT_VEC16)
     b = lab.StencilTmaParams(params, FakeMap()).kernel_param_bytes()
-    assert len(b) == lab.TMA_PARAMS_BYTES == 256 and lab.TMA_MAP_OFFSET == 128
-    assert b[:72] == params.kernel_param_bytes() and b[72:128] == bytes(56)
-    assert b[128:] == bytes(range(128))
-    assert "sizeof(StencilTmaParams) == 256" in kernel_source("pipeline.cu")
+    assert len(b) == lab.TMA_PARAMS_BYTES == 384 and lab.TMA_MAP_OFFSET == 128
+    assert b[:72] == params.kernel_param_bytes() and b[76:128] == bytes(52)
+    assert b[128:256] == bytes(range(128)) and b[256:] == bytes(128)
+    assert lab.StencilTmaParams(params, FakeMap(), FakeOutMap()).kernel_param_bytes()[256:] == bytes(range(128, 256))
+    assert b[72:76] == (1).to_bytes(4, "little")  # chunk: tiles a block takes at a time
+    assert lab.StencilTmaParams(params, FakeMap(), chunk=8).kernel_param_bytes()[72:76] == (8).to_bytes(4, "little")
+    assert "sizeof(StencilTmaParams) == 384" in kernel_source("pipeline.cu")
 
 
 def test_tma_variants():
@@ -114,7 +127,11 @@ def test_tma_variants():
     assert v.label == "tile 32x128: 4-stage TMA pipeline, block scope"
     assert lab.tma(6).label == "tile 16x128: 6-stage TMA pipeline, block scope"
     assert v.key == "tile_tma4_r32" and lab.tma(3).key == "tile_tma3_r16"
-    assert v.expression(16) == v.expression(4) == "stencil_tile_tma<4, 32>"  # one kernel: TMA needs 16 anyway
+    assert v.expression(16) == v.expression(4) == "stencil_tile_tma<4, 32, false>"  # one kernel: TMA needs 16 anyway
+    st = lab.tma(3, 64, store=True)
+    assert st.label == "tile 64x128: 3-stage TMA pipeline, block scope, TMA stores" and st.key == "tile_tma3_r64_st"
+    assert st.expression(16) == "stencil_tile_tma<3, 64, true>"
+    assert st.shared_bytes == lab.tma(3, 64).shared_bytes + 2 * 64 * 128 * 4  # two staged output tiles
     assert lab.tma(4).box_bytes == 18 * 136 * 4 and v.box_bytes == 34 * 136 * 4 and v.box_bytes % 16 == 0
     assert lab.tma(4).shared_bytes == 4 * 9856 + 128  # 9,792 B boxes in 128-byte aligned slots, + ring alignment
     assert v.shared_bytes == 4 * 18560 + 128
@@ -236,6 +253,11 @@ def test_stage_counts_tile():
     assert lab.stage_counts(lab.tma(4, 16), 33, 300, 4) == [3, 2, 2, 2]
     assert lab.stage_counts(lab.tma(4, 32), 33, 300, 4) == [2, 2, 1, 1]  # 2 x 3 tiles of 32 x 128
     assert lab.tile_count(64, 129, 32) == 4 and lab.tile_count(65, 128, 32) == 3
+    # chunks of 4 of the 9 tiles: 0-3, 4-7, 8 dealt to blocks 0, 1, 2, 0, ...
+    assert lab.stage_counts(lab.tma(4, 16, chunk=4), 33, 300, 2) == [5, 4]
+    assert lab.stage_counts(lab.tma(4, 16, chunk=4), 33, 300, 3) == [4, 4, 1]
+    for grid in range(1, 12):
+        assert sum(lab.stage_counts(lab.tma(4, 16, chunk=4), 1000, 1001, grid)) == lab.tile_count(1000, 1001)
 
 
 @pytest.fixture(scope="module", params=["sm_90a", "sm_100a"])
@@ -260,8 +282,12 @@ def test_kernels_use_the_copies_and_stores_they_claim(module, tmp_path):
             got = ops[low[v.expression(align)]]
             if v.kind == "tma":  # TMA box loads, no cp.async, 16-byte stores where the output allows them
                 assert "UTMALDG.2D" in got and not any(o.startswith("LDGSTS") for o in got), (v, sorted(got))
-                assert any(o.startswith("STG") and ".128" in o for o in got), (v, sorted(got))
                 assert any(o.startswith("LDS") and ".128" in o for o in got), (v, sorted(got))
+                if v.tma_store:  # the tile is staged in shared memory and leaves by TMA stores (STG: trace stamps)
+                    assert "UTMASTG.2D" in got and not any(o.startswith("STG") and ".128" in o for o in got), v
+                    assert any(o.startswith("STS") and ".128" in o for o in got), (v, sorted(got))
+                else:
+                    assert any(o.startswith("STG") and ".128" in o for o in got), (v, sorted(got))
                 continue
             has_cp_async = any(o.startswith("LDGSTS") for o in got)
             assert has_cp_async == (v.kind != "sync"), (v, align)
@@ -308,6 +334,20 @@ def test_tma_rules_refused_before_any_gpu_call(x, match):
         with pytest.raises(LaunchConfigError, match=match) as err:
             stencil(variant, x, FakeArray(x.__cuda_array_interface__["shape"], address=1 << 50))
         assert "fallback: the thread or mbar variants" in str(err.value) and variant.label in str(err.value)
+
+
+@pytest.mark.parametrize("out, match", [
+    (FakeArray((10, 8), address=(1 << 50) + 4), "base and row pitch are 16-byte aligned"),
+    (FakeArray((10, 7), address=1 << 50), "base and row pitch are 16-byte aligned"),  # 28-byte rows
+])
+def test_tma_store_rules_refused_before_any_gpu_call(out, match):
+    """A TMA-store variant refuses an output TMA cannot write, naming the fallback; the input is fine."""
+    stencil = lab.Stencil.__new__(lab.Stencil)
+    stencil._fit = {}
+    x = FakeArray(out.__cuda_array_interface__["shape"], strides=(32, 4))
+    with pytest.raises(LaunchConfigError, match=match) as err:
+        stencil(lab.tma(4, 32, store=True), x, out)
+    assert "fallback: the same tma variant without TMA stores" in str(err.value)
 
 
 def test_trace_phases():

@@ -26,11 +26,17 @@ def tma_input(variant, x):
     return x
 
 
+def nan_output(variant, shape, cp):
+    """A NaN-filled output for the variant: with TMA stores, one whose rows start 16-byte aligned."""
+    out = cp.full(shape, cp.nan, dtype=cp.float32)
+    return lab.pitched_copy(out) if variant.tma_store else out
+
+
 @pytest.mark.parametrize("variant", lab.VARIANTS, ids=lambda v: v.key)
 @pytest.mark.parametrize("shape", [(3, 2), (16, 128), (31, 257), (300, 129), (1, 3000), (70, 1030), (9, 4)])
 def test_variant_shapes(stencil, cp, variant, shape):
     x = tma_input(variant, cp.asarray(np.random.default_rng().standard_normal(shape, dtype=np.float32)))
-    out = cp.full(shape, cp.nan, dtype=cp.float32)
+    out = nan_output(variant, shape, cp)
     grid = stencil(variant, x, out)
     assert grid >= 1
     assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
@@ -38,7 +44,7 @@ def test_variant_shapes(stencil, cp, variant, shape):
 
 MIXED = [lab.SYNC, lab.tile("mbar", 4), lab.tile("thread", 2), lab.strip("sync", 512, 8),
          lab.strip("thread", 512, 8, 4), lab.strip("mbar", 512, 8, 4), lab.strip("mbar", 256, 8, 4),
-         lab.strip("mbar", 1024, 8, 3), lab.tma(4, 16), lab.tma(3, 32)]
+         lab.strip("mbar", 1024, 8, 3), lab.tma(4, 16), lab.tma(3, 32), lab.tma(4, 32, store=True)]
 
 
 @pytest.mark.parametrize("variant", MIXED, ids=lambda v: v.key)
@@ -65,6 +71,11 @@ def test_pitched_and_misaligned_output(stencil, cp, variant):
     assert np.array_equal(cp.asnumpy(out_storage[:, :200]), expected)
     assert np.isnan(cp.asnumpy(out_storage[:, 200:])).all()  # nothing written past the columns
     out_storage.fill(cp.nan)
+    if variant.tma_store:  # TMA cannot store there: refused before launch, nothing written
+        with pytest.raises(LaunchConfigError, match="TMA stores need an output whose base and row pitch"):
+            stencil(variant, x, out_storage[:, 3:203])
+        assert np.isnan(cp.asnumpy(out_storage)).all()
+        return
     stencil(variant, x, out_storage[:, 3:203])  # base 12 bytes past a 16-byte boundary: 4-byte stores
     assert np.array_equal(cp.asnumpy(out_storage[:, 3:203]), expected)
     assert np.isnan(cp.asnumpy(out_storage[:, :3])).all() and np.isnan(cp.asnumpy(out_storage[:, 203:])).all()
@@ -88,7 +99,7 @@ def test_large_grid_many_stages_per_block(stencil, cp):
     x = cp.random.default_rng().standard_normal((2051, 3001), dtype=cp.float32)
     expected = lab.reference(cp.asnumpy(x))
     for variant in lab.VARIANTS:
-        out = cp.full(x.shape, cp.nan, dtype=cp.float32)
+        out = nan_output(variant, x.shape, cp)
         stencil(variant, tma_input(variant, x), out)
         assert np.array_equal(cp.asnumpy(out), expected), variant.label
 
@@ -120,7 +131,8 @@ def test_blocks_per_sm(stencil, cp):
         stencil(too_many, x, out)
 
 
-@pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS + (lab.tile("mbar", 4), lab.SYNC, lab.tma(3, 32)),
+@pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS + (lab.tile("mbar", 4), lab.SYNC, lab.tma(3, 32),
+                                     lab.tma(3, 64, store=True), lab.tma(4, 32, chunk=4)),
                          ids=lambda v: v.key)
 def test_trace_is_ordered(stencil, cp, variant):
     x = cp.random.default_rng().standard_normal((1024, 1024), dtype=cp.float32)

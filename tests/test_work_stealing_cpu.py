@@ -45,6 +45,26 @@ def test_quantum_only_for_steal():
         check_quantum(10.0, "fixed_blocks")
 
 
+@pytest.mark.parametrize("kw, match", [(dict(min_tiles=0), "min_tiles must be an int"),
+                                       (dict(min_tiles=2.0), "min_tiles must be an int"),
+                                       (dict(min_tiles=2, policy="fixed_blocks"), "policy 'fixed_blocks'"),
+                                       (dict(min_tiles=2, quantum_us=math.inf), "finite quantum")])
+def test_invalid_min_tiles(kw, match):
+    kw.setdefault("policy", "steal")
+    with pytest.raises(LaunchConfigError, match=match):
+        TileKernel("int* x", "", **kw)
+
+
+@pytest.mark.parametrize("min_tiles, tiles, cluster, grid", [(1, (1001, 1, 1), 1, (1001, 1, 1)),
+                                                             (7, (1001, 1, 1), 1, (143, 1, 1)),
+                                                             (4, (10, 7, 3), 1, (53, 1, 1)),
+                                                             (3, (40, 6, 1), (2, 2, 1), (40, 2, 1))])
+def test_steal_grid_shrinks_by_min_tiles(min_tiles, tiles, cluster, grid):
+    """ceil(units / min_tiles) blocks (clusters) take every unit when each takes min_tiles."""
+    k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, min_tiles=min_tiles, cluster=cluster)
+    assert k.launch_config(None, "steal", tiles).grid == grid
+
+
 def test_tile_grid_checks():
     assert check_tiles(0, (1, 1, 1)) == (0, 1, 1)
     assert check_tiles((6, 4), (2, 2, 1)) == (6, 4, 1)
@@ -63,8 +83,9 @@ def test_cluster_shape_checked_at_construction():
 
 def test_schedule_layout_matches_header():
     b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
-                 trace_ptr=0x20, order_ptr=0x30).kernel_param_bytes()
-    assert len(b) == 64 and int.from_bytes(b[56:64], "little") == 0x30
+                 trace_ptr=0x20, order_ptr=0x30, min_units=11).kernel_param_bytes()
+    assert len(b) == 72 and int.from_bytes(b[56:64], "little") == 0x30
+    assert int.from_bytes(b[64:68], "little") == 11
     assert int.from_bytes(b[0:4], "little") == 5 and int.from_bytes(b[16:20], "little") == 2
     assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[32:36], "little") == 3
     assert int.from_bytes(b[40:48], "little") == 0x10 and int.from_bytes(b[48:56], "little") == 0x20

@@ -101,6 +101,27 @@ def test_steal_quantum_keeps_exactly_once(cp, quantum_us):
     assert 1 <= prologues <= 20_011
 
 
+@pytest.mark.parametrize("min_tiles, tiles, cluster", [(2, 20_011, 1), (7, 20_011, 1), (64, 997, 1),
+                                                      (5_000, 3_001, 1), (3, (37, 23, 5), 1), (4, (2 * 3001,), (2, 1, 1)),
+                                                      (3, (38, 22), (2, 2, 1))])
+def test_steal_min_tiles_keeps_exactly_once(cp, min_tiles, tiles, cluster):
+    """A quantum far shorter than a tile, so every block yields as soon as min_tiles allows: the
+    ceil(units / min_tiles) blocks of the smaller grid still take every tile once."""
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    spin = """
+      if (threadIdx.x == 0) { unsigned long long t0 = cuadv::ptx::globaltimer_ns();
+        while (cuadv::ptx::globaltimer_ns() - t0 < 1000) {} }  // 1 us of work per tile
+    """
+    k = TileKernel(PARAMS, spin + BODY, PROLOGUE, policy="steal", block=64, cluster=cluster, quantum_us=0.2,
+                   min_tiles=min_tiles, name="once_min_tiles")
+    for launches in (1, 3):  # back to back on one stream: no reset between them
+        counts, prologues = run_counts(cp, k, tiles, launches=launches)
+        assert (counts == launches).all()
+        units = math.prod(tiles if isinstance(tiles, tuple) else (tiles,)) // math.prod(k.cluster)
+        assert prologues <= launches * math.prod(k.cluster) * -(-units // min_tiles)
+
+
 def test_steal_without_quantum_launches_only_resident_blocks(cp):
     """Q = inf never yields, so the grid is what fits at once: each resident block runs the prologue once."""
     if "steal" not in policies():
@@ -122,10 +143,12 @@ def test_back_to_back_launches_need_no_reset(cp, policy):
     assert (counts == 7).all()
 
 
-def test_graph_replays_need_no_reset(cp):
+@pytest.mark.parametrize("min_tiles", [1, 5])
+def test_graph_replays_need_no_reset(cp, min_tiles):
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")
-    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, quantum_us=2.0, name="graph_replay")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, quantum_us=2.0, min_tiles=min_tiles,
+                   name="graph_replay")
     tiles = 30_011
     count = cp.zeros(tiles, dtype=cp.uint32)
     prologues = cp.zeros(1, dtype=cp.uint32)

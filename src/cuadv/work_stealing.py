@@ -7,8 +7,8 @@ scheduling loop of ``kernels/cuadv/work_stealing.cuh`` for the chosen policy:
 - ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
 - ``clc``: hardware Cluster Launch Control, compute capability 10.0+ (compiled and SASS-checked for
   sm_100a here; no Blackwell GPU was available to run it);
-- ``steal``: software CLC for 9.x GPUs: a full grid whose blocks take tickets and give the SM back
-  after ``quantum_us``, so higher-priority kernels get in;
+- ``steal``: software CLC for 9.x GPUs: a full grid (or one block per ``min_tiles`` tiles) whose
+  blocks take tickets and give the SM back after ``quantum_us``, so higher-priority kernels get in;
 - ``auto``: ``clc`` where the GPU has it, else ``steal``.
 
 Example::
@@ -45,10 +45,10 @@ COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
                            ("prologue_factor", "<u4"), ("flags", "<u4"), ("state", "<u8"), ("trace", "<u8"),
-                           ("order", "<u8")])
+                           ("order", "<u8"), ("min_units", "<u4"), ("reserved", "<u4")])
 TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
 STATE_BYTES = 16
-assert SCHEDULE_DTYPE.itemsize == 64 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
+assert SCHEDULE_DTYPE.itemsize == 72 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
 
 
 def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
@@ -115,6 +115,7 @@ class Schedule:
     trace_ptr: int = 0
     order_ptr: int = 0
     count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
+    min_units: int = 1  # steal: units a block runs before its slice may end
 
     def kernel_param_bytes(self) -> bytes:
         rec = np.zeros((), dtype=SCHEDULE_DTYPE)
@@ -122,6 +123,7 @@ class Schedule:
         rec["quantum_ns"], rec["prologue_factor"] = self.quantum_ns, self.prologue_factor
         rec["state"], rec["trace"], rec["order"] = self.state_ptr, self.trace_ptr, self.order_ptr
         rec["flags"] = COUNT_EXITS if self.count_exits else 0
+        rec["min_units"] = self.min_units
         return rec.tobytes()
 
 
@@ -257,12 +259,18 @@ class TileKernel:
     higher-priority work gets in within about one quantum plus one tile; math.inf: never.
     ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
     when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off.
+    ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
+    before its slice may end, so ceil(units / min_tiles) blocks take every tile and the grid shrinks
+    by that factor. Each block launched after the work is gone still costs a launch (about 0.14 us
+    per block per SM on an H200), so for short tiles set it near quantum / time of one tile: the
+    grid then has about as many blocks as will find work, and a block still yields after about one
+    quantum. 1: the full tile grid.
     """
 
     def __init__(self, params: str, body: str, prologue: str = "", *, policy: str = "auto",
                  block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
                  preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0, min_blocks_per_sm: int = 1,
-                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR):
+                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int = 1):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
@@ -278,6 +286,12 @@ class TileKernel:
         if not isinstance(prologue_factor, int) or prologue_factor < 0:
             raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
         self.prologue_factor = prologue_factor
+        if not isinstance(min_tiles, int) or not 1 <= min_tiles < 2**32:
+            raise LaunchConfigError(f"min_tiles must be an int from 1 to 2**32 - 1, got {min_tiles!r}")
+        if min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
+            raise LaunchConfigError("min_tiles applies to policy 'steal' with a finite quantum only "
+                                    f"(policy {policy!r}, quantum_us {quantum_us!r})")
+        self.min_tiles = min_tiles
         self._modules: dict[tuple[str, str], CompiledModule] = {}
         self._fixed_blocks_grid: dict[tuple, int] = {}
 
@@ -306,13 +320,16 @@ class TileKernel:
 
     def launch_config(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None = None) -> LaunchConfig:
         cluster = self.cluster if volume(self.cluster) > 1 else None
-        # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs the
-        # full grid, whose later blocks replace the ones that gave their SM back (and, once the work is gone,
-        # each still launches, reads the counter and exits: see docs/work_stealing.md).
+        # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
+        # ceil(units / min_tiles) blocks, whose later ones replace those that gave their SM back (and, once the
+        # work is gone, each still launches, reads the counter and exits: see docs/work_stealing.md).
+        units = volume(tiles) // volume(self.cluster)
+        needed = -(-units // self.min_tiles)  # steal: blocks (clusters) that take every unit
         if policy == "fixed_blocks" or (policy == "steal" and self.quantum_ns == 0):
-            units = volume(tiles) // volume(self.cluster)
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
-        else:
+        elif policy == "steal" and self.min_tiles > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
+            grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
+        else:  # the tile grid (also when the smaller grid would not fit in x: it has more blocks than needed)
             grid = tiles
         return LaunchConfig(grid=grid, block=self.block, cluster=cluster, shared_mem=self.shared_mem, priority=priority)
 
@@ -357,7 +374,8 @@ class TileKernel:
         state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
-                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured)
+                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
+                            min_units=self.min_tiles if concrete == "steal" else 1)
         launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 

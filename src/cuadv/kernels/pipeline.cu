@@ -20,7 +20,9 @@
 //          consumer thread after its last read of slot s. The box may reach past any edge of the array: TMA
 //          fills that part with zeros, which is the stencil's boundary, so neither the copy nor the compute has
 //          edge code (only the stores are clipped). Each consumer thread computes 4 adjacent columns (float4
-//          shared loads, neighbours by shuffle, 16-byte stores). No __syncthreads in the loop.
+//          shared loads, neighbours by shuffle, 16-byte stores; or, in the TMA-store form, into a shared output
+//          tile that one TMA store writes out). No __syncthreads in the loop. A block may take chunks of
+//          side-by-side tiles (Tiling's chunk), so it reads longer runs of each input row.
 // Every pipelined kernel runs the same three phases: fill (the first S - D stages issued before any compute),
 // steady state (one stage issued per stage computed) and drain (compute what is in flight, issue nothing);
 // D is how many consecutive stages one compute reads (tile: 1, strip: 2). The tma kernel's producer warp fills
@@ -237,16 +239,24 @@ constexpr int kRowsPerThread = kTileH / (kThreads / kTileW);
 static_assert(kThreads % kTileW == 0 && kTileH % (kThreads / kTileW) == 0, "tile must map onto the block");
 
 // Tile t covers output rows [row0, row0 + TH) and columns [col0, col0 + kTileW); tiles are numbered along the
-// rows of tiles, and block b takes tiles b, b + gridDim.x, ...
+// rows of tiles and dealt out in chunks of `chunk` consecutive tiles (side by side in a row of tiles, so a
+// block reads longer runs of each input row): block b takes chunks b, b + gridDim.x, ... (chunk 1: tiles b,
+// b + gridDim.x, ...).
 template <int TH>
 struct Tiling {
-  long long strips, tiles;
-  __device__ explicit Tiling(const StencilParams& p)
-      : strips((p.cols + kTileW - 1) / kTileW), tiles(strips * ((p.rows + TH - 1) / TH)) {}
+  long long strips, tiles, chunk;
+  __device__ explicit Tiling(const StencilParams& p, unsigned chunk_tiles = 1)
+      : strips((p.cols + kTileW - 1) / kTileW), tiles(strips * ((p.rows + TH - 1) / TH)), chunk(chunk_tiles) {}
   __device__ long long count_for_block() const {
-    return blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const long long chunks = (tiles + chunk - 1) / chunk;
+    if (blockIdx.x >= chunks) return 0;
+    const long long owned = (chunks - 1 - blockIdx.x) / gridDim.x + 1;
+    const bool has_last = (chunks - 1) % gridDim.x == blockIdx.x;  // the last chunk may be short
+    return owned * chunk - (has_last ? chunks * chunk - tiles : 0);
   }
-  __device__ long long tile(long long k) const { return blockIdx.x + k * static_cast<long long>(gridDim.x); }
+  __device__ long long tile(long long k) const {
+    return (blockIdx.x + (k / chunk) * static_cast<long long>(gridDim.x)) * chunk + k % chunk;
+  }
   __device__ long long row0(long long t) const { return (t / strips) * TH; }
   __device__ long long col0(long long t) const { return (t % strips) * kTileW; }
 };
@@ -568,13 +578,16 @@ __global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_mbar(const
 // sm_90+ only (the lab asks for these kernels only on such targets).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
-// The tma kernels' parameters: the common ones, then the input's tensor map (box TH + 2 rows x 136 columns, zero
-// fill out of bounds) at offset 128.
+// The tma kernels' parameters: the common ones, the tiles a block takes at a time (Tiling's chunk), then the
+// input's tensor map (box TH + 2 rows x 136 columns, zero fill out of bounds) at offset 128, and the output's
+// (box TH x 128; used by the TMA-store form only) at 256.
 struct StencilTmaParams {
   StencilParams p;
+  unsigned int chunk;
   cuadv::tma::TensorMap map;
+  cuadv::tma::TensorMap out_map;
 };
-static_assert(sizeof(StencilTmaParams) == 256 && alignof(StencilTmaParams) == 64,
+static_assert(sizeof(StencilTmaParams) == 384 && alignof(StencilTmaParams) == 64,
               "mirrors cuadv.labs.pipeline.StencilTmaParams");
 
 namespace stencil::tile {
@@ -592,6 +605,7 @@ struct TmaBox {
   static constexpr int kRowsPerThread = TH / kRowGroups;
   static constexpr u32 kBytes = kStageW * (TH + 2) * 4;      // the transaction bytes of one load
   static constexpr u32 kSlotBytes = (kBytes + 127) / 128 * 128;
+  static constexpr u32 kOutBytes = TH * kTileW * 4;           // a staged output tile (TMA-store form), 128-B multiple
 };
 
 __device__ inline float point(float cc, float cn, float up, float down, float left, float right, float x) {
@@ -603,8 +617,11 @@ __device__ inline float point(float cc, float cn, float up, float down, float le
 // warp's edges from the halo in shared memory. TMA wrote zeros wherever the box left the array, so the reads
 // need no edge tests; the stores are clipped to the array (16 bytes wide where kOutVec16 allows and all 4
 // columns are inside). Every lane takes part in the shuffles, also one whose columns are past the array.
+// With `staged` (the TMA-store form) the tile goes to shared memory instead, TH x kTileW floats, unclipped:
+// the TMA store writes only its in-bounds part.
 template <int TH>
-__device__ void compute_tma(const StencilParams& p, const float* box, long long row0, long long col0) {
+__device__ void compute_tma(const StencilParams& p, const float* box, long long row0, long long col0,
+                            float* staged = nullptr) {
   using Box = TmaBox<TH>;
   static_assert(Box::kGroups == 32, "one 4-column group per lane: the shuffles below assume it");
   const int g = threadIdx.x % Box::kGroups;
@@ -631,7 +648,9 @@ __device__ void compute_tma(const StencilParams& p, const float* box, long long 
                                  point(cc, cn, up.z, down.z, mid.y, mid.w, mid.z),
                                  point(cc, cn, up.w, down.w, mid.z, right, mid.w));
     float* o = p.out + i * p.out_pitch + j;
-    if (vec) {
+    if (staged != nullptr) {
+      *reinterpret_cast<float4*>(staged + (first + r) * kTileW + 4 * g) = y;  // a warp writes 512 contiguous bytes
+    } else if (vec) {
       __stwb(reinterpret_cast<float4*>(o), y);  // the intrinsic keeps it one st.global.v4 (see strip::emit)
     } else if (valid > 0) {
       o[0] = y.x;
@@ -652,11 +671,14 @@ __device__ void compute_tma(const StencilParams& p, const float* box, long long 
 // stages 0 .. S-1 into the empty ring. Steady state: it refills each slot with stage m as soon as every
 // consumer has released stage m - S, while the consumers wait for stage k, compute it and release its slot.
 // Drain: the consumers compute the last stages; nothing is issued or released.
-template <int S, int TH>
+// Store (the TMA-store form): each tile is computed into one of two shared output buffers, which consumer
+// thread 0 then writes out with one TMA store; a tile's buffer is rewritten two tiles later, once that store
+// has read it (bulk_wait_group_read before the consumers' barrier of the tile in between).
+template <int S, int TH, bool Store>
 __device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* full, u64* empty) {
   using Box = TmaBox<TH>;
   const StencilParams& p = tp.p;
-  const Tiling<TH> tiling(p);
+  const Tiling<TH> tiling(p, tp.chunk);
   const Tracer tracer(p);
   const long long n = tiling.count_for_block();
   if (threadIdx.x == kThreads) {  // the producer
@@ -687,21 +709,35 @@ __device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* fu
     tma::wait_parity<false>(&full[k % S], static_cast<u32>((k / S) & 1));  // stage k's box has landed (acquire)
     tracer.stamp(k, 2);
     const long long t = tiling.tile(k);
+    float* staged = Store ? reinterpret_cast<float*>(ring + S * Box::kSlotBytes + (k % 2) * Box::kOutBytes) : nullptr;
     compute_tma<TH>(p, reinterpret_cast<const float*>(ring + (k % S) * Box::kSlotBytes), tiling.row0(t),
-                    tiling.col0(t));
+                    tiling.col0(t), staged);
     tracer.stamp(k, 3);
     if (k + S < n) ptx::mbarrier_arrive(&empty[k % S]);  // release: this thread's reads of the slot are done
+    if constexpr (Store) {
+      tma::fence_proxy_async_shared_cta();  // this thread's writes of `staged` before the TMA store reads it
+      if (threadIdx.x == 0) tma::bulk_wait_group_read<0>();  // tile k-1's store has read its buffer (reused at k+1)
+      // Every consumer's fenced writes of tile k happen before thread 0's store of it; and no consumer writes
+      // tile k+1 into the other buffer before thread 0 has seen tile k-1's store finish reading it.
+      ptx::named_barrier_sync(1, kThreads);
+      if (threadIdx.x == 0) {
+        tma::store_2d(&tp.out_map, static_cast<int>(tiling.col0(t)), static_cast<int>(tiling.row0(t)), staged);
+        tma::bulk_commit_group();
+      }
+    }
   }
+  if (Store && threadIdx.x == 0) tma::bulk_wait_group<0>();  // the last stores are done before the block exits
 }
 
 }  // namespace stencil::tile
 
-// kThreads consumer threads and one producer warp. Dynamic shared memory: S * TmaBox<TH>::kSlotBytes + 128 (the
-// ring is moved up to a 128-byte boundary).
-template <int S, int TH>
+// kThreads consumer threads and one producer warp. Dynamic shared memory: S * TmaBox<TH>::kSlotBytes (with
+// Store: plus 2 * TmaBox<TH>::kOutBytes of output buffers) + 128 (the ring is moved up to a 128-byte boundary).
+// Store: the output leaves by TMA stores through p.out_map (whose base and pitch are 16-byte aligned).
+template <int S, int TH, bool Store>
 __global__ void __launch_bounds__(stencil::kThreads + 32) stencil_tile_tma(const __grid_constant__ StencilTmaParams p) {
   extern __shared__ __align__(128) unsigned char stencil_tma_smem[];
   __shared__ __align__(8) stencil::u64 full[S], empty[S];
-  stencil::tile::run_tma<S, TH>(p, cuadv::tma::align128(stencil_tma_smem), full, empty);
+  stencil::tile::run_tma<S, TH, Store>(p, cuadv::tma::align128(stencil_tma_smem), full, empty);
 }
 #endif  // sm_90+

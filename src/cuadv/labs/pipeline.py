@@ -11,12 +11,13 @@ block barrier per stage), ``mbar`` (a block-scope pipeline on explicit full / em
 block barrier in the loop) and ``tma`` (tiles only, warp specialised: one extra producer warp loads each tile
 with its halo as one ``cp.async.bulk.tensor`` box from a tensor map of the input, completing the bytes on a full
 mbarrier; every consumer thread releases the slot on an empty mbarrier; TMA zero-fills the box outside the array,
-which is the stencil's boundary). Every pipelined variant has an explicit fill, steady state and drain. Tails
+which is the stencil's boundary; optionally the tile leaves by one TMA store from shared memory, and a block
+takes chunks of side-by-side tiles). Every pipelined variant has an explicit fill, steady state and drain. Tails
 that are not a multiple of the 16-byte copy are copied element by element; a row pitch or base that is not
 16-byte aligned gets 4-byte copies throughout (and an output that is not gets 4-byte stores): the alignment a
 copy claims is always one that was checked. TMA has no 4-byte fallback: a ``tma`` variant refuses such an input
 with ``LaunchConfigError`` (use ``thread`` or ``mbar``). Several strip shapes (width, rows per stage, stages,
-blocks per SM) and TMA tile heights and stage counts are measured in the same run and the best is picked by
+blocks per SM) and TMA tile heights, stage counts, stores and chunks are measured in the same run and the best is picked by
 measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain timeline.
 
 Needs: compute capability 8.0 (cp.async, mbarrier), 9.0 for the ``tma`` variants; built for sm_90a and sm_100a.
@@ -24,8 +25,9 @@ Key insight: a staged kernel that waits for its loads idles for the memory laten
 stages, S - D of them are in flight while one is computed (D = stages one compute reads: 1 for a tile, 2 for a
 strip), so the wait leaves the steady state. What is left is how the bytes move: on the H200 the cp.async
 pipelines level off near 73-78% of the copy ceiling whatever the tile shape, stage count or row pitch, the strips
-below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 84% with tall
-tiles (less halo per output row).
+below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 82-85% with
+tall tiles (less halo per output row), the most when a block takes 4 side-by-side tiles in turn (longer runs of
+each input row from one SM); TMA stores instead of 16-byte thread stores change little.
 Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
 """
 
@@ -52,7 +54,7 @@ STAGE_BYTES = STAGE_W * STAGE_H * 4
 STRIP_WIDTHS = (256, 512, 1024)
 TMA_TILE_HEIGHTS = (16, 32, 64)  # output rows of a tma tile (TH); its box is (TH + 2) x STAGE_W floats
 PARAMS_BYTES = 72
-TMA_PARAMS_BYTES, TMA_MAP_OFFSET = 256, 128  # StencilTmaParams: StencilParams, then the tensor map
+TMA_PARAMS_BYTES, TMA_MAP_OFFSET = 384, 128  # StencilTmaParams: StencilParams, the input's tensor map, the output's
 OUT_VEC16 = 1  # StencilParams.flags: the output base and row pitch allow 16-byte stores
 TRACE_FIELDS = ("issued", "wait", "ready", "done")
 KINDS = ("sync", "thread", "mbar", "tma")
@@ -70,7 +72,9 @@ class Variant:
     walks down ``width`` columns, ``rows_per_stage`` rows a stage); kind: 'sync', 'thread', 'mbar' or 'tma' (see
     the module docstring); stages: shared-memory buffers (the sync baseline has the fewest the loop allows: 2 for a
     tile, 3 for a strip); blocks_per_sm: 0 for as many as fit, else that many blocks per SM are launched (the
-    launch raises if they do not fit).
+    launch raises if they do not fit). tma_store (kind 'tma' only): each tile is computed into shared memory and
+    leaves by one TMA store (two output buffers), instead of 16-byte stores from every thread. chunk (kind 'tma'
+    only): a block takes this many side-by-side tiles at a time, so it reads longer runs of each input row.
     """
 
     layout: str
@@ -79,6 +83,8 @@ class Variant:
     width: int = TILE_W
     rows_per_stage: int = TILE_H
     blocks_per_sm: int = 0
+    tma_store: bool = False
+    chunk: int = 1
 
     def __post_init__(self):
         if self.layout not in ("tile", "strip"):
@@ -87,6 +93,10 @@ class Variant:
             raise ValueError(f"variant kind must be sync, thread or mbar (cp.async), or tma; got {self.kind!r}")
         if self.kind == "tma" and self.layout != "tile":
             raise ValueError(f"the TMA pipeline stages tiles; got layout {self.layout!r}")
+        if self.tma_store and self.kind != "tma":
+            raise ValueError(f"TMA stores belong to the tma pipeline; got kind {self.kind!r}")
+        if self.chunk != 1 and (self.kind != "tma" or not 1 <= self.chunk <= 64):
+            raise ValueError(f"chunks of 1 to 64 tiles belong to the tma pipeline; got {self.chunk} for {self.kind!r}")
         if self.blocks_per_sm < 0:
             raise ValueError(f"blocks per SM must be >= 0 (0: as many as fit); got {self.blocks_per_sm}")
         least = self.reuse + 1  # the loop needs one stage in flight beyond the D it computes from
@@ -126,7 +136,8 @@ class Variant:
         shape = (f"tile {self.rows_per_stage}x{TILE_W}" if self.layout == "tile"
                  else f"strip {self.width} cols x {self.rows_per_stage} rows")
         bps = f", {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else ""
-        return f"{shape}: {what}{bps}"
+        chunk = f", chunks of {self.chunk}" if self.chunk > 1 else ""
+        return f"{shape}: {what}{', TMA stores' if self.tma_store else ''}{chunk}{bps}"
 
     @property
     def key(self) -> str:
@@ -135,7 +146,7 @@ class Variant:
         if self.layout == "strip":
             key += f"_w{self.width}r{self.rows_per_stage}"
         elif self.kind == "tma":
-            key += f"_r{self.rows_per_stage}"
+            key += f"_r{self.rows_per_stage}" + ("_st" if self.tma_store else "") + (f"_c{self.chunk}" if self.chunk > 1 else "")
         return key + (f"_b{self.blocks_per_sm}" if self.blocks_per_sm else "")
 
     @property
@@ -146,7 +157,8 @@ class Variant:
     @property
     def shared_bytes(self) -> int:
         if self.kind == "tma":  # 128-byte aligned slots, and up to 128 B to align the ring (TmaBox in pipeline.cu)
-            return self.stages * -(-self.box_bytes // 128) * 128 + 128
+            staged = 2 * self.rows_per_stage * TILE_W * 4 if self.tma_store else 0  # two output tiles
+            return self.stages * -(-self.box_bytes // 128) * 128 + staged + 128
         if self.layout == "tile":
             return self.stages * STAGE_BYTES
         return self.stages * self.rows_per_stage * (self.width + 2 * HALO) * 4
@@ -154,7 +166,7 @@ class Variant:
     def expression(self, align: int) -> str:
         """The kernel; ``align`` is what its copies may claim (a tma kernel has one form: TMA needs 16)."""
         if self.kind == "tma":
-            return f"stencil_tile_tma<{self.stages}, {self.rows_per_stage}>"
+            return f"stencil_tile_tma<{self.stages}, {self.rows_per_stage}, {str(self.tma_store).lower()}>"
         if self.layout == "tile":
             return f"stencil_tile_sync<{align}>" if self.kind == "sync" else \
                 f"stencil_tile_{self.kind}<{self.stages}, {align}>"
@@ -167,8 +179,8 @@ def tile(kind: str, stages: int) -> Variant:
     return Variant("tile", kind, stages)
 
 
-def tma(stages: int, rows: int = TILE_H) -> Variant:
-    return Variant("tile", "tma", stages, TILE_W, rows)
+def tma(stages: int, rows: int = TILE_H, store: bool = False, chunk: int = 1) -> Variant:
+    return Variant("tile", "tma", stages, TILE_W, rows, tma_store=store, chunk=chunk)
 
 
 def strip(kind: str, width: int, rows_per_stage: int, stages: int = 3, blocks_per_sm: int = 0) -> Variant:
@@ -177,7 +189,9 @@ def strip(kind: str, width: int, rows_per_stage: int, stages: int = 3, blocks_pe
 
 SYNC = tile("sync", 2)
 TILE_VARIANTS = (SYNC, tile("thread", 2), tile("thread", 4), tile("mbar", 4),
-                 tma(3, 16), tma(4, 16), tma(6, 16), tma(3, 32), tma(4, 32), tma(6, 32), tma(3, 64), tma(4, 64))
+                 tma(3, 16), tma(4, 16), tma(6, 16), tma(3, 32), tma(4, 32), tma(6, 32), tma(3, 64), tma(4, 64),
+                 tma(4, 32, True), tma(3, 64, True), tma(4, 64, True),
+                 tma(4, 32, chunk=4), tma(4, 64, chunk=4), tma(4, 64, chunk=8), tma(3, 64, True, 4))
 # The strip candidates: the measured run picks the best. In flight while a stage is computed: (stages - 2) x
 # rows x (width + 8) x 4 B per block, times the blocks that fit on an SM.
 STRIP_VARIANTS = (
@@ -228,15 +242,18 @@ class StencilParams:
 
 @dataclass(frozen=True)
 class StencilTmaParams:
-    """The tma kernels' parameter struct (256 bytes: StencilParams, then the input's 128-byte tensor map at offset
-    128; asserted in pipeline.cu)."""
+    """The tma kernels' parameter struct (384 bytes: StencilParams, then the input's 128-byte tensor map at offset
+    128 and the output's at 256, zeros where the variant stores with threads; asserted in pipeline.cu)."""
 
     params: StencilParams
     map: Any  # a TensorMap (anything with the 128-byte kernel_param_bytes())
+    out_map: Any = None
+    chunk: int = 1
 
     def kernel_param_bytes(self) -> bytes:
-        head = self.params.kernel_param_bytes()
-        return head + bytes(TMA_MAP_OFFSET - len(head)) + self.map.kernel_param_bytes()
+        head = self.params.kernel_param_bytes() + struct.pack("<I", self.chunk)
+        out = self.out_map.kernel_param_bytes() if self.out_map is not None else bytes(128)
+        return head + bytes(TMA_MAP_OFFSET - len(head)) + self.map.kernel_param_bytes() + out
 
 
 @dataclass(frozen=True)
@@ -287,9 +304,12 @@ def strip_work(rows: int, cols: int, width: int) -> int:
 
 def stage_counts(variant: Variant, rows: int, cols: int, grid: int) -> list[int]:
     """Stages each block runs (mirrors Tiling::count_for_block and strip::Stream in pipeline.cu)."""
-    if variant.layout == "tile":
-        tiles = tile_count(rows, cols, variant.rows_per_stage)
-        return [(tiles - 1 - b) // grid + 1 if b < tiles else 0 for b in range(grid)]
+    if variant.layout == "tile":  # chunks of variant.chunk tiles dealt out in turn; the last may be short
+        tiles, c = tile_count(rows, cols, variant.rows_per_stage), variant.chunk
+        chunks = -(-tiles // c)
+        short = chunks * c - tiles
+        return [((chunks - 1 - b) // grid + 1) * c - (short if (chunks - 1) % grid == b else 0) if b < chunks else 0
+                for b in range(grid)]
     work, counts = strip_work(rows, cols, variant.width), []
     for b in range(grid):
         w0, w1 = work * b // grid, work * (b + 1) // grid
@@ -313,6 +333,20 @@ def tma_layout(variant: Variant, src: Grid2D) -> TiledLayout:
                            (variant.rows_per_stage + 2, STAGE_W), oob_fill="zero")
     except TensorMapError as e:
         raise LaunchConfigError(f"{variant.label} loads x by TMA: {e}{fallback}") from e
+
+
+def tma_store_layout(variant: Variant, dst: Grid2D) -> TiledLayout:
+    """The tensor map a TMA-store variant writes ``dst`` through (box: one output tile), rules checked here."""
+    fallback = "; fallback: the same tma variant without TMA stores (16- or 4-byte stores from threads)"
+    if not dst.tma_loadable:
+        raise LaunchConfigError(f"{variant.label}: TMA stores need an output whose base and row pitch are 16-byte "
+                                f"aligned (base {dst.address:#x}, pitch {4 * dst.pitch} B){fallback}")
+    pitch_bytes = 4 * dst.pitch if dst.rows > 1 else -(-4 * dst.cols // 16) * 16
+    try:
+        return TiledLayout(dst.address, "float32", (dst.rows, dst.cols), (pitch_bytes, 4),
+                           (variant.rows_per_stage, TILE_W))
+    except TensorMapError as e:
+        raise LaunchConfigError(f"{variant.label} stores out by TMA: {e}{fallback}") from e
 
 
 def pitched_copy(x: Any) -> Any:
@@ -380,7 +414,7 @@ class Stencil:
                                     f"fit ({variant.shared_bytes} B shared memory, {variant.threads} threads)")
         resident = (variant.blocks_per_sm or fit) * current_device().caps.sm_count
         if variant.layout == "tile":
-            return max(1, min(resident, tile_count(rows, cols, variant.rows_per_stage)))
+            return max(1, min(resident, -(-tile_count(rows, cols, variant.rows_per_stage) // variant.chunk)))
         work = strip_work(rows, cols, variant.width)
         grid = max(1, min(resident, work // variant.rows_per_stage))
         if work * grid >= 1 << 63:
@@ -403,6 +437,7 @@ class Stencil:
             raise LaunchConfigError(f"the strip kernels index rows and strips with 32 bits: {src.rows} rows x "
                                     f"{src.cols} columns needs more than {(1 << 31) - 1}; use a tile variant")
         layout = tma_layout(variant, src) if variant.kind == "tma" else None
+        out_layout = tma_store_layout(variant, dst) if variant.tma_store else None
         align = src.copy_alignment
         grid = self.grid(variant, align, src.rows, src.cols)
         trace_ptr = capacity = 0
@@ -412,7 +447,8 @@ class Stencil:
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
-        args = params if layout is None else StencilTmaParams(params, TensorMap(layout, owner=x))
+        args = params if layout is None else StencilTmaParams(
+            params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None, variant.chunk)
         config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
         launch(self.kernel(variant, align), config, args, stream=stream)
         return grid
@@ -480,12 +516,22 @@ def _cases(cp, rng, shapes) -> list[tuple[str, Any, np.ndarray, bool]]:
     return cases
 
 
+def _expect_refusal(stencil: Stencil, variant: Variant, x: Any, out: Any, what: str) -> None:
+    try:
+        stencil(variant, x, out)
+    except LaunchConfigError:
+        return
+    raise ValidationError(f"stencil {variant.label}, {what} whose base or pitch is not 16-byte aligned was "
+                          "launched instead of refused")
+
+
 def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[str]:
     """Every element of every variant (default: all the stencil's target runs) against NumPy, on fresh random data;
     outputs poisoned with NaN first. Also a pitched view (16-byte pitch, odd width), a view whose base is 4 bytes
     past a 16-byte boundary, and an output view that is not 16-byte aligned (4-byte stores; the float before each
     row must stay NaN). A tma variant must refuse every input whose base or pitch is not 16-byte aligned (TMA
-    cannot load it); it is then checked on a copy of that input with 16-byte rows."""
+    cannot load it); it is then checked on a copy of that input with 16-byte rows. A TMA-store variant likewise
+    refuses such an output and is checked on one with 16-byte rows."""
     import cupy as cp
 
     variants = stencil.variants if variants is None else variants
@@ -496,15 +542,13 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[
         for variant in variants:
             storage = cp.full((rows, cols + 1 if shifted_out else cols), cp.nan, dtype=cp.float32)
             out = storage[:, 1:] if shifted_out else storage
-            src = x
+            src, guarded = x, shifted_out
             if variant.kind == "tma" and not Grid2D.of(x, "x").tma_loadable:
-                try:
-                    stencil(variant, x, out)
-                except LaunchConfigError:
-                    src = pitched_copy(x)
-                else:
-                    raise ValidationError(f"stencil {variant.label}, {name}: a TMA load of an input whose base or "
-                                          "pitch is not 16-byte aligned was launched instead of refused")
+                _expect_refusal(stencil, variant, x, out, f"{name}: a TMA load of an input")
+                src = pitched_copy(x)
+            if variant.tma_store and not Grid2D.of(out, "out").tma_loadable:
+                _expect_refusal(stencil, variant, src, out, f"{name}: a TMA store into an output")
+                out, guarded = pitched_copy(cp.full((rows, cols), cp.nan, dtype=cp.float32)), False
             stencil(variant, src, out)
             got = cp.asnumpy(out)
             if not np.array_equal(got, expected):
@@ -512,7 +556,7 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[
                 raise ValidationError(f"stencil {variant.label}, {name} (copy alignment "
                                       f"{Grid2D.of(src, 'x').copy_alignment} B): {len(bad)} wrong elements, first "
                                       f"at {tuple(bad[0])}: {got[tuple(bad[0])]} != {expected[tuple(bad[0])]}")
-            if shifted_out and not bool(cp.isnan(storage[:, 0]).all()):
+            if guarded and not bool(cp.isnan(storage[:, 0]).all()):
                 raise ValidationError(f"stencil {variant.label}, {name}: wrote outside the output view")
     empty = cp.zeros((0, 5), dtype=cp.float32)
     for variant in (SYNC, strip("mbar", 512, 8, 4), *(v for v in variants if v.kind == "tma")):
@@ -521,8 +565,8 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[
     return [f"every element of {len(variants)} variants equals NumPy's float32 stencil (bit for bit) on "
             f"{len(cases)} shapes: {', '.join(n for n, _, _, _ in cases)}; 16-byte copies where base and pitch "
             "allow, 4-byte copies otherwise (16-byte stores likewise); the TMA variants refuse a base or pitch "
-            "that is not 16-byte aligned and are checked on a 16-byte-pitched copy instead; an empty array "
-            "launches nothing"]
+            "that is not 16-byte aligned and are checked on a 16-byte-pitched copy instead (with TMA stores, "
+            "likewise for the output); an empty array launches nothing"]
 
 
 def trace_phases(rec: np.ndarray, pipelined: bool) -> dict[str, float]:

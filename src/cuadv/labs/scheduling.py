@@ -81,10 +81,10 @@ POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks",
             ("steal", "steal", None), ("steal Q=inf", "steal", math.inf)]
 
 
-def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin") -> TileKernel:
+def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin", min_tiles: int = 1) -> TileKernel:
     # min_blocks_per_sm=8 caps registers at 32, so every policy gets the same 8 slots per SM.
     return TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy=policy, block=SPIN_BLOCK, quantum_us=quantum_us,
-                      name=f"{name}_{policy}", min_blocks_per_sm=8)
+                      name=f"{name}_{policy}", min_blocks_per_sm=8, min_tiles=min_tiles)
 
 
 def workload(kind: str, tiles: int, rng: np.random.Generator, regime: Regime = DOMINANT,
@@ -144,9 +144,9 @@ class SchedulingLab:
         import cupy as cp
 
         d = cp.full(5003, 2000, dtype=cp.uint32)
-        for label, policy, q in POLICIES:
+        for label, policy, q, k in [(*p, 1) for p in POLICIES] + [("steal, 1 us slice, min_tiles 3", "steal", 1.0, 3)]:
             done = cp.zeros(d.size, dtype=cp.uint32)
-            spin_kernel(policy, q)(d.size, d, done, 1000)
+            spin_kernel(policy, q, min_tiles=k)(d.size, d, done, 1000)
             if not bool((done == 1).all()):
                 raise ValidationError(f"scheduling smoke: {label} did not run every tile exactly once")
 
@@ -244,17 +244,21 @@ class SchedulingLab:
     def _yield_cost(self, ctx, result, slots, repeats) -> None:
         """What steal pays without hardware cancellation, on uniform tiles (many per slot): a block launch and a
         first claim per time slice, and one short-lived block per tile once the work is gone (the full grid).
-        A 1 ms slice leaves almost only the second; no slice (Q = inf, a grid that fits at once) neither."""
+        A 1 ms slice leaves almost only the second; no slice (Q = inf, a grid that fits at once) neither;
+        min_tiles = slice / tile keeps the slice but shrinks the grid to about the blocks that find work."""
         import cupy as cp
 
         tiles = SHARED.tiles(slots)
         d = cp.asarray(workload("uniform", tiles, np.random.default_rng(), SHARED, period=slots))
         ideal_ms = tiles * SHARED.mean_ns / slots / 1e6
+        per_slice = max(1, int(DEFAULT_QUANTUM_US * 1000 // SHARED.mean_ns))  # tiles a block runs in one slice
         rows, ms = [], {}
-        for label, q in (("steal (default slice)", None), ("steal, 1 ms slice", 1000.0), ("steal Q=inf", math.inf)):
+        for label, q, k in (("steal (default slice)", None, 1), ("steal, 1 ms slice", 1000.0, 1),
+                            ("steal Q=inf", math.inf, 1), (f"steal, min_tiles {per_slice} (slice / tile)", None, per_slice)):
             ctx.progress(f"balance: cost of yielding, {label}")
-            ms[label] = self._run_spin(spin_kernel("steal", q), d, 0, repeats).median_ms
+            ms[label] = self._run_spin(spin_kernel("steal", q, min_tiles=k), d, 0, repeats).median_ms
             rows.append([label, ms[label], ms[label] / ideal_ms])
+        result.figures["steal_min_tiles_uniform_over_ideal"] = ms[rows[-1][0]] / ideal_ms
         per_block_us = 1e3 * (ms["steal, 1 ms slice"] - ms["steal Q=inf"]) / ((tiles - slots) / ctx.caps.sm_count)
         result.figures["steal_empty_block_us_per_sm"] = per_block_us
         result.tables.append(Table(
@@ -262,8 +266,10 @@ class SchedulingLab:
             ["policy", "median ms", "x ideal"], rows,
             note=f"ideal {ideal_ms:.2f} ms; with a slice the grid has one block per tile (later blocks replace those "
                  "that gave their SM back, and every one launches, also after the work is gone); Q = inf launches "
-                 f"only the {slots} blocks that fit. 1 ms slice minus Q = inf: {per_block_us:.3f} us per block that "
-                 "finds no work, per SM; default minus 1 ms slice: the relaunches of a short slice"))
+                 f"only the {slots} blocks that fit; min_tiles {per_slice}: a block runs at least {per_slice} tiles "
+                 f"before its slice may end, so the grid is tiles / {per_slice}. 1 ms slice minus Q = inf: "
+                 f"{per_block_us:.3f} us per block that finds no work, per SM; default minus 1 ms slice: the "
+                 "relaunches of a short slice"))
 
     def _plot_balance(self, ctx, result, rows) -> None:
         from ..plots import _pyplot

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..results import LabResult, Table
-from ..work_stealing import TileKernel
+from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
 from .base import RunContext
 
 THREADS = 256
@@ -95,12 +95,13 @@ BODY = r"""
 """
 
 
-def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE) -> TileKernel:
+def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE,
+                    min_tiles: int = 1) -> TileKernel:
     preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
                 f"#define CUADV_PREFETCH {int(shape.prefetch)}\n")
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us, preamble=preamble,
                       name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}",
-                      min_blocks_per_sm=shape.min_blocks)
+                      min_blocks_per_sm=shape.min_blocks, min_tiles=min_tiles)
 
 
 def tiles_for(n: int, shape: Shape = DEFAULT_SHAPE) -> int:
@@ -114,6 +115,7 @@ VARIANTS: list[tuple[str, str, float | None]] = [
     ("steal", "steal", None),
     ("steal Q=inf", "steal", math.inf),
 ]
+SIZED = "steal min_tiles"  # steal with the default slice and min_tiles = slice / time of one tile (measured)
 
 
 def validate(kernels: dict[tuple[str, Shape], TileKernel], sizes) -> None:
@@ -161,7 +163,7 @@ class VecScaleLab:
         result.checks.append("every element equals NumPy's float32 product at n = 0, 1, 3, 4099, 7 tiles + 5, "
                              "1,000,003 for every policy and tile shape")
         sizes = [1 << 28] if ctx.quick else [1 << 28, 1 << 30]  # elements: 1 GiB, 4 GiB
-        rows, best = [], {}
+        rows, best, sized = [], {}, {}
         for n in sizes:
             size = f"{4 * n / 2**30:.0f} GiB"
             data = cp.random.standard_normal(n, dtype=cp.float32)
@@ -171,12 +173,18 @@ class VecScaleLab:
             for (label, shape), k in kernels.items():
                 ctx.progress(f"vecscale {label} ({shape.label}) at {size}")
                 times[(label, shape)] = time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms
+            if not sized:  # from the first size's Q = inf times, then validated like the others
+                sized = self._sized_to_slice(kernels, times, n)
+                validate(sized, (0, 1, 3, 4099, TILE_ELEMS * 7 + 5, 1_000_003))
+            for key, k in sized.items():
+                ctx.progress(f"vecscale {SIZED} {k.min_tiles} ({key[1].label}) at {size}")
+                times[key] = time_gpu(lambda: k(tiles_for(n, key[1]), data, n, alpha, 0), repeats=10).median_ms
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
             for (label, shape), ms in times.items():
                 pct = 100 * ctx.ceiling.fraction(nbytes / (ms * 1e-3))
-                rows.append([size, label, shape.label, ms, nbytes / (ms * 1e-3) / 1e9, pct, base_ms / ms,
-                             peer.median_ms / ms])
-                best[(size, label)] = max(best.get((size, label), (0.0, "")), (pct, shape.label))
+                text = shape.label + (f", min_tiles {sized[(label, shape)].min_tiles}" if label == SIZED else "")
+                rows.append([size, label, text, ms, nbytes / (ms * 1e-3) / 1e9, pct, base_ms / ms, peer.median_ms / ms])
+                best[(size, label)] = max(best.get((size, label), (0.0, "")), (pct, text))
             peer_pct = 100 * ctx.ceiling.fraction(peer.rate(nbytes))
             rows.append([size, "CuPy data *= alpha", "-", peer.median_ms, peer.rate(nbytes) / 1e9, peer_pct,
                          base_ms / peer.median_ms, 1.0])
@@ -190,12 +198,30 @@ class VecScaleLab:
             "v := alpha * v (float32, in place), every tile shape per policy",
             ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
             rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
-                       "this run; medians of 10 CUDA-event timings after warm-up"))
+                       f"this run; medians of 10 CUDA-event timings after warm-up. {SIZED}: steal with the default "
+                       "slice, each block running at least min_tiles = slice / (time of one tile per block, from the "
+                       f"first size's Q=inf run) tiles, so the grid is tiles / min_tiles: about as many blocks as find "
+                       "work, where the full grid launches one block per tile also after the work is gone"))
         result.tables.append(Table(
             "best tile shape per policy", ["size", "policy", "tile shape", "% of copy ceiling"],
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
             note="target: 90% of the copy ceiling or better for every policy at 1 GiB and up"))
         return result
+
+    @staticmethod
+    def _sized_to_slice(kernels, times, n: int) -> dict[tuple[str, Shape], TileKernel]:
+        """Per shape, steal whose grid fits the slice: min_tiles = slice / the time one block takes per tile,
+        measured under Q = inf (its makespan x its blocks / tiles)."""
+        out = {}
+        for (label, shape), ms in times.items():
+            if label != "steal Q=inf":
+                continue
+            k = kernels[(label, shape)]
+            tiles = tiles_for(n, shape)
+            blocks = k.launch_config(k.kernel()[0], "steal", (tiles, 1, 1)).grid[0]
+            tile_us = 1e3 * ms * blocks / tiles
+            out[(SIZED, shape)] = vecscale_kernel("steal", None, shape, max(1, int(DEFAULT_QUANTUM_US // tile_us)))
+        return out
 
     def _sm_finish(self, ctx: RunContext, result: LabResult, kernels, shape: Shape, data, n: int, size: str) -> None:
         """When each SM ran out of work, from block traces: a static split (fixed_blocks) gives every SM the

@@ -134,6 +134,12 @@ static inline __device__ void fence_proxy_async_generic_release_cluster() {
   asm volatile("fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;" ::: "memory");
 }
 
+// bar.sync id, count;  (sm_20) - a barrier for `count` threads (whole warps) of the block on barrier `id`
+// (1 to 15; 0 is __syncthreads'); orders their shared and global accesses like __syncthreads.
+static inline __device__ void named_barrier_sync(u32 id, u32 count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // %globaltimer: nanoseconds, the same clock on every SM (updates about every microsecond).  (sm_50)
 static inline __device__ u64 globaltimer_ns() {
   u64 t;

@@ -9,12 +9,15 @@
 //                         this launch's counter, written into the same 16-byte result and completed
 //                         on the same mbarrier transaction; once the block's time slice is spent
 //                         (quantum_ns, stretched to prologue_factor x its own prologue time so the
-//                         prologue costs at most 1/(factor+1) of the block's life) the request fails
-//                         on purpose, so the block exits and gives its SM back.
+//                         prologue costs at most 1/(factor+1) of the block's life, and never before
+//                         the block ran min_units tiles) the request fails on purpose, so the block
+//                         exits and gives its SM back.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
-// Use (the tile grid is the launch grid for FixedWork, ClusterLaunchControl and Steal with a quantum;
-// Steal without one, quantum_ns = 0, may launch only the blocks that fit at once, as FixedBlocks does):
+// Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl. Steal with a quantum needs
+// at least ceil(units / min_units) blocks (clusters): each takes min_units tiles unless the work runs out,
+// so together they take them all; the tile grid is always enough. Steal without a quantum, quantum_ns = 0,
+// may launch only the blocks that fit at once, as FixedBlocks does):
 //
 //   __global__ void k(const __grid_constant__ cuadv::ws::Schedule s, float* data, int n) {
 //     cuadv::ws::Scheduler<cuadv::ws::Auto> sched(s);
@@ -76,8 +79,10 @@ struct Schedule {
   StealState* state;              // Steal: this launch's counters
   TraceRecord* trace;             // one record per tile, or nullptr
   const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
+  unsigned int min_units;         // Steal: the slice never ends before the block ran this many units (0 or 1: off)
+  unsigned int reserved;
 };
-static_assert(sizeof(Schedule) == 64, "Schedule layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(Schedule) == 72, "Schedule layout is mirrored in cuadv/work_stealing.py");
 
 struct Tile {
   unsigned int x, y, z;
@@ -154,8 +159,9 @@ class Scheduler {
       }
       if constexpr (kSteal) {
         // The first claim has no tile to overlap with, so it is a plain hand-off through shared
-        // memory. It is never refused by the quantum: every block of the full grid takes a ticket
-        // unless the work is gone, which is what makes tickets 0 .. units-1 all taken.
+        // memory. It is never refused by the quantum, nor are the next min_units - 1: every block
+        // takes min_units tickets unless the work is gone, and the grid has at least units / min_units
+        // blocks, which is what makes tickets 0 .. units-1 all taken.
         start_ns_ = ptx::globaltimer_ns();
         detail::Slots& sl = detail::slots();
         if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before remote writes
@@ -188,11 +194,11 @@ class Scheduler {
           if (s_.prologue_factor != 0 && prologue * s_.prologue_factor > slice_ns_) slice_ns_ = prologue * s_.prologue_factor;
         }
       }
-      while (true) {
+      for (unsigned int ran = 1;; ++ran) {  // ran: units this block will have run after this round's tile
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
         sync_unit();
-        const unsigned long long claim = request();  // in flight while the body runs
+        const unsigned long long claim = request(ran);  // in flight while the body runs
         run_tile(body, tile_);
         if constexpr (kSteal) complete_software_request(claim);
         if (!wait_and_decode()) break;  // a failed response: no further request, no decoding
@@ -275,8 +281,9 @@ class Scheduler {
 
   // One request per round, submitted by one thread of the block (or of the cluster); each
   // block's thread 0 arrives on its own barrier expecting the 16 response bytes.
-  // Steal: returns the raw ticket (or kRefused), whose value is first used after the body.
-  __device__ unsigned long long request() {
+  // Steal: returns the raw ticket (or kRefused), whose value is first used after the body; `ran` units
+  // run by this block so far (the current one included) decide whether the slice may end.
+  __device__ unsigned long long request(unsigned int ran) {
     detail::Slots& sl = detail::slots();
     const bool submitter = leader_ && cluster_rank_ == 0;
     unsigned long long claim = kRefused;
@@ -294,7 +301,7 @@ class Scheduler {
 #endif
       } else {
         // Software stand-in for try_cancel: a ticket, or a refusal once the time slice is spent.
-        const bool expired = slice_ns_ != 0 && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
+        const bool expired = slice_ns_ != 0 && ran >= s_.min_units && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
         if (!expired) claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
       }
     }
