@@ -286,6 +286,12 @@ class Grid2D:
         """What a tma variant takes: a 16-byte aligned base and, beyond one row, a 16-byte multiple pitch."""
         return self.address % 16 == 0 and (self.rows == 1 or (self.pitch * 4) % 16 == 0)
 
+    @property
+    def tma_pitch_bytes(self) -> int:
+        """The row stride a tensor map gets: the pitch, or for one row (whose stride is never used, so the array
+        may not have one) the row's size rounded up to 16 bytes."""
+        return 4 * self.pitch if self.rows > 1 else -(-4 * self.cols // 16) * 16
+
     def byte_span(self) -> tuple[int, int]:
         """[first, last) bytes the array's elements occupy."""
         if self.rows == 0 or self.cols == 0:
@@ -325,11 +331,8 @@ def tma_layout(variant: Variant, src: Grid2D) -> TiledLayout:
     if max(src.rows, src.cols) > 1 << 31:
         raise LaunchConfigError(f"{variant.label}: TMA box coordinates are 32-bit signed, so rows and columns must "
                                 f"be at most 2^31; got {src.rows} x {src.cols}{fallback}")
-    # One row: its stride is never used (no second row is read), so the row's size rounded up to 16 bytes
-    # stands in for a pitch the array may not have.
-    pitch_bytes = 4 * src.pitch if src.rows > 1 else -(-4 * src.cols // 16) * 16
     try:
-        return TiledLayout(src.address, "float32", (src.rows, src.cols), (pitch_bytes, 4),
+        return TiledLayout(src.address, "float32", (src.rows, src.cols), (src.tma_pitch_bytes, 4),
                            (variant.rows_per_stage + 2, STAGE_W), oob_fill="zero")
     except TensorMapError as e:
         raise LaunchConfigError(f"{variant.label} loads x by TMA: {e}{fallback}") from e
@@ -341,9 +344,8 @@ def tma_store_layout(variant: Variant, dst: Grid2D) -> TiledLayout:
     if not dst.tma_loadable:
         raise LaunchConfigError(f"{variant.label}: TMA stores need an output whose base and row pitch are 16-byte "
                                 f"aligned (base {dst.address:#x}, pitch {4 * dst.pitch} B){fallback}")
-    pitch_bytes = 4 * dst.pitch if dst.rows > 1 else -(-4 * dst.cols // 16) * 16
     try:
-        return TiledLayout(dst.address, "float32", (dst.rows, dst.cols), (pitch_bytes, 4),
+        return TiledLayout(dst.address, "float32", (dst.rows, dst.cols), (dst.tma_pitch_bytes, 4),
                            (variant.rows_per_stage, TILE_W))
     except TensorMapError as e:
         raise LaunchConfigError(f"{variant.label} stores out by TMA: {e}{fallback}") from e
