@@ -83,6 +83,7 @@ def test_variants():
     (lambda: lab.Variant("tile", "mbar", 4, tma_store=True), "TMA stores belong to the tma pipeline"),
     (lambda: lab.Variant("tile", "mbar", 4, chunk=2), "chunks of 1 to 64 tiles belong to the tma pipeline"),
     (lambda: lab.tma(4, 16, chunk=0), "chunks of 1 to 64 tiles"),
+    (lambda: lab.Variant("tile", "mbar", 4, tickets=True), "ticket claims belong to the tma pipeline"),
 ])
 def test_variant_errors(make, match):
     with pytest.raises(ValueError, match=match):
@@ -113,11 +114,15 @@ def test_tma_params_layout():
     params = lab.StencilParams(1, 2, 3, 4, 5, 6, 0.5, 0.125, 7, 8, lab.OUT_VEC16)
     b = lab.StencilTmaParams(params, FakeMap()).kernel_param_bytes()
     assert len(b) == lab.TMA_PARAMS_BYTES == 384 and lab.TMA_MAP_OFFSET == 128
-    assert b[:72] == params.kernel_param_bytes() and b[76:128] == bytes(52)
+    assert b[:72] == params.kernel_param_bytes() and b[76:128] == bytes(52)  # no ticket counter: static split
     assert b[128:256] == bytes(range(128)) and b[256:] == bytes(128)
     assert lab.StencilTmaParams(params, FakeMap(), FakeOutMap()).kernel_param_bytes()[256:] == bytes(range(128, 256))
     assert b[72:76] == (1).to_bytes(4, "little")  # chunk: tiles a block takes at a time
     assert lab.StencilTmaParams(params, FakeMap(), chunk=8).kernel_param_bytes()[72:76] == (8).to_bytes(4, "little")
+    with_tickets = lab.StencilTmaParams(params, FakeMap(), chunk=2, tickets=0x1234_5678_9A).kernel_param_bytes()
+    assert len(with_tickets) == 384 and with_tickets[80:88] == (0x1234_5678_9A).to_bytes(8, "little")
+    assert with_tickets[:80] == b[:72] + (2).to_bytes(4, "little") + bytes(4) and with_tickets[88:] == b[88:]
+    assert "chunk 72, tickets 80" in kernel_source("pipeline.cu")
     assert "sizeof(StencilTmaParams) == 384" in kernel_source("pipeline.cu")
 
 
@@ -395,3 +400,12 @@ def test_one_row_needs_no_pitch_for_tma():
     assert lab.tma_layout(lab.tma(4), g).strides[0] == 32
     assert not lab.Grid2D.of(FakeArray((2, 7)), "x").tma_loadable
     assert not lab.Grid2D.of(FakeArray((1, 8), address=0x10004), "x").tma_loadable
+
+
+def test_variant_kernels_are_refused_before_loading():
+    """A tma variant on a build without TMA names sm_90; one whose kernel was never built says so (neither loads
+    anything, so no GPU is needed)."""
+    with pytest.raises(LaunchConfigError, match="needs sm_90 \\(TMA\\); built for sm_80"):
+        lab.Stencil("sm_80").kernel(lab.tma(4, 16), 16)
+    with pytest.raises(LaunchConfigError, match="stencil_tile_tma<5, 16, false> is not among those built"):
+        lab.Stencil("sm_90a").kernel(lab.tma(5, 16), 16)

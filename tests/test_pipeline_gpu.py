@@ -131,8 +131,41 @@ def test_blocks_per_sm(stencil, cp):
         stencil(too_many, x, out)
 
 
+TICKETS = [v for v in lab.VARIANTS if v.tickets]
+
+
+@pytest.mark.parametrize("variant", TICKETS, ids=lambda v: v.key)
+def test_tickets_reset_themselves(stencil, cp, variant):
+    """Chunks claimed by ticket: back-to-back launches and graph replays, no host reset in between, each exact,
+    and the counter back at zero after every launch (a launch takes chunks + grid tickets; the last one resets)."""
+    from cuadv.graphs import Graph
+
+    rng = np.random.default_rng()
+    for shape in ((2051, 3001), (1, 300), (700, 129), (64, 128 * 13)):
+        x = tma_input(variant, cp.asarray(rng.standard_normal(shape, dtype=np.float32)))
+        expected = lab.reference(cp.asnumpy(x))
+        for _ in range(3):
+            out = nan_output(variant, shape, cp)
+            stencil(variant, x, out)
+            assert np.array_equal(cp.asnumpy(out), expected), (variant.label, shape)
+            assert stencil.tickets().to_host(np.uint64).tolist() == [0]
+    x = cp.asarray(rng.standard_normal((999, 2000), dtype=np.float32))
+    out = nan_output(variant, x.shape, cp)
+    stream = cp.cuda.Stream(non_blocking=True)
+    stencil(variant, x, out, stream=stream)  # the first launch on the stream allocates its counter, outside capture
+    graph = Graph.capture(stream, lambda: stencil(variant, x, out, stream=stream))
+    for _ in range(4):
+        out.fill(cp.nan)
+        cp.cuda.Device().synchronize()  # the fill (CuPy's stream) is done before the replay on `stream` starts
+        graph.launch(stream)
+        stream.synchronize()
+        assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
+        assert stencil.tickets(stream).to_host(np.uint64).tolist() == [0]
+
+
 @pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS + (lab.tile("mbar", 4), lab.SYNC, lab.tma(3, 32),
-                                     lab.tma(3, 64, store=True), lab.tma(4, 32, chunk=4)),
+                                     lab.tma(3, 64, store=True), lab.tma(4, 32, chunk=4),
+                                     lab.tma(3, 64, True, 4, tickets=True), lab.tma(4, 64, chunk=3, tickets=True)),
                          ids=lambda v: v.key)
 def test_trace_is_ordered(stencil, cp, variant):
     x = cp.random.default_rng().standard_normal((1024, 1024), dtype=cp.float32)
@@ -140,10 +173,15 @@ def test_trace_is_ordered(stencil, cp, variant):
     trace = lab.Trace()
     grid = stencil(variant, x, out, trace=trace)
     rec = trace.records().astype(np.int64)
-    counts = lab.stage_counts(variant, 1024, 1024, grid)
-    assert trace.blocks == grid and trace.capacity == max(counts)
     done = np.count_nonzero(rec[:, :, 3], axis=1)
-    assert done.tolist() == counts  # one stamp set per stage, nothing past a block's last stage
+    if variant.tickets:  # any block may take any number of tiles; together they take each once
+        assert trace.blocks == grid and trace.capacity == lab.tile_count(1024, 1024, variant.rows_per_stage)
+        assert done.sum() == trace.capacity
+    else:
+        counts = lab.stage_counts(variant, 1024, 1024, grid)
+        assert trace.blocks == grid and trace.capacity == max(counts)
+        assert done.tolist() == counts  # one stamp set per stage, nothing past a block's last stage
+    assert (np.count_nonzero(rec[:, :, 1], axis=1) == done).all()  # no stamp for the closing stage
     for block, n in zip(rec, done):
         b = block[:n]
         assert (b[:, 0] > 0).all()

@@ -41,3 +41,10 @@ def test_lab_kernels_compile(arch):
     names = {name for m in modules for name in m.resources}
     assert {"spin_fixed_work", "spin_fixed_blocks", "spin_steal"} <= names
     assert ("spin_clc" in names) == (arch == "sm_100a")
+
+
+def test_sm_id_ranges():
+    from cuadv.labs.vecscale import _ranges
+
+    assert _ranges([32, 33, 34, 40, 78, 79]) == "32-34, 40, 78-79"
+    assert _ranges([5]) == "5" and _ranges([]) == "none"

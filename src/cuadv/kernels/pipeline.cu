@@ -49,6 +49,7 @@
 // before launch: an input that breaks them is refused, never loaded with a misaligned TMA.
 //
 // Needs sm_80 (cp.async, mbarrier), the tma kernels sm_90 (TMA); built for sm_90a and sm_100a.
+#include <cuda/atomic>
 #include <cuda/pipeline>
 #include <cuda/std/cstdint>
 
@@ -89,12 +90,14 @@ constexpr int kHalo = 4;            // 1 halo column is needed; 4 keep every chu
 struct Tracer {
   const StencilParams& p;
   __device__ explicit Tracer(const StencilParams& params) : p(params) {}
-  __device__ void stamp(long long k, int field, unsigned thread = 0) const {
+  __device__ void stamp(long long k, int field, unsigned thread = 0) const { stamp_at(k, field, now(), thread); }
+  // A stamp taken earlier (now()), written once the stage is known to exist.
+  __device__ void stamp_at(long long k, int field, unsigned long long ns, unsigned thread = 0) const {
     if (p.trace != nullptr && threadIdx.x == thread && k < p.trace_capacity) {
-      p.trace[(static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity + k) * 4 + field] =
-          ptx::globaltimer_ns();
+      p.trace[(static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity + k) * 4 + field] = ns;
     }
   }
+  __device__ unsigned long long now() const { return p.trace != nullptr ? ptx::globaltimer_ns() : 0; }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -578,15 +581,17 @@ __global__ void __launch_bounds__(stencil::kThreads, 4) stencil_strip_mbar(const
 // sm_90+ only (the lab asks for these kernels only on such targets).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
-// The tma kernels' parameters: the common ones, the tiles a block takes at a time (Tiling's chunk), then the
-// input's tensor map (box TH + 2 rows x 136 columns, zero fill out of bounds) at offset 128, and the output's
-// (box TH x 128; used by the TMA-store form only) at 256.
+// The tma kernels' parameters: the common ones, the tiles a block takes at a time (Tiling's chunk), the ticket
+// counter (null: the static split; see TileSource), then the input's tensor map (box TH + 2 rows x 136 columns,
+// zero fill out of bounds) at offset 128, and the output's (box TH x 128; used by the TMA-store form only) at 256.
 struct StencilTmaParams {
   StencilParams p;
   unsigned int chunk;
+  unsigned long long* tickets;
   cuadv::tma::TensorMap map;
   cuadv::tma::TensorMap out_map;
 };
+// Offsets: chunk 72, tickets 80 (8-byte aligned), map 128 and out_map 256 (TensorMap is 64-byte aligned).
 static_assert(sizeof(StencilTmaParams) == 384 && alignof(StencilTmaParams) == 64,
               "mirrors cuadv.labs.pipeline.StencilTmaParams");
 
@@ -663,24 +668,70 @@ __device__ void compute_tma(const StencilParams& p, const float* box, long long 
   }
 }
 
+// Where a block's tiles come from. Static (tickets == nullptr): Tiling's split, chunks b, b + gridDim.x, ...
+// Tickets: chunks claimed one at a time from a counter all blocks share (cuadv's steal without a time slice), so
+// an SM that streams faster than others takes more chunks instead of idling at the end while they finish theirs.
+// The claim is one relaxed fetch_add on one word (its modification order makes claims unique), made by the
+// producer when its current chunk is used up, so the latency overlaps the stages already in the ring. Every
+// block stops at its first failed claim (a ticket >= chunks), so a launch takes exactly chunks + gridDim.x
+// tickets, and the block holding the last one sets the counter back to zero: the next launch on the stream (or
+// the next replay of a graph) starts from zero without a host memset. Launches that may overlap need their own
+// counters.
+template <int TH>
+class TileSource {
+ public:
+  __device__ TileSource(const StencilTmaParams& tp, const Tiling<TH>& tiling)
+      : tiling_(tiling), tickets_(tp.tickets), count_(tiling.count_for_block()),
+        chunks_((tiling.tiles + tiling.chunk - 1) / tiling.chunk) {}
+
+  // The next tile of this block, or -1 once it has none left.
+  __device__ long long next() {
+    if (tickets_ == nullptr) return m_ < count_ ? tiling_.tile(m_++) : -1;
+    while (!done_) {
+      if (pos_ < tiling_.chunk && chunk_ * tiling_.chunk + pos_ < tiling_.tiles) return chunk_ * tiling_.chunk + pos_++;
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> counter(*tickets_);
+      const unsigned long long ticket = counter.fetch_add(1, cuda::memory_order_relaxed);
+      if (ticket >= static_cast<unsigned long long>(chunks_)) {
+        done_ = true;
+        // Relaxed: every claim of this launch precedes the last ticket in the word's modification order.
+        if (ticket == chunks_ + gridDim.x - 1) counter.store(0, cuda::memory_order_relaxed);
+      }
+      chunk_ = static_cast<long long>(ticket);
+      pos_ = 0;
+    }
+    return -1;
+  }
+
+ private:
+  const Tiling<TH>& tiling_;
+  unsigned long long* const tickets_;
+  const long long count_, chunks_;
+  long long m_ = 0;                 // static: tiles handed out so far
+  long long chunk_ = 0;             // tickets: the claimed chunk ...
+  long long pos_ = 0x7fffffffffffffffLL;  // ... and the next tile in it (none before the first claim)
+  bool done_ = false;
+};
+
 // A ring of S slots on two barriers per slot, phase n of slot s belonging to stage s + n * S. full[s]: one
-// arrival (the producer's arrive.expect_tx of the full box) plus the box bytes, which the TMA unit completes.
-// empty[s]: kThreads arrivals, one per consumer thread after its last read of a slot that will be refilled.
+// arrival (the producer's arrive.expect_tx of the full box) plus the box bytes, which the TMA unit completes;
+// the producer writes the stage's tile index into tile_of[s] before that arrival, which releases it. After a
+// block's last tile, one more stage carries the index -1 and no box (a plain arrival), which ends the consumers'
+// loop: with tickets only the producer learns when the tiles run out. empty[s]: kThreads arrivals, one per
+// consumer thread after its last read of the slot.
 // Warp specialised: the block's kThreads consumer threads compute; one extra warp produces, its lane 0 issuing
 // every load, so no consumer ever waits for the others before a load goes out. Fill: the producer issues
 // stages 0 .. S-1 into the empty ring. Steady state: it refills each slot with stage m as soon as every
 // consumer has released stage m - S, while the consumers wait for stage k, compute it and release its slot.
-// Drain: the consumers compute the last stages; nothing is issued or released.
+// Drain: the consumers compute the last stages, then meet the -1; nothing more is issued.
 // Store (the TMA-store form): each tile is computed into one of two shared output buffers, which consumer
 // thread 0 then writes out with one TMA store; a tile's buffer is rewritten two tiles later, once that store
 // has read it (bulk_wait_group_read before the consumers' barrier of the tile in between).
 template <int S, int TH, bool Store>
-__device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* full, u64* empty) {
+__device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* full, u64* empty, long long* tile_of) {
   using Box = TmaBox<TH>;
   const StencilParams& p = tp.p;
   const Tiling<TH> tiling(p, tp.chunk);
   const Tracer tracer(p);
-  const long long n = tiling.count_for_block();
   if (threadIdx.x == kThreads) {  // the producer
     for (int s = 0; s < S; ++s) {
       ptx::mbarrier_init(&full[s], 1);
@@ -693,27 +744,34 @@ __device__ void run_tma(const StencilTmaParams& tp, unsigned char* ring, u64* fu
   __syncthreads();  // the initialised barriers are visible to every thread before any arrive or wait
   if (threadIdx.x >= kThreads) {  // the producer warp: lane 0 issues stage m into slot m % S
     if (threadIdx.x != kThreads) return;
-    for (long long m = 0; m < n; ++m) {  // fill (m < S), then steady state
+    TileSource<TH> source(tp, tiling);
+    for (long long m = 0;; ++m) {  // fill (m < S), then steady state, then the closing stage
       const int s = static_cast<int>(m % S);
+      const long long t = source.next();  // before the wait: a ticket's latency overlaps it
       if (m >= S) tma::wait_parity<false>(&empty[s], static_cast<u32>((m / S - 1) & 1));  // stage m-S's reads done
-      ptx::mbarrier_arrive_expect_tx_relaxed<false>(&full[s], Box::kBytes);  // the full box, out-of-bounds part too
-      const long long t = tiling.tile(m);
+      tile_of[s] = t;
+      if (t < 0) {
+        ptx::mbarrier_arrive(&full[s]);  // release: the consumers that see this phase read tile_of[s] == -1
+        return;
+      }
+      ptx::mbarrier_arrive_expect_tx(&full[s], Box::kBytes);  // release tile_of[s]; expect the full box's bytes
       tma::load_2d(ring + s * Box::kSlotBytes, &tp.map, static_cast<int>(tiling.col0(t) - kHalo),
                    static_cast<int>(tiling.row0(t) - 1), &full[s]);
       tracer.stamp(m, 0, kThreads);
     }
-    return;
   }
-  for (long long k = 0; k < n; ++k) {  // the consumers: steady state, then drain (k + S >= n: nothing to release)
-    tracer.stamp(k, 1);
-    tma::wait_parity<false>(&full[k % S], static_cast<u32>((k / S) & 1));  // stage k's box has landed (acquire)
+  for (long long k = 0;; ++k) {  // the consumers: steady state, then drain, until the closing stage
+    const unsigned long long waited = tracer.now();
+    tma::wait_parity<false>(&full[k % S], static_cast<u32>((k / S) & 1));  // stage k's index and box (acquire)
+    const long long t = tile_of[k % S];
+    if (t < 0) break;  // the closing stage: not a stage of the trace
+    tracer.stamp_at(k, 1, waited);
     tracer.stamp(k, 2);
-    const long long t = tiling.tile(k);
     float* staged = Store ? reinterpret_cast<float*>(ring + S * Box::kSlotBytes + (k % 2) * Box::kOutBytes) : nullptr;
     compute_tma<TH>(p, reinterpret_cast<const float*>(ring + (k % S) * Box::kSlotBytes), tiling.row0(t),
                     tiling.col0(t), staged);
     tracer.stamp(k, 3);
-    if (k + S < n) ptx::mbarrier_arrive(&empty[k % S]);  // release: this thread's reads of the slot are done
+    ptx::mbarrier_arrive(&empty[k % S]);  // release: this thread's reads of the slot (and of tile_of) are done
     if constexpr (Store) {
       tma::fence_proxy_async_shared_cta();  // this thread's writes of `staged` before the TMA store reads it
       if (threadIdx.x == 0) tma::bulk_wait_group_read<0>();  // tile k-1's store has read its buffer (reused at k+1)
@@ -738,6 +796,7 @@ template <int S, int TH, bool Store>
 __global__ void __launch_bounds__(stencil::kThreads + 32) stencil_tile_tma(const __grid_constant__ StencilTmaParams p) {
   extern __shared__ __align__(128) unsigned char stencil_tma_smem[];
   __shared__ __align__(8) stencil::u64 full[S], empty[S];
-  stencil::tile::run_tma<S, TH, Store>(p, cuadv::tma::align128(stencil_tma_smem), full, empty);
+  __shared__ long long tile_of[S];
+  stencil::tile::run_tma<S, TH, Store>(p, cuadv::tma::align128(stencil_tma_smem), full, empty, tile_of);
 }
 #endif  // sm_90+

@@ -30,6 +30,9 @@ from ..timing import EventPair, synchronize, time_gpu
 from .base import RunContext
 
 THREADS = 256
+# (threads per block, blocks per SM) of the grid-size sweep: 256-thread blocks from 1 to 16 per SM, then the grids
+# of 8 and 16 blocks per SM again with blocks small enough that a dependent grid of the same shape fits beside.
+GRID_SWEEP = ((256, 1), (256, 2), (256, 4), (256, 8), (256, 16), (128, 8), (64, 16))
 POISON = -7  # the producer's output buffer holds this until the producer writes
 DEMO_MAX_CONSUMER_BLOCKS = 64  # all consumer blocks must be resident beside the producer
 DEMO_PRODUCER_BLOCKS = 4
@@ -173,7 +176,7 @@ class Chain:
         self.cp, self.stream = cp, stream
         self.step = module.kernel("pdl_chain_step")
         self.spin = module.kernel("pdl_spin")
-        self.grid = caps.sm_count
+        self.grid, self.threads = caps.sm_count, THREADS
         self.n = n if n is not None else caps.sm_count * THREADS * 4
         self.bufs = [cp.zeros(self.n, dtype=cp.float32), cp.zeros(self.n, dtype=cp.float32)]
 
@@ -186,7 +189,7 @@ class Chain:
 
     def enqueue(self, k: int, pdl: bool, early: int, setup_ns: int, stamps: Any = None) -> None:
         """k links; stamps: None, or a uint64 array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
-        cfg = LaunchConfig(grid=self.grid, block=THREADS, pdl=pdl)
+        cfg = LaunchConfig(grid=self.grid, block=self.threads, pdl=pdl)
         n, setup = np.uint32(self.n), np.uint64(setup_ns)
         for i in range(k):
             src, dst = self.bufs[i % 2], self.bufs[(i + 1) % 2]
@@ -450,14 +453,14 @@ class PdlLab:
 
     def _grid_sweep(self, chain: "Chain", ctx: RunContext, k: int, repeats: int, result: LabResult) -> None:
         """The same chain (no setup) with 1 to 16 blocks per SM: an early launch needs room for the dependent
-        grid's blocks beside the running grid's."""
+        grid's blocks beside the running grid's. Smaller blocks give that room at 8 and 16 blocks per SM."""
         rows, sms = [], ctx.caps.sm_count
-        for per_sm in (1, 2, 4, 8, 16):
-            chain.grid = per_sm * sms
+        for threads, per_sm in GRID_SWEEP:
+            chain.grid, chain.threads = per_sm * sms, threads
             us = {}
             for path in ("stream", "graph"):
                 for mode in ("off", "pdl, trigger at start"):
-                    ctx.progress(f"PDL chain: {per_sm} blocks/SM, {mode}, {path}")
+                    ctx.progress(f"PDL chain: {per_sm} blocks/SM of {threads} threads, {mode}, {path}")
                     pdl, early = MODES[mode]
                     chain.reset()
                     if path == "stream":
@@ -470,18 +473,21 @@ class PdlLab:
                             chain.check(2 + (3 + repeats) * k)
                     us[(path, mode)] = ms * 1e3 / k
             saved = {p: (us[(p, "off")] - us[(p, "pdl, trigger at start")]) * k / (k - 1) for p in ("stream", "graph")}
-            rows.append([per_sm, chain.grid, us[("stream", "off")], us[("stream", "pdl, trigger at start")],
+            rows.append([threads, per_sm, chain.grid, us[("stream", "off")], us[("stream", "pdl, trigger at start")],
                          saved["stream"], us[("graph", "off")], us[("graph", "pdl, trigger at start")], saved["graph"]])
+            suffix = "" if threads == THREADS else f"_{threads}_threads"
             for p in ("stream", "graph"):
-                result.figures[f"pdl_saved_us_per_boundary_{p}_{per_sm}_blocks_per_sm"] = saved[p]
-        chain.grid = sms
+                result.figures[f"pdl_saved_us_per_boundary_{p}_{per_sm}_blocks_per_sm{suffix}"] = saved[p]
+        chain.grid, chain.threads = sms, THREADS
         result.tables.append(Table(
             f"The chain of {k} kernels (no setup) by grid size: microseconds per kernel",
-            ["blocks per SM", "blocks", "stream: no PDL", "stream: PDL", "stream: saved per boundary",
-             "graph: no PDL", "graph: PDL", "graph: saved per boundary"], rows,
-            note=f"PDL = trigger at start; the same {chain.n} floats per kernel at every grid size; {THREADS} threads "
-                 "per block, so from 8 blocks per SM one grid fills the SMs' threads and the dependent grid's blocks "
-                 "find no room to start early"))
+            ["threads per block", "blocks per SM", "blocks", "stream: no PDL", "stream: PDL",
+             "stream: saved per boundary", "graph: no PDL", "graph: PDL", "graph: saved per boundary"], rows,
+            note=f"PDL = trigger at start; the same {chain.n} floats per kernel at every grid size. An SM holds 2048 "
+                 f"threads and 32 blocks: with {THREADS}-thread blocks, from 8 blocks per SM one grid fills the SMs' "
+                 "threads and the dependent grid's blocks find no room to start early. The 128-thread blocks at 8 per "
+                 "SM and 64-thread blocks at 16 per SM leave room for a second grid of the same size, so these rows "
+                 "show whether room for the blocks is what limits the saving"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
         from ..plots import _pyplot

@@ -11,23 +11,28 @@ block barrier per stage), ``mbar`` (a block-scope pipeline on explicit full / em
 block barrier in the loop) and ``tma`` (tiles only, warp specialised: one extra producer warp loads each tile
 with its halo as one ``cp.async.bulk.tensor`` box from a tensor map of the input, completing the bytes on a full
 mbarrier; every consumer thread releases the slot on an empty mbarrier; TMA zero-fills the box outside the array,
-which is the stencil's boundary; optionally the tile leaves by one TMA store from shared memory, and a block
-takes chunks of side-by-side tiles). Every pipelined variant has an explicit fill, steady state and drain. Tails
+which is the stencil's boundary; optionally the tile leaves by one TMA store from shared memory, a block
+takes chunks of side-by-side tiles, and blocks claim their chunks from a self-resetting ticket counter instead
+of a static split). Every pipelined variant has an explicit fill, steady state and drain. Tails
 that are not a multiple of the 16-byte copy are copied element by element; a row pitch or base that is not
 16-byte aligned gets 4-byte copies throughout (and an output that is not gets 4-byte stores): the alignment a
 copy claims is always one that was checked. TMA has no 4-byte fallback: a ``tma`` variant refuses such an input
 with ``LaunchConfigError`` (use ``thread`` or ``mbar``). Several strip shapes (width, rows per stage, stages,
-blocks per SM) and TMA tile heights, stage counts, stores and chunks are measured in the same run and the best is picked by
-measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain timeline.
+blocks per SM) and TMA tile heights, stage counts, stores, chunks and ticket claims are measured in the same run and
+the best is picked by measurement. In-kernel ``%globaltimer`` stamps per stage are drawn as a fill / steady / drain
+timeline.
 
 Needs: compute capability 8.0 (cp.async, mbarrier), 9.0 for the ``tma`` variants; built for sm_90a and sm_100a.
 Key insight: a staged kernel that waits for its loads idles for the memory latency once per stage; with S
 stages, S - D of them are in flight while one is computed (D = stages one compute reads: 1 for a tile, 2 for a
 strip), so the wait leaves the steady state. What is left is how the bytes move: on the H200 the cp.async
 pipelines level off near 73-78% of the copy ceiling whatever the tile shape, stage count or row pitch, the strips
-below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 82-85% with
-tall tiles (less halo per output row), the most when a block takes 4 side-by-side tiles in turn (longer runs of
-each input row from one SM); TMA stores instead of 16-byte thread stores change little.
+below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 82-86% with
+tall tiles (less halo per output row) and a static split of the tiles, the most when a block takes 4 side-by-side
+tiles in turn (longer runs of each input row from one SM). The static split is then what limits it: some SMs
+stream faster than others (24 of the H200's 132 about 1.5x faster) and sit idle at the end of their share. With
+the tiles claimed by ticket (2 side-by-side tiles a claim) the same pipeline reaches 92-93% at 16K x 16K. TMA
+stores instead of 16-byte thread stores change little.
 Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
 """
 
@@ -75,6 +80,8 @@ class Variant:
     launch raises if they do not fit). tma_store (kind 'tma' only): each tile is computed into shared memory and
     leaves by one TMA store (two output buffers), instead of 16-byte stores from every thread. chunk (kind 'tma'
     only): a block takes this many side-by-side tiles at a time, so it reads longer runs of each input row.
+    tickets (kind 'tma' only): blocks claim their chunks one at a time from a shared counter (cuadv's ``steal``
+    without a time slice) instead of a static split, so SMs that stream faster take more of them.
     """
 
     layout: str
@@ -85,6 +92,7 @@ class Variant:
     blocks_per_sm: int = 0
     tma_store: bool = False
     chunk: int = 1
+    tickets: bool = False
 
     def __post_init__(self):
         if self.layout not in ("tile", "strip"):
@@ -95,6 +103,8 @@ class Variant:
             raise ValueError(f"the TMA pipeline stages tiles; got layout {self.layout!r}")
         if self.tma_store and self.kind != "tma":
             raise ValueError(f"TMA stores belong to the tma pipeline; got kind {self.kind!r}")
+        if self.tickets and self.kind != "tma":
+            raise ValueError(f"ticket claims belong to the tma pipeline; got kind {self.kind!r}")
         if self.chunk != 1 and (self.kind != "tma" or not 1 <= self.chunk <= 64):
             raise ValueError(f"chunks of 1 to 64 tiles belong to the tma pipeline; got {self.chunk} for {self.kind!r}")
         if self.blocks_per_sm < 0:
@@ -137,7 +147,8 @@ class Variant:
                  else f"strip {self.width} cols x {self.rows_per_stage} rows")
         bps = f", {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else ""
         chunk = f", chunks of {self.chunk}" if self.chunk > 1 else ""
-        return f"{shape}: {what}{', TMA stores' if self.tma_store else ''}{chunk}{bps}"
+        claims = ", claimed by ticket" if self.tickets else ""
+        return f"{shape}: {what}{', TMA stores' if self.tma_store else ''}{chunk}{claims}{bps}"
 
     @property
     def key(self) -> str:
@@ -146,7 +157,8 @@ class Variant:
         if self.layout == "strip":
             key += f"_w{self.width}r{self.rows_per_stage}"
         elif self.kind == "tma":
-            key += f"_r{self.rows_per_stage}" + ("_st" if self.tma_store else "") + (f"_c{self.chunk}" if self.chunk > 1 else "")
+            key += (f"_r{self.rows_per_stage}" + ("_st" if self.tma_store else "")
+                    + (f"_c{self.chunk}" if self.chunk > 1 else "") + ("_tk" if self.tickets else ""))
         return key + (f"_b{self.blocks_per_sm}" if self.blocks_per_sm else "")
 
     @property
@@ -179,8 +191,8 @@ def tile(kind: str, stages: int) -> Variant:
     return Variant("tile", kind, stages)
 
 
-def tma(stages: int, rows: int = TILE_H, store: bool = False, chunk: int = 1) -> Variant:
-    return Variant("tile", "tma", stages, TILE_W, rows, tma_store=store, chunk=chunk)
+def tma(stages: int, rows: int = TILE_H, store: bool = False, chunk: int = 1, tickets: bool = False) -> Variant:
+    return Variant("tile", "tma", stages, TILE_W, rows, tma_store=store, chunk=chunk, tickets=tickets)
 
 
 def strip(kind: str, width: int, rows_per_stage: int, stages: int = 3, blocks_per_sm: int = 0) -> Variant:
@@ -191,7 +203,9 @@ SYNC = tile("sync", 2)
 TILE_VARIANTS = (SYNC, tile("thread", 2), tile("thread", 4), tile("mbar", 4),
                  tma(3, 16), tma(4, 16), tma(6, 16), tma(3, 32), tma(4, 32), tma(6, 32), tma(3, 64), tma(4, 64),
                  tma(4, 32, True), tma(3, 64, True), tma(4, 64, True),
-                 tma(4, 32, chunk=4), tma(4, 64, chunk=4), tma(4, 64, chunk=8), tma(3, 64, True, 4))
+                 tma(4, 32, chunk=4), tma(4, 64, chunk=4), tma(4, 64, chunk=8), tma(3, 64, True, 4),
+                 tma(3, 64, tickets=True), tma(4, 64, tickets=True), tma(4, 64, chunk=2, tickets=True),
+                 tma(3, 64, True, 1, True), tma(3, 64, True, 2, True), tma(4, 32, chunk=2, tickets=True))
 # The strip candidates: the measured run picks the best. In flight while a stage is computed: (stages - 2) x
 # rows x (width + 8) x 4 B per block, times the blocks that fit on an SM.
 STRIP_VARIANTS = (
@@ -242,16 +256,18 @@ class StencilParams:
 
 @dataclass(frozen=True)
 class StencilTmaParams:
-    """The tma kernels' parameter struct (384 bytes: StencilParams, then the input's 128-byte tensor map at offset
-    128 and the output's at 256, zeros where the variant stores with threads; asserted in pipeline.cu)."""
+    """The tma kernels' parameter struct (384 bytes: StencilParams, the chunk, the ticket counter's address at
+    offset 80 (0: the static split), then the input's 128-byte tensor map at offset 128 and the output's at 256,
+    zeros where the variant stores with threads; asserted in pipeline.cu)."""
 
     params: StencilParams
     map: Any  # a TensorMap (anything with the 128-byte kernel_param_bytes())
     out_map: Any = None
     chunk: int = 1
+    tickets: int = 0
 
     def kernel_param_bytes(self) -> bytes:
-        head = self.params.kernel_param_bytes() + struct.pack("<I", self.chunk)
+        head = self.params.kernel_param_bytes() + struct.pack("<I4xQ", self.chunk, self.tickets)
         out = self.out_map.kernel_param_bytes() if self.out_map is not None else bytes(128)
         return head + bytes(TMA_MAP_OFFSET - len(head)) + self.map.kernel_param_bytes() + out
 
@@ -381,12 +397,28 @@ class Stencil:
                                      name_expressions=stencil_expressions(arch))
         self.variants = variants_for(arch)
         self._fit: dict[tuple[Variant, int], int] = {}
+        self._tickets: dict[int, Any] = {}  # stream handle -> its ticket counter (zero between launches)
+
+    def tickets(self, stream: Any = None) -> Any:
+        """The ticket counter of the variants with ``tickets`` on this stream: one 8-byte word, zeroed once and
+        reset by every launch itself; launches on one stream never overlap, so they may share it."""
+        from ..launch import stream_handle
+        from ..memory import DeviceBuffer
+
+        key = stream_handle(stream)
+        if key not in self._tickets:
+            self._tickets[key] = DeviceBuffer(8, fill=0)
+        return self._tickets[key]
 
     def kernel(self, variant: Variant, align: int):
-        if variant.kind == "tma" and variant not in self.variants:
+        if variant.kind == "tma" and parse_arch(self.module.arch) < (9, 0):
             raise LaunchConfigError(f"{variant.label} needs sm_90 (TMA); built for {self.module.arch}: use a thread "
                                     "or mbar variant")
-        return self.module.kernel(variant.expression(align))
+        expression = variant.expression(align)
+        if expression not in self.module.lowered_names:
+            raise LaunchConfigError(f"{variant.label}: kernel {expression} is not among those built (the kernels "
+                                    "of cuadv.labs.pipeline.VARIANTS); add the variant there")
+        return self.module.kernel(expression)
 
     def blocks_per_sm(self, variant: Variant, align: int) -> int:
         """How many blocks of this variant fit on one SM (registers, shared memory, threads)."""
@@ -443,14 +475,16 @@ class Stencil:
         align = src.copy_alignment
         grid = self.grid(variant, align, src.rows, src.cols)
         trace_ptr = capacity = 0
-        if trace is not None:
-            trace.prepare(grid, max(stage_counts(variant, src.rows, src.cols, grid)))
+        if trace is not None:  # with tickets any block may run any number of tiles
+            trace.prepare(grid, tile_count(src.rows, src.cols, variant.rows_per_stage) if variant.tickets
+                          else max(stage_counts(variant, src.rows, src.cols, grid)))
             trace_ptr, capacity = trace.buffer.ptr, trace.capacity
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
         args = params if layout is None else StencilTmaParams(
-            params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None, variant.chunk)
+            params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None, variant.chunk,
+            self.tickets(stream).ptr if variant.tickets else 0)
         config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
         launch(self.kernel(variant, align), config, args, stream=stream)
         return grid

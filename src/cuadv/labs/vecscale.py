@@ -229,7 +229,7 @@ class VecScaleLab:
         the last tiles to whichever SMs are free."""
         from ..plots import _pyplot
 
-        finish, rates, counts = {}, {}, {}
+        finish, rates, counts, early = {}, {}, {}, []
         for label in ("fixed_blocks", "steal"):
             trace = kernels[(label, shape)](tiles_for(n, shape), data, n, np.float32(1.0), 0, trace=True)
             rec = trace.records[trace.written]
@@ -238,6 +238,8 @@ class VecScaleLab:
             np.maximum.at(end, sm, (rec["end_ns"] - t0).astype(np.float64))
             busy = end > 0
             finish[label] = np.sort(end[busy] / end[busy].max())
+            if label == "fixed_blocks":  # which SMs idle before the end: the same ones run by run (GPC layout)
+                early = np.flatnonzero(busy & (end < 0.9 * end.max())).tolist()
             counts[label] = np.bincount(sm, minlength=ctx.caps.sm_count)[busy]
             rates[label] = counts[label] / end[busy]  # tiles per ns while the SM had work
             result.figures[f"vecscale_{label}_first_sm_done_pct"] = 100 * float(finish[label][0])
@@ -246,7 +248,8 @@ class VecScaleLab:
         result.notes.append(
             f"per-SM finish at {size} ({shape.label}, block traces): under fixed_blocks the first SM ran out of tiles "
             f"at {100 * fb[0]:.1f}% of the makespan and the median SM at {100 * np.median(fb):.1f}%, with "
-            f"{c.min()} to {c.max()} tiles per SM; SMs streamed at different rates (fastest / slowest "
+            f"{c.min()} to {c.max()} tiles per SM; {len(early)} SMs were done before 90% of it (smid "
+            f"{_ranges(early)}); SMs streamed at different rates (fastest / slowest "
             f"{rates['fixed_blocks'].max() / rates['fixed_blocks'].min():.2f}x) and a static split cannot move work "
             f"to the fast ones. Under steal the first SM ran out at {100 * st[0]:.1f}% and the median at "
             f"{100 * np.median(st):.1f}% ({counts['steal'].min()} to {counts['steal'].max()} tiles per SM)")
@@ -260,3 +263,14 @@ class VecScaleLab:
         ax.grid(alpha=0.3)
         ax.legend()
         ctx.save_figure(fig, "vecscale_sm_finish.png", result)
+
+
+def _ranges(ids: list[int]) -> str:
+    """[32, 33, 34, 40] -> '32-34, 40'."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) or "none"

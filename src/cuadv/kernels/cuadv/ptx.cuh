@@ -55,6 +55,17 @@ static inline __device__ void mbarrier_arrive_expect_tx_relaxed(u64* bar, u32 by
   (void)state;
 }
 
+// mbarrier.arrive.expect_tx.shared::cta.b64 state, [bar], bytes;  (sm_90) - release at CTA scope (the defaults):
+// as above, and this thread's earlier memory accesses happen before the completion of the phase it arrives on.
+template <int D = 0>
+static inline __device__ void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
+  static_assert(arch_at_least<D>(90), "mbarrier.arrive.expect_tx needs sm_90");
+  u64 state;
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+  (void)state;
+}
+
 // mbarrier.try_wait.parity.acquire.{cta,cluster}.shared::cta.b64 p, [bar], parity;  (sm_90)
 // Acquire: reads after a successful wait see what was released into the completed phase.
 template <bool ClusterScope, int D = 0>
