@@ -134,11 +134,25 @@ def test_blocks_per_sm(stencil, cp):
 TICKETS = [v for v in lab.VARIANTS if v.tickets]
 
 
+def counter(address: int, value: int | None = None) -> int:
+    """Read (or first set) the 8-byte ticket counter at ``address``, after the device is idle."""
+    from cuadv._cuda import check, driver
+
+    drv = driver()
+    check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+    word = np.array([0 if value is None else value], dtype=np.uint64)
+    if value is not None:
+        check(drv.cuMemcpyHtoD(address, word.ctypes.data, 8), "cuMemcpyHtoD")
+    check(drv.cuMemcpyDtoH(word.ctypes.data, address, 8), "cuMemcpyDtoH")
+    return int(word[0])
+
+
 @pytest.mark.parametrize("variant", TICKETS, ids=lambda v: v.key)
 def test_tickets_reset_themselves(stencil, cp, variant):
     """Chunks claimed by ticket: back-to-back launches and graph replays, no host reset in between, each exact,
     and the counter back at zero after every launch (a launch takes chunks + grid tickets; the last one resets)."""
     from cuadv.graphs import Graph
+    from cuadv.work_stealing import STATE_BYTES
 
     rng = np.random.default_rng()
     for shape in ((2051, 3001), (1, 300), (700, 129), (64, 128 * 13)):
@@ -148,19 +162,48 @@ def test_tickets_reset_themselves(stencil, cp, variant):
             out = nan_output(variant, shape, cp)
             stencil(variant, x, out)
             assert np.array_equal(cp.asnumpy(out), expected), (variant.label, shape)
-            assert stencil.tickets().to_host(np.uint64).tolist() == [0]
+            assert counter(stencil.tickets()) == 0
     x = cp.asarray(rng.standard_normal((999, 2000), dtype=np.float32))
     out = nan_output(variant, x.shape, cp)
     stream = cp.cuda.Stream(non_blocking=True)
-    stencil(variant, x, out, stream=stream)  # the first launch on the stream allocates its counter, outside capture
     graph = Graph.capture(stream, lambda: stencil(variant, x, out, stream=stream))
+    captured = lab._TICKETS._buffer.ptr + (lab._TICKETS._next - 1) * STATE_BYTES  # the capture's own counter
+    assert captured != stencil.tickets(stream)  # not the one the stream's own launches use
     for _ in range(4):
         out.fill(cp.nan)
         cp.cuda.Device().synchronize()  # the fill (CuPy's stream) is done before the replay on `stream` starts
         graph.launch(stream)
         stream.synchronize()
         assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
-        assert stencil.tickets(stream).to_host(np.uint64).tolist() == [0]
+        assert counter(captured) == 0
+
+
+@pytest.mark.parametrize("variant", [lab.tma(4, 64, chunk=2, tickets=True), lab.tma(3, 64, True, 1, True)],
+                         ids=lambda v: v.key)
+def test_tiles_come_from_the_counter(stencil, cp, variant):
+    """The ticket path really runs: with the counter set to `chunks` before a launch every claim fails and nothing
+    is written; set to `chunks - 1`, only the last chunk's tiles are computed. Either way the launch takes
+    chunks + grid tickets in all, so the block holding the last one leaves the counter at zero."""
+    rows, cols = 300, 128 * 7 + 4  # 5 x 8 tiles of 64 x 128: 40 tiles; rows of 3600 B (TMA needs 16-byte rows)
+    x = cp.asarray(np.random.default_rng().standard_normal((rows, cols), dtype=np.float32))
+    expected = lab.reference(cp.asnumpy(x))
+    strips, th = -(-cols // lab.TILE_W), variant.rows_per_stage
+    tiles = lab.tile_count(rows, cols, th)
+    chunks = -(-tiles // variant.chunk)
+    for start, first_tile in ((chunks, tiles), (chunks - 1, (chunks - 1) * variant.chunk)):
+        out = nan_output(variant, (rows, cols), cp)
+        counter(stencil.tickets(), start)
+        try:
+            stencil(variant, x, out)
+        finally:  # a counter left non-zero would skip tiles in every later launch on this stream
+            got, left = cp.asnumpy(out), counter(stencil.tickets())
+            counter(stencil.tickets(), 0)
+        done = np.zeros((rows, cols), dtype=bool)
+        for t in range(first_tile, tiles):
+            r0, c0 = (t // strips) * th, (t % strips) * lab.TILE_W
+            done[r0:r0 + th, c0:c0 + lab.TILE_W] = True
+        assert np.array_equal(got[done], expected[done]) and np.isnan(got[~done]).all(), (variant.label, start)
+        assert left == 0
 
 
 @pytest.mark.parametrize("variant", lab.TIMELINE_VARIANTS + (lab.tile("mbar", 4), lab.SYNC, lab.tma(3, 32),
@@ -192,6 +235,14 @@ def test_trace_is_ordered(stencil, cp, variant):
     assert np.array_equal(cp.asnumpy(out), lab.reference(cp.asnumpy(x)))
     ph = lab.trace_phases(trace.records(), variant.kind != "sync")
     assert ph["block_span_us"] > 0
+
+
+def test_trace_too_large_is_refused(stencil, cp, monkeypatch):
+    x = cp.zeros((1024, 1024), dtype=cp.float32)
+    out = cp.empty_like(x)
+    monkeypatch.setattr(lab, "TRACE_LIMIT_BYTES", 1 << 16)
+    with pytest.raises(LaunchConfigError, match="trace a smaller array"):
+        stencil(lab.tma(4, 64, chunk=2, tickets=True), x, out, trace=lab.Trace())
 
 
 def test_smoke(cp):

@@ -20,8 +20,9 @@ class DeviceBuffer:
             self.fill(fill)
 
     def fill(self, byte: int, stream: int | None = None) -> None:
-        """Set every byte; on ``stream`` (ordered with the work there), or at once when None (the
-        buffer is then ready for any stream, non-blocking ones included)."""
+        """Set every byte; on ``stream`` (ordered with the work there), or when None on the legacy
+        default stream, which blocking streams wait for but non-blocking ones do not (synchronize
+        before such a stream reads the buffer)."""
         if stream is None:
             check(driver().cuMemsetD8(self.ptr, byte & 0xFF, self.nbytes), "cuMemsetD8")
         else:

@@ -156,7 +156,9 @@ class StatePool:
     """Per-launch scheduler counters: one slot per stream (launches on one stream run in order and
     each launch restarts the count under its own grid id), and a fresh slot for every graph
     capture, so a graph replay never shares counters with a stream it may overlap. Replays of one
-    graph share a grid id, so captured launches reset their counter by counting exits instead."""
+    graph share a grid id, so captured launches reset their counter by counting exits instead.
+    Slots start at zero; a kernel that keeps its own self-resetting counter in a slot (the stencil's
+    ticket) takes its own pool, so no two protocols share a word."""
 
     def __init__(self, slots: int = 256):
         self._buffer: DeviceBuffer | None = None
@@ -168,9 +170,11 @@ class StatePool:
     def slot_for(self, stream: int) -> tuple[int, bool]:
         """The state's address for a launch on ``stream``, and whether that launch is being captured."""
         with self._lock:
-            if self._buffer is None:
-                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)  # zeroed before any launch
             capturing = _is_capturing(stream)
+            if self._buffer is None:
+                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
+                if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
+                    check(driver().cuStreamSynchronize(driver().CUstream(0)), "cuStreamSynchronize")
             if not capturing and stream in self._by_stream:
                 return self._by_stream[stream], False
             if self._next >= self._slots:

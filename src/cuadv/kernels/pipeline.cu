@@ -22,7 +22,9 @@
 //          edge code (only the stores are clipped). Each consumer thread computes 4 adjacent columns (float4
 //          shared loads, neighbours by shuffle, 16-byte stores; or, in the TMA-store form, into a shared output
 //          tile that one TMA store writes out). No __syncthreads in the loop. A block may take chunks of
-//          side-by-side tiles (Tiling's chunk), so it reads longer runs of each input row.
+//          side-by-side tiles (Tiling's chunk), so it reads longer runs of each input row, and the chunks may be
+//          claimed from a ticket counter instead of split statically (TileSource); the producer passes each
+//          stage's tile index to the consumers in shared memory, and a closing stage (index -1) ends their loop.
 // Every pipelined kernel runs the same three phases: fill (the first S - D stages issued before any compute),
 // steady state (one stage issued per stage computed) and drain (compute what is in flight, issue nothing);
 // D is how many consecutive stages one compute reads (tile: 1, strip: 2). The tma kernel's producer warp fills
@@ -90,14 +92,17 @@ constexpr int kHalo = 4;            // 1 halo column is needed; 4 keep every chu
 struct Tracer {
   const StencilParams& p;
   __device__ explicit Tracer(const StencilParams& params) : p(params) {}
-  __device__ void stamp(long long k, int field, unsigned thread = 0) const { stamp_at(k, field, now(), thread); }
+  __device__ void stamp(long long k, int field, unsigned thread = 0) const { stamp_at(k, field, now(thread), thread); }
   // A stamp taken earlier (now()), written once the stage is known to exist.
   __device__ void stamp_at(long long k, int field, unsigned long long ns, unsigned thread = 0) const {
     if (p.trace != nullptr && threadIdx.x == thread && k < p.trace_capacity) {
       p.trace[(static_cast<unsigned long long>(blockIdx.x) * p.trace_capacity + k) * 4 + field] = ns;
     }
   }
-  __device__ unsigned long long now() const { return p.trace != nullptr ? ptx::globaltimer_ns() : 0; }
+  // The time, read only by the thread that stamps (0 for the others, and when not tracing).
+  __device__ unsigned long long now(unsigned thread = 0) const {
+    return p.trace != nullptr && threadIdx.x == thread ? ptx::globaltimer_ns() : 0;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -243,8 +248,8 @@ static_assert(kThreads % kTileW == 0 && kTileH % (kThreads / kTileW) == 0, "tile
 
 // Tile t covers output rows [row0, row0 + TH) and columns [col0, col0 + kTileW); tiles are numbered along the
 // rows of tiles and dealt out in chunks of `chunk` consecutive tiles (side by side in a row of tiles, so a
-// block reads longer runs of each input row): block b takes chunks b, b + gridDim.x, ... (chunk 1: tiles b,
-// b + gridDim.x, ...).
+// block reads longer runs of each input row). The static split: block b takes chunks b, b + gridDim.x, ...
+// (chunk 1: tiles b, b + gridDim.x, ...); the tma kernels may claim chunks by ticket instead (TileSource).
 template <int TH>
 struct Tiling {
   long long strips, tiles, chunk;

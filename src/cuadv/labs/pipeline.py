@@ -30,7 +30,7 @@ pipelines level off near 73-78% of the copy ceiling whatever the tile shape, sta
 below that, while one TMA box per stage (no per-thread copy instructions, no edge code) reaches 82-86% with
 tall tiles (less halo per output row) and a static split of the tiles, the most when a block takes 4 side-by-side
 tiles in turn (longer runs of each input row from one SM). The static split is then what limits it: some SMs
-stream faster than others (24 of the H200's 132 about 1.5x faster) and sit idle at the end of their share. With
+stream faster than others (24 of the H200's 132, rates 1.4x apart) and sit idle at the end of their share. With
 the tiles claimed by ticket (2 side-by-side tiles a claim) the same pipeline reaches 92-93% at 16K x 16K. TMA
 stores instead of 16-byte thread stores change little.
 Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
@@ -46,9 +46,10 @@ import numpy as np
 
 from ..compiler import compile_source, kernel_source, parse_arch
 from ..errors import LaunchConfigError, ValidationError
-from ..launch import LaunchConfig, launch
+from ..launch import LaunchConfig, launch, stream_handle
 from ..results import LabResult, Table
 from ..tensormap import TensorMap, TensorMapError, TiledLayout, pitch_elements
+from ..work_stealing import StatePool
 from .base import RunContext
 
 # Mirrors kernels/pipeline.cu.
@@ -62,6 +63,7 @@ PARAMS_BYTES = 72
 TMA_PARAMS_BYTES, TMA_MAP_OFFSET = 384, 128  # StencilTmaParams: StencilParams, the input's tensor map, the output's
 OUT_VEC16 = 1  # StencilParams.flags: the output base and row pitch allow 16-byte stores
 TRACE_FIELDS = ("issued", "wait", "ready", "done")
+TRACE_LIMIT_BYTES = 1 << 30  # the largest stamp buffer a traced launch allocates
 KINDS = ("sync", "thread", "mbar", "tma")
 KIND_LABELS = {"sync": "sync (plain loads)", "thread": "cuda::pipeline, thread scope",
                "mbar": "mbarrier pipeline, block scope", "tma": "TMA pipeline, block scope"}
@@ -397,18 +399,14 @@ class Stencil:
                                      name_expressions=stencil_expressions(arch))
         self.variants = variants_for(arch)
         self._fit: dict[tuple[Variant, int], int] = {}
-        self._tickets: dict[int, Any] = {}  # stream handle -> its ticket counter (zero between launches)
 
-    def tickets(self, stream: Any = None) -> Any:
-        """The ticket counter of the variants with ``tickets`` on this stream: one 8-byte word, zeroed once and
-        reset by every launch itself; launches on one stream never overlap, so they may share it."""
-        from ..launch import stream_handle
-        from ..memory import DeviceBuffer
-
-        key = stream_handle(stream)
-        if key not in self._tickets:
-            self._tickets[key] = DeviceBuffer(8, fill=0)
-        return self._tickets[key]
+    @staticmethod
+    def tickets(stream: Any = None) -> int:
+        """The address of the ticket counter a variant with ``tickets`` launched on ``stream`` uses: one 8-byte word
+        per stream, and a fresh one for every graph capture (launches on one stream never overlap; a graph may
+        run beside the stream it was captured on). Zero before the first launch; every launch leaves it zero. Only
+        the stencil's launches touch it: a value written there from outside makes the next launch skip tiles."""
+        return _TICKETS.slot_for(stream_handle(stream))[0]
 
     def kernel(self, variant: Variant, align: int):
         if variant.kind == "tma" and parse_arch(self.module.arch) < (9, 0):
@@ -476,18 +474,27 @@ class Stencil:
         grid = self.grid(variant, align, src.rows, src.cols)
         trace_ptr = capacity = 0
         if trace is not None:  # with tickets any block may run any number of tiles
-            trace.prepare(grid, tile_count(src.rows, src.cols, variant.rows_per_stage) if variant.tickets
-                          else max(stage_counts(variant, src.rows, src.cols, grid)))
+            capacity = (tile_count(src.rows, src.cols, variant.rows_per_stage) if variant.tickets
+                        else max(stage_counts(variant, src.rows, src.cols, grid)))
+            if grid * capacity * len(TRACE_FIELDS) * 8 > TRACE_LIMIT_BYTES:
+                raise LaunchConfigError(f"a trace of {variant.label} on {src.rows} x {src.cols} needs {grid} blocks x "
+                                        f"{capacity} stages x 32 B, over {TRACE_LIMIT_BYTES >> 20} MiB; trace a "
+                                        "smaller array (a variant claimed by ticket keeps room for every tile per "
+                                        "block)")
+            trace.prepare(grid, capacity)
             trace_ptr, capacity = trace.buffer.ptr, trace.capacity
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
         args = params if layout is None else StencilTmaParams(
             params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None, variant.chunk,
-            self.tickets(stream).ptr if variant.tickets else 0)
+            self.tickets(stream) if variant.tickets else 0)
         config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
         launch(self.kernel(variant, align), config, args, stream=stream)
         return grid
+
+
+_TICKETS = StatePool()  # the stencil's own counters: never shared with steal's, whose word holds a launch tag
 
 
 class Trace:
@@ -765,7 +772,8 @@ class PipelineLab:
                  f"producer warp); {sms} SMs. "
                  f"tile: {TILE_H} x {TILE_W} output tiles (tma: 16, 32 or 64 x {TILE_W}, each tile and its halo one "
                  "TMA box) +1 halo row and 4 halo columns each side, blocks = occupancy x SMs striding over the "
-                 "tiles. strip: each block streams an equal share of the (strip, row) pairs, R rows per stage, rows "
+                 "tiles ('claimed by ticket': each block claims its next chunk of tiles from a shared counter "
+                 "instead). strip: each block streams an equal share of the (strip, row) pairs, R rows per stage, rows "
                  "above/below reused from the ring of stages. 'x best sync': the "
                  "fastest synchronous (plain-load) variant at that size over this one's time. Medians of "
                  f"{repeats} CUDA-event timings (each queued behind a 150 us spin so host launch time is not "
