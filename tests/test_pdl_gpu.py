@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cuadv import current_device
-from cuadv.labs.pdl import Chain, PdlDemo, build_module, check_demo
+from cuadv.labs.pdl import MODES, Chain, PdlDemo, build_module, check_demo
 
 pytestmark = pytest.mark.gpu
 
@@ -65,16 +65,26 @@ def test_pdl_survives_stream_capture(module, stream):
     assert o.all_right
 
 
-@pytest.mark.parametrize("pdl,early,setup", [(False, 0, 0), (True, 0, 0), (True, 1, 0), (True, 1, 2000)])
-def test_chain_is_exact(module, stream, pdl, early, setup):
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.key)
+@pytest.mark.parametrize("setup", [0, 2000])
+def test_chain_is_exact(module, stream, mode, setup):
     caps = current_device().caps
     chain = Chain(module, caps, stream, n=caps.sm_count * 256 * 2 + 7)
     chain.reset()
-    chain.enqueue(20, pdl, early, setup)
+    chain.enqueue(20, mode.pdl, mode.trigger, setup)
     chain.check(20)
-    ms, runs = chain.time_stream(10, pdl, early, setup, repeats=2)
-    assert ms > 0
+    samples, runs = chain.time_stream(10, mode.pdl, mode.trigger, setup, repeats=2)
+    assert len(samples) >= 1 and min(samples) > 0
     chain.check(20 + 10 * runs)
+
+
+@pytest.mark.parametrize("path", ["stream", "graph"])
+def test_time_modes_checks_every_mode(module, stream, path):
+    """Every mode timed, in turns over two rounds; time_modes itself checks the chain's result after all of them."""
+    caps = current_device().caps
+    chain = Chain(module, caps, stream, n=caps.sm_count * 256 + 3)
+    us = chain.time_modes(path, 6, 0, repeats=2, rounds=2)
+    assert set(us) == set(MODES) and all(v > 0 for v in us.values())
 
 
 def test_chain_in_a_graph(module, stream):

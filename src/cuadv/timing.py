@@ -131,6 +131,8 @@ class StreamGate:
 
         drv = driver()
         self._flag = DeviceBuffer(4, fill=0)
+        # The zero lands before any stream (non-blocking ones included) can wait on the flag.
+        check(drv.cuStreamSynchronize(drv.CUstream(0)), "cuStreamSynchronize")
         self._opened = 0
         flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
         self._side = check(drv.cuStreamCreate(flags), "cuStreamCreate")

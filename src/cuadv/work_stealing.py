@@ -178,8 +178,9 @@ class StatePool:
             if not capturing and stream in self._by_stream:
                 return self._by_stream[stream], False
             if self._next >= self._slots:
-                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use work stealing in "
-                                        "this process; scheduler state slots are exhausted")
+                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use this pool's "
+                                        "self-resetting counters (work stealing, or the stencil's tickets) in this "
+                                        "process; its slots are exhausted")
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
             if not capturing:

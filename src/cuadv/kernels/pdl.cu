@@ -9,9 +9,10 @@
 //       the PDL attribute the consumer cannot start early, the producer times out and `observed`
 //       stays 0 (the flag protocol that proves no overlap).
 //   pdl_chain_step
-//       One link of a chain of small kernels: trigger, independent setup, wait, dst = src + 1.
-//       The same kernel runs with and without the PDL attribute, so the time difference of a
-//       chain is what PDL saves per kernel boundary; optional stamps measure the boundary's gap.
+//       One link of a chain of small kernels: independent setup, wait, dst = src + 1, with the
+//       trigger at block exit (implicit), before the setup, or right after the wait. The same kernel
+//       runs with and without the PDL attribute, so the time difference of a chain is what PDL
+//       saves per kernel boundary; optional stamps measure the boundary's gap.
 //   pdl_spin
 //       Holds a stream for a while, so a chain of launches can be queued before it starts.
 #include <cuda/atomic>
@@ -83,15 +84,24 @@ extern "C" __global__ void pdl_demo_consumer_correct(const __grid_constant__ Dem
   if (i < p.n) p.out[i] = scale * p.mid[i];
 }
 
-// One link of a chain. early_trigger: call launch_dependents before the setup (else only the
-// implicit trigger at block exit applies). stamps: null, or this link's pair of %globaltimer stamps,
-// [0] the earliest block past its wait (atomicMin) and [1] the latest block done (atomicMax), from
-// which the host reads the gap at each kernel boundary.
+// Where a link calls launch_dependents (mirrored by TRIGGERS in labs/pdl.py).
+enum ChainTrigger : int {
+  kTriggerAtExit = 0,    // never called: the implicit trigger when each block exits
+  kTriggerAtStart = 1,   // before the setup: the next link may be scheduled at once, and, since the
+                         // next link also triggers before its wait, the one after it as well
+  kTriggerAfterWait = 2  // after the wait: the next link is scheduled while this one works, and no
+                         // link is scheduled before the one two ahead of it has completed
+};
+
+// One link of a chain. stamps: null, or this link's pair of %globaltimer stamps, [0] the earliest
+// block past its wait (atomicMin) and [1] the latest block done (atomicMax), from which the host
+// reads the gap at each kernel boundary.
 extern "C" __global__ void pdl_chain_step(const float* src, float* dst, unsigned int n, unsigned long long setup_ns,
-                                          int early_trigger, unsigned long long* stamps) {
-  if (early_trigger) cuadv::pdl::launch_dependents();  // the next link may be scheduled now
-  cuadv::pdl::spin_ns(setup_ns);                       // independent setup: needs nothing from src
-  cuadv::pdl::wait();                                  // src (the previous link's dst) is complete and visible
+                                          int trigger, unsigned long long* stamps) {
+  if (trigger == kTriggerAtStart) cuadv::pdl::launch_dependents();  // the next link may be scheduled now
+  cuadv::pdl::spin_ns(setup_ns);                                    // independent setup: needs nothing from src
+  cuadv::pdl::wait();  // src (the previous link's dst) is complete and visible
+  if (trigger == kTriggerAfterWait) cuadv::pdl::launch_dependents();  // the next link may be scheduled now
   if (stamps != nullptr && threadIdx.x == 0) atomicMin(&stamps[0], cuadv::ptx::globaltimer_ns());
   for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     dst[i] = src[i] + 1.0f;

@@ -6,16 +6,20 @@ results - made deterministic: the producer triggers its dependents, then holds i
 until every consumer block has reported its early read, so the stale read is certain whenever the
 grids overlap; without the PDL attribute a flag protocol shows they never overlap. Then a chain of
 K small kernels, the same kernel with and without the attribute, in a stream and in a CUDA graph:
-the time saved per kernel boundary, with 0 or more microseconds of independent setup.
+the time saved per kernel boundary, with 0 or more microseconds of independent setup, and with the
+trigger (launch_dependents) at block exit, before the setup or right after the wait.
 Needs: compute capability 9.0 (griddepcontrol, the programmatic-stream-serialization attribute).
 Key insight: PDL hides the launch gap between dependent kernels (about a microsecond) and any setup
 that needs nothing from the previous kernel - but only the code after the wait may read its output;
-the trigger orders no memory.
+the trigger orders no memory. Where the trigger sits matters in a chain: a trigger before the wait
+lets the link after next be scheduled too, and its waiting blocks take the slots the running link
+needs; a trigger right after the wait keeps the overlap to one link ahead.
 Run: ``cuadv bench pdl`` (``--quick`` for a short run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +34,9 @@ from ..timing import EventPair, synchronize, time_gpu
 from .base import RunContext
 
 THREADS = 256
-# (threads per block, blocks per SM) of the grid-size sweep: 256-thread blocks from 1 to 16 per SM, then the grids
-# of 8 and 16 blocks per SM again with blocks small enough that a dependent grid of the same shape fits beside.
-GRID_SWEEP = ((256, 1), (256, 2), (256, 4), (256, 8), (256, 16), (128, 8), (64, 16))
+# (threads per block, blocks per SM) of the grid-size sweep: 256-thread blocks from 1 to 8 per SM, 512 and 1024
+# threads, then the grids of 4 to 16 blocks per SM with blocks small enough that a dependent grid fits beside.
+GRID_SWEEP = ((256, 1), (256, 2), (256, 4), (256, 8), (512, 2), (1024, 1), (128, 4), (128, 8), (64, 16))
 POISON = -7  # the producer's output buffer holds this until the producer writes
 DEMO_MAX_CONSUMER_BLOCKS = 64  # all consumer blocks must be resident beside the producer
 DEMO_PRODUCER_BLOCKS = 4
@@ -40,7 +44,24 @@ DEMO_DTYPE = np.dtype([("in_", "<u8"), ("mid", "<u8"), ("out", "<u8"), ("n", "<u
                        ("arrivals", "<u8"), ("observed", "<u8"), ("times", "<u8"), ("timeout_ns", "<u8")])
 assert DEMO_DTYPE.itemsize == 64  # mirrors DemoParams in pdl.cu
 CONSUMERS = ("correct", "misplaced")
-MODES = {"off": (False, 0), "pdl, trigger at end": (True, 0), "pdl, trigger at start": (True, 1)}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a chain's links are launched: with the PDL attribute or not, and where each link triggers its
+    dependents (trigger: ChainTrigger in pdl.cu)."""
+
+    key: str  # in figure names
+    label: str
+    pdl: bool
+    trigger: int
+
+
+OFF = Mode("off", "no PDL", False, 0)
+MODES = (OFF, Mode("exit", "PDL, trigger at exit", True, 0), Mode("start", "PDL, trigger at start", True, 1),
+         Mode("after_wait", "PDL, trigger after wait", True, 2))
+PDL_MODES = MODES[1:]
+AFTER_WAIT = MODES[3]
 
 
 def build_module(arch: str | None = None):
@@ -187,16 +208,17 @@ class Chain:
             b.fill(0)
         self.cp.cuda.Device().synchronize()
 
-    def enqueue(self, k: int, pdl: bool, early: int, setup_ns: int, stamps: Any = None) -> None:
-        """k links; stamps: None, or a uint64 array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
+    def enqueue(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None) -> None:
+        """k links; trigger: where each calls launch_dependents (Mode.trigger); stamps: None, or a uint64
+        array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
         cfg = LaunchConfig(grid=self.grid, block=self.threads, pdl=pdl)
         n, setup = np.uint32(self.n), np.uint64(setup_ns)
         for i in range(k):
             src, dst = self.bufs[i % 2], self.bufs[(i + 1) % 2]
             where = np.uint64(0 if stamps is None else stamps.data.ptr + 16 * i)
-            launch(self.step, cfg, src, dst, n, setup, np.int32(early), where, stream=self.stream)
+            launch(self.step, cfg, src, dst, n, setup, np.int32(trigger), where, stream=self.stream)
 
-    def boundary_gaps(self, k: int, pdl: bool, early: int, graph: bool) -> np.ndarray:
+    def boundary_gaps(self, k: int, pdl: bool, trigger: int, graph: bool) -> np.ndarray:
         """Nanoseconds from the last block of link i being done to the first block of link i + 1 being past
         its wait, for each of the k - 1 boundaries of one stamped chain (a stream run queued behind a spin
         kernel, or one replay of a captured chain). The stamps add two atomics per block, so this run is
@@ -213,14 +235,14 @@ class Chain:
         self.reset()
         clear()
         if graph:
-            self.enqueue(2, pdl, early, 0)  # checked outside the capture
-            with Graph.capture(self.stream, lambda: self.enqueue(k, pdl, early, 0, stamps)) as g:
+            self.enqueue(2, pdl, trigger, 0)  # checked outside the capture
+            with Graph.capture(self.stream, lambda: self.enqueue(k, pdl, trigger, 0, stamps)) as g:
                 clear()
                 g.launch(self.stream)
                 synchronize(self.stream)
         else:
             launch(self.spin, LaunchConfig(grid=1, block=32), np.uint64(2_000_000 + k * 40_000), stream=self.stream)
-            self.enqueue(k, pdl, early, 0, stamps)
+            self.enqueue(k, pdl, trigger, 0, stamps)
             synchronize(self.stream)
         s = self.cp.asnumpy(stamps).astype(np.int64).reshape(k, 2)
         return s[1:, 0] - s[:-1, 1]
@@ -234,9 +256,9 @@ class Chain:
             bad = int((got != want).sum())
             raise ValidationError(f"PDL chain: {bad} of {self.n} elements differ from {want} after {links} links")
 
-    def time_stream(self, k: int, pdl: bool, early: int, setup_ns: int, repeats: int) -> tuple[float, int]:
-        """Median ms of a chain of k launches on a stream, queued behind a spin kernel so the host's
-        launch rate does not show; returns (ms, runs done)."""
+    def time_stream(self, k: int, pdl: bool, trigger: int, setup_ns: int, repeats: int) -> tuple[list[float], int]:
+        """Milliseconds of a chain of k launches on a stream, queued behind a spin kernel so the host's
+        launch rate does not show, once per repeat; returns (samples, runs done)."""
         gate_ns = 2_000_000 + k * 40_000
         samples, runs = [], 0
         gate_cfg = LaunchConfig(grid=1, block=32)
@@ -245,7 +267,7 @@ class Chain:
             launch(self.spin, gate_cfg, np.uint64(gate_ns), stream=self.stream)
             t0 = time.perf_counter()
             ev.record_start(self.stream)
-            self.enqueue(k, pdl, early, setup_ns)
+            self.enqueue(k, pdl, trigger, setup_ns)
             ev.record_stop(self.stream)
             host_ns = (time.perf_counter() - t0) * 1e9
             ms = ev.elapsed_ms()
@@ -257,14 +279,40 @@ class Chain:
                 samples.append(ms)
         if not samples:
             raise ValidationError("PDL chain: the host could not queue the chain ahead of the GPU")
-        return float(np.median(samples)), runs
+        return samples, runs
 
-    def capture(self, k: int, pdl: bool, early: int, setup_ns: int):
+    def capture(self, k: int, pdl: bool, trigger: int, setup_ns: int):
         """Two links on the stream (so the configuration is checked outside the capture), then k captured."""
         from ..graphs import Graph
 
-        self.enqueue(2, pdl, early, setup_ns)
-        return Graph.capture(self.stream, lambda: self.enqueue(k, pdl, early, setup_ns))
+        self.enqueue(2, pdl, trigger, setup_ns)
+        return Graph.capture(self.stream, lambda: self.enqueue(k, pdl, trigger, setup_ns))
+
+    def time_modes(self, path: str, k: int, setup_ns: int, repeats: int, rounds: int) -> dict[Mode, float]:
+        """Microseconds per kernel of a chain of k links in every mode, on a stream or as a CUDA graph. The
+        modes take turns, round after round, so a drift of the clocks falls on all of them alike; medians
+        over all rounds' samples. The chain's result is checked at the end."""
+        self.reset()
+        links, samples = 0, {m: [] for m in MODES}
+        with contextlib.ExitStack() as graphs_alive:
+            graphs = {}
+            if path == "graph":
+                for m in MODES:
+                    graphs[m] = graphs_alive.enter_context(self.capture(k, m.pdl, m.trigger, setup_ns))
+                    links += 2  # capture() runs two links first
+            for _ in range(rounds):
+                for m in MODES:
+                    if path == "stream":
+                        times, runs = self.time_stream(k, m.pdl, m.trigger, setup_ns, repeats)
+                    else:
+                        g = graphs[m]
+                        times = list(time_gpu(lambda: g.launch(self.stream), stream=self.stream, warmup=3,
+                                              repeats=repeats).samples)
+                        runs = 3 + repeats
+                    samples[m] += times
+                    links += runs * k
+        self.check(links)
+        return {m: float(np.median(t)) * 1e3 / k for m, t in samples.items()}
 
 
 class PdlLab:
@@ -367,127 +415,119 @@ class PdlLab:
     # -- the chains ----------------------------------------------------------------------------
     def _chains(self, module, ctx: RunContext, stream, result: LabResult) -> None:
         k = 50 if ctx.quick else 100
-        repeats = 10 if ctx.quick else 25
+        repeats = 8 if ctx.quick else 10
+        rounds = 2 if ctx.quick else 3
         setups = (0, 2000) if ctx.quick else (0, 1000, 3000)
         chain = Chain(module, ctx.caps, stream)
-        per_kernel: dict[tuple[str, int, str], float] = {}
-        edges_seen = None
+        per_kernel: dict[tuple[str, int, Mode], float] = {}
         for setup in setups:
-            for mode, (pdl, early) in MODES.items():
-                ctx.progress(f"PDL chain: setup {setup} ns, {mode}, stream")
-                chain.reset()
-                ms, runs = chain.time_stream(k, pdl, early, setup, repeats)
-                chain.check(runs * k)
-                per_kernel[("stream", setup, mode)] = ms * 1e3 / k
-                ctx.progress(f"PDL chain: setup {setup} ns, {mode}, graph")
-                chain.reset()
-                with chain.capture(k, pdl, early, setup) as graph:
-                    if pdl and early and setup == 0:
-                        edges_seen = graph.edge_types()
-                    t = time_gpu(lambda: graph.launch(stream), stream=stream, warmup=3, repeats=repeats)
-                    chain.check(2 + (3 + repeats) * k)  # two links ran before the capture, then every replay
-                per_kernel[("graph", setup, mode)] = t.median_ms * 1e3 / k
-        self._chain_table(per_kernel, setups, k, chain, ctx, result)
+            for path in ("stream", "graph"):
+                ctx.progress(f"PDL chain: setup {setup} ns, every mode, {path}")
+                for m, us in chain.time_modes(path, k, setup, repeats, rounds).items():
+                    per_kernel[(path, setup, m)] = us
+        self._chain_table(per_kernel, setups, k, chain, result)
         self._gap_table(chain, ctx, k, result)
         self._grid_sweep(chain, ctx, k, repeats, result)
-        if edges_seen is not None:
-            result.figures["pdl_chain_graph_programmatic_edges"] = float(edges_seen["programmatic"])
-            if edges_seen["programmatic"] >= k - 1:
-                result.checks.append(f"the captured PDL chain has {edges_seen['programmatic']} programmatic edges "
+        with chain.capture(k, AFTER_WAIT.pdl, AFTER_WAIT.trigger, 0) as graph:
+            edges = graph.edge_types()
+        if edges is not None:
+            result.figures["pdl_chain_graph_programmatic_edges"] = float(edges["programmatic"])
+            if edges["programmatic"] >= k - 1:
+                result.checks.append(f"the captured PDL chain has {edges['programmatic']} programmatic edges "
                                      f"for {k - 1} kernel boundaries")
             else:
-                result.notes.append(f"the captured PDL chain has {edges_seen['programmatic']} programmatic and "
-                                    f"{edges_seen['default']} full edges for {k - 1} kernel boundaries")
+                result.notes.append(f"the captured PDL chain has {edges['programmatic']} programmatic and "
+                                    f"{edges['default']} full edges for {k - 1} kernel boundaries")
         self._plot(per_kernel, setups, ctx, result)
 
-    def _chain_table(self, per_kernel, setups, k, chain, ctx, result: LabResult) -> None:
-        rows = []
+    def _chain_table(self, per_kernel, setups, k, chain, result: LabResult) -> None:
+        rows, best_of = [], {}
         for path in ("stream", "graph"):
             for setup in setups:
-                off, late, early = (per_kernel[(path, setup, m)] for m in MODES)
-                saved = (off - early) * k / (k - 1)
-                rows.append([path, setup / 1000, off, late, early, saved, off / early])
+                us = {m: per_kernel[(path, setup, m)] for m in MODES}
+                best = min(PDL_MODES, key=us.__getitem__)
+                best_of[(path, setup)] = best
+                saved = (us[OFF] - us[best]) * k / (k - 1)
+                rows.append([path, setup / 1000, *us.values(), best.label, saved, us[OFF] / us[best]])
                 result.figures[f"pdl_saved_us_per_boundary_{path}_setup{setup}ns"] = saved
-                result.figures[f"pdl_us_per_kernel_{path}_setup{setup}ns_pdl"] = early
-                result.figures[f"pdl_us_per_kernel_{path}_setup{setup}ns_off"] = off
+                for m in MODES:
+                    result.figures[f"pdl_us_per_kernel_{path}_setup{setup}ns_{m.key}"] = us[m]
         result.tables.append(Table(
             f"A chain of {k} dependent kernels: microseconds per kernel",
-            ["path", "independent setup (us)", "no PDL", "PDL, trigger at end", "PDL, trigger at start",
+            ["path", "independent setup (us)", *(m.label for m in MODES), "fastest PDL mode",
              "saved per boundary (us)", "x no PDL"], rows,
             note=f"each kernel: {chain.grid} blocks x {THREADS} threads, dst = src + 1 over {chain.n} floats after the "
-                 "setup; stream chains are queued behind a spin kernel so Python's launch rate does not show; "
-                 "medians of CUDA-event timings; every chain's result checked (= number of links)"))
-        best = min(("stream", "graph"), key=lambda p: per_kernel[(p, 0, "pdl, trigger at start")])
+                 "setup; saved = (no PDL - fastest PDL mode) x k / (k - 1); stream chains are queued behind a spin "
+                 "kernel so Python's launch rate does not show; the modes take turns over several rounds and each "
+                 "time is the median of all their CUDA-event timings; every chain's result checked (= number of "
+                 "links). Trigger at start: the link after next is scheduled early too, and its waiting blocks "
+                 "hold slots the running link needs; after wait: never more than one link ahead"))
+        best = min(("stream", "graph"), key=lambda p: per_kernel[(p, 0, best_of[(p, 0)])])
+        mode = best_of[(best, 0)]
         saved0 = result.figures[f"pdl_saved_us_per_boundary_{best}_setup0ns"]
         result.selection.append(Selection(
             scenario="chained kernels",
-            choice=("PDL (trigger at start, wait before the first dependent read) in a "
+            choice=(f"{mode.label} (the wait before the first dependent read) in a "
                     + ("CUDA graph" if best == "graph" else "stream")),
-            evidence=(f"{per_kernel[(best, 0, 'pdl, trigger at start')]:.2f} us per kernel vs "
-                      f"{per_kernel[(best, 0, 'off')]:.2f} us without PDL ({saved0:.2f} us saved per boundary); "
-                      f"graph without PDL {per_kernel[('graph', 0, 'off')]:.2f} us, stream without PDL "
-                      f"{per_kernel[('stream', 0, 'off')]:.2f} us"),
+            evidence=(f"{per_kernel[(best, 0, mode)]:.2f} us per kernel vs {per_kernel[(best, 0, OFF)]:.2f} us without "
+                      f"PDL ({saved0:.2f} us saved per boundary); graph without PDL "
+                      f"{per_kernel[('graph', 0, OFF)]:.2f} us, stream without PDL {per_kernel[('stream', 0, OFF)]:.2f} us"),
             fallback="compute capability < 9.0: a CUDA graph without PDL"))
-        if saved0 < 0.5:
-            result.notes.append(f"PDL saved {saved0:.2f} us per boundary without setup ({best}); the target was 0.5 us")
+        for path in ("stream", "graph"):
+            saved = result.figures[f"pdl_saved_us_per_boundary_{path}_setup0ns"]
+            if saved < 0.5:
+                result.notes.append(f"PDL saved {saved:.2f} us per boundary without setup in a {path} "
+                                    f"({best_of[(path, 0)].label}); the target was 0.5 us")
 
     def _gap_table(self, chain: "Chain", ctx: RunContext, k: int, result: LabResult) -> None:
-        """What there is to hide: the gap at each kernel boundary, from in-kernel stamps, with and without PDL."""
+        """What there is to hide: the gap at each kernel boundary, from in-kernel stamps, in every mode."""
         rows = []
         for path in ("stream", "graph"):
             gaps = {}
-            for mode in ("off", "pdl, trigger at start"):
-                ctx.progress(f"PDL chain: boundary gaps, {mode}, {path}")
-                pdl, early = MODES[mode]
-                gaps[mode] = float(np.median(chain.boundary_gaps(k, pdl, early, graph=path == "graph"))) / 1e3
-            off, on = gaps["off"], gaps["pdl, trigger at start"]
-            rows.append([path, off, on, off - on, 100 * (off - on) / off if off > 0 else 0.0])
-            result.figures[f"pdl_gap_us_{path}_off"] = off
-            result.figures[f"pdl_gap_us_{path}_pdl"] = on
+            for m in MODES:
+                ctx.progress(f"PDL chain: boundary gaps, {m.label}, {path}")
+                gaps[m] = float(np.median(chain.boundary_gaps(k, m.pdl, m.trigger, graph=path == "graph"))) / 1e3
+                result.figures[f"pdl_gap_us_{path}_{m.key}"] = gaps[m]
+            least = min(PDL_MODES, key=gaps.__getitem__)
+            hidden = gaps[OFF] - gaps[least]
+            rows.append([path, *gaps.values(), hidden, 100 * hidden / gaps[OFF] if gaps[OFF] > 0 else 0.0])
         result.tables.append(Table(
             "The gap at a kernel boundary: last block of one link done to the first block of the next past its wait",
-            ["path", "gap without PDL (us)", "gap with PDL (us)", "gap hidden (us)", "% of the gap hidden"], rows,
-            note=f"medians over the {k - 1} boundaries of one stamped chain (%globaltimer, no setup, {chain.grid} "
-                 "blocks); a graph already overlaps most of the launch with the previous kernel, so less is left "
-                 "for PDL to hide there than in a stream"))
+            ["path", *(f"{m.label} (us)" for m in MODES), "hidden at best (us)", "% of the gap hidden"], rows,
+            note=f"medians over the {k - 1} boundaries of one stamped chain per mode (%globaltimer, no setup, "
+                 f"{chain.grid} blocks); a graph already overlaps most of the launch with the previous kernel, so less "
+                 "is left for PDL to hide there than in a stream. What PDL leaves is the completion of the previous "
+                 "grid and the flush of its memory that griddepcontrol.wait waits for"))
 
     def _grid_sweep(self, chain: "Chain", ctx: RunContext, k: int, repeats: int, result: LabResult) -> None:
-        """The same chain (no setup) with 1 to 16 blocks per SM: an early launch needs room for the dependent
-        grid's blocks beside the running grid's. Smaller blocks give that room at 8 and 16 blocks per SM."""
+        """The same chain (no setup) at several grid shapes: an early launch needs room for the dependent grid's
+        blocks beside the running grid's. Smaller blocks give that room at 4 to 16 blocks per SM."""
         rows, sms = [], ctx.caps.sm_count
         for threads, per_sm in GRID_SWEEP:
             chain.grid, chain.threads = per_sm * sms, threads
-            us = {}
+            row = [threads, per_sm, chain.grid]
             for path in ("stream", "graph"):
-                for mode in ("off", "pdl, trigger at start"):
-                    ctx.progress(f"PDL chain: {per_sm} blocks/SM of {threads} threads, {mode}, {path}")
-                    pdl, early = MODES[mode]
-                    chain.reset()
-                    if path == "stream":
-                        ms, runs = chain.time_stream(k, pdl, early, 0, repeats)
-                        chain.check(runs * k)
-                    else:
-                        with chain.capture(k, pdl, early, 0) as graph:
-                            ms = time_gpu(lambda: graph.launch(chain.stream), stream=chain.stream, warmup=3,
-                                          repeats=repeats).median_ms
-                            chain.check(2 + (3 + repeats) * k)
-                    us[(path, mode)] = ms * 1e3 / k
-            saved = {p: (us[(p, "off")] - us[(p, "pdl, trigger at start")]) * k / (k - 1) for p in ("stream", "graph")}
-            rows.append([threads, per_sm, chain.grid, us[("stream", "off")], us[("stream", "pdl, trigger at start")],
-                         saved["stream"], us[("graph", "off")], us[("graph", "pdl, trigger at start")], saved["graph"]])
-            suffix = "" if threads == THREADS else f"_{threads}_threads"
-            for p in ("stream", "graph"):
-                result.figures[f"pdl_saved_us_per_boundary_{p}_{per_sm}_blocks_per_sm{suffix}"] = saved[p]
+                ctx.progress(f"PDL chain: {per_sm} blocks/SM of {threads} threads, every mode, {path}")
+                us = chain.time_modes(path, k, 0, repeats, rounds=2)
+                row.append(us[OFF])
+                for m in PDL_MODES:
+                    saved = (us[OFF] - us[m]) * k / (k - 1)
+                    row.append(saved)
+                    suffix = "" if threads == THREADS else f"_{threads}_threads"
+                    result.figures[f"pdl_saved_us_per_boundary_{path}_{per_sm}_blocks_per_sm{suffix}_{m.key}"] = saved
+            rows.append(row)
         chain.grid, chain.threads = sms, THREADS
+        saved_cols = [f"{path}: saved, {m.label[5:]}" for path in ("stream", "graph") for m in PDL_MODES]
         result.tables.append(Table(
-            f"The chain of {k} kernels (no setup) by grid size: microseconds per kernel",
-            ["threads per block", "blocks per SM", "blocks", "stream: no PDL", "stream: PDL",
-             "stream: saved per boundary", "graph: no PDL", "graph: PDL", "graph: saved per boundary"], rows,
-            note=f"PDL = trigger at start; the same {chain.n} floats per kernel at every grid size. An SM holds 2048 "
-                 f"threads and 32 blocks: with {THREADS}-thread blocks, from 8 blocks per SM one grid fills the SMs' "
-                 "threads and the dependent grid's blocks find no room to start early. The 128-thread blocks at 8 per "
-                 "SM and 64-thread blocks at 16 per SM leave room for a second grid of the same size, so these rows "
-                 "show whether room for the blocks is what limits the saving"))
+            f"The chain of {k} kernels (no setup) by grid size: microseconds per kernel without PDL, and saved per "
+            "boundary by each PDL mode",
+            ["threads per block", "blocks per SM", "blocks", "stream: no PDL", *saved_cols[:3], "graph: no PDL",
+             *saved_cols[3:]], rows,
+            note=f"the same {chain.n} floats per kernel at every grid size; two rounds of every mode, medians. An SM "
+                 "holds 2048 threads and 32 blocks: with 256-thread blocks at 8 per SM one grid fills the SMs' "
+                 "threads and the dependent grid's blocks find no room to start early; the 128- and 64-thread rows "
+                 "leave room for a second grid of the same size, so they show whether room for the blocks is what "
+                 "limits the saving"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
         from ..plots import _pyplot
@@ -496,9 +536,8 @@ class PdlLab:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         xs = [s / 1000 for s in setups]
         for path, style in (("stream", "-"), ("graph", "--")):
-            for mode, marker in zip(MODES, "osD"):
-                ax.plot(xs, [per_kernel[(path, s, mode)] for s in setups], style, marker=marker,
-                        label=f"{path}: {mode}")
+            for m, marker in zip(MODES, "osD^"):
+                ax.plot(xs, [per_kernel[(path, s, m)] for s in setups], style, marker=marker, label=f"{path}: {m.label}")
         ax.set_xlabel("independent setup per kernel (us)")
         ax.set_ylabel("time per kernel of the chain (us)")
         ax.set_title("PDL: time per dependent kernel")

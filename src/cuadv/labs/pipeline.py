@@ -481,7 +481,7 @@ class Stencil:
                                         f"{capacity} stages x 32 B, over {TRACE_LIMIT_BYTES >> 20} MiB; trace a "
                                         "smaller array (a variant claimed by ticket keeps room for every tile per "
                                         "block)")
-            trace.prepare(grid, capacity)
+            trace.prepare(grid, capacity, stream_handle(stream))
             trace_ptr, capacity = trace.buffer.ptr, trace.capacity
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
@@ -502,17 +502,20 @@ class Trace:
 
     def __init__(self):
         self.buffer = None
-        self.blocks = self.capacity = 0
+        self.blocks = self.capacity = self.stream = 0
 
-    def prepare(self, blocks: int, capacity: int) -> None:
+    def prepare(self, blocks: int, capacity: int, stream: int) -> None:
+        """A zeroed buffer for one launch on ``stream`` (zeroed there, so a non-blocking stream's kernel sees zeros)."""
         from ..memory import DeviceBuffer
 
-        self.blocks, self.capacity = blocks, max(1, capacity)
-        self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=0)
+        self.blocks, self.capacity, self.stream = blocks, max(1, capacity), stream
+        self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=None)
+        self.buffer.fill(0, stream=stream)
 
     def records(self) -> np.ndarray:
-        """uint64 array [block, stage, field]; a stage a block did not run is all zeros."""
-        return self.buffer.to_host(np.uint64).reshape(self.blocks, self.capacity, len(TRACE_FIELDS))
+        """uint64 array [block, stage, field] (after the traced launch's stream has finished); a stage a block
+        did not run is all zeros."""
+        return self.buffer.to_host(np.uint64, self.stream).reshape(self.blocks, self.capacity, len(TRACE_FIELDS))
 
 
 def peer_kernel():

@@ -47,8 +47,9 @@ class Shape:
 
 
 DEFAULT_SHAPE = Shape()
-SHAPES = (Shape(8, 2, 3), Shape(4, 4, 4), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2),
-          Shape(8, 8, 3), Shape(8, 4, 2, True), Shape(8, 8, 2, True), Shape(8, 8, 3, True))
+SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2), Shape(8, 8, 3),
+          Shape(8, 2, 3, True), Shape(8, 4, 3, True), Shape(8, 4, 2, True), Shape(8, 8, 3, True))
+ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
 TILE_ELEMS = DEFAULT_SHAPE.tile_elems
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
@@ -169,16 +170,11 @@ class VecScaleLab:
             data = cp.random.standard_normal(n, dtype=cp.float32)
             nbytes = 2 * 4 * n  # read + write
             peer = time_gpu(lambda: data.__imul__(alpha), repeats=10)
-            times = {}
-            for (label, shape), k in kernels.items():
-                ctx.progress(f"vecscale {label} ({shape.label}) at {size}")
-                times[(label, shape)] = time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms
+            times = self._time_rounds(ctx, kernels, data, n, alpha, size)
             if not sized:  # from the first size's Q = inf times, then validated like the others
                 sized = self._sized_to_slice(kernels, times, n)
                 validate(sized, (0, 1, 3, 4099, TILE_ELEMS * 7 + 5, 1_000_003))
-            for key, k in sized.items():
-                ctx.progress(f"vecscale {SIZED} {k.min_tiles} ({key[1].label}) at {size}")
-                times[key] = time_gpu(lambda: k(tiles_for(n, key[1]), data, n, alpha, 0), repeats=10).median_ms
+            times.update(self._time_rounds(ctx, sized, data, n, alpha, size))
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
             for (label, shape), ms in times.items():
                 pct = 100 * ctx.ceiling.fraction(nbytes / (ms * 1e-3))
@@ -198,7 +194,8 @@ class VecScaleLab:
             "v := alpha * v (float32, in place), every tile shape per policy",
             ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
             rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
-                       f"this run; medians of 10 CUDA-event timings after warm-up. {SIZED}: steal with the default "
+                       f"this run; each time: the median of {ROUNDS} rounds (every kernel once per round), each round's "
+                       f"the median of 10 CUDA-event timings after warm-up. {SIZED}: steal with the default "
                        "slice, each block running at least min_tiles = slice / (time of one tile per block, from the "
                        f"first size's Q=inf run) tiles, so the grid is tiles / min_tiles: about as many blocks as find "
                        "work, where the full grid launches one block per tile also after the work is gone"))
@@ -207,6 +204,20 @@ class VecScaleLab:
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
             note="target: 90% of the copy ceiling or better for every policy at 1 GiB and up"))
         return result
+
+    @staticmethod
+    def _time_rounds(ctx: RunContext, kernels, data, n: int, alpha, size: str) -> dict[tuple[str, Shape], float]:
+        """Median ms per kernel over ROUNDS rounds that each time every kernel once, so a drift of clocks or
+        temperature during the lab falls on all kernels alike instead of on whichever ran last."""
+        from ..timing import time_gpu
+
+        rounds: dict[tuple[str, Shape], list[float]] = {key: [] for key in kernels}
+        for r in range(ROUNDS):
+            ctx.progress(f"vecscale at {size}: round {r + 1} of {ROUNDS}, {len(kernels)} kernels")
+            for (label, shape), k in kernels.items():
+                rounds[(label, shape)].append(
+                    time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms)
+        return {key: float(np.median(ms)) for key, ms in rounds.items()}
 
     @staticmethod
     def _sized_to_slice(kernels, times, n: int) -> dict[tuple[str, Shape], TileKernel]:
