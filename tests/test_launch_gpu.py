@@ -230,6 +230,7 @@ def test_dlpack_and_cuda_core_buffers(module, cp):
 def test_streams_from_cupy_and_cuda_core(module, cp):
     n = 4096
     x = cp.zeros(n, dtype=cp.float32)
+    cp.cuda.Device().synchronize()  # the zeros were written on CuPy's stream, which a non-blocking one does not wait for
     s = cp.cuda.Stream(non_blocking=True)
     launch(module.kernel("add_one"), LaunchConfig(grid=16, block=256), x, n, stream=s)
     s.synchronize()
@@ -298,6 +299,7 @@ def test_stream_gate_holds_work_until_released(module, cp):
     from cuadv.timing import StreamGate
 
     x = cp.zeros(256, dtype=cp.float32)
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking stream's kernel
     stream = cp.cuda.Stream(non_blocking=True)
     k = module.kernel("add_one")
     launch(k, LaunchConfig(grid=1, block=256), x, x.size, stream=stream)  # loaded before any gated launch

@@ -152,6 +152,7 @@ def test_graph_replays_need_no_reset(cp, min_tiles):
     tiles = 30_011
     count = cp.zeros(tiles, dtype=cp.uint32)
     prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking stream's kernels
     stream = cp.cuda.Stream(non_blocking=True)
     k(tiles, count, prologues, stream=stream)  # compiles and checks outside the capture
     stream.synchronize()
@@ -173,6 +174,7 @@ def test_two_streams_do_not_share_scheduler_state(cp):
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
     counts = [cp.zeros(tiles, dtype=cp.uint32) for _ in streams]
     prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking streams' kernels
     for _ in range(3):
         for s, c in zip(streams, counts):
             k(tiles, c, prologues, stream=s)
