@@ -5,8 +5,8 @@ import pytest
 
 from cuadv.compiler import compile_source, kernel_source
 from cuadv.errors import CompileError, LaunchConfigError
-from cuadv.labs.pdl import (DEMO_MAX_CONSUMER_BLOCKS, MODES, THREADS, DemoOutcome, PdlLab, build_module, check_demo,
-                            check_demo_size)
+from cuadv.labs.pdl import (DEMO_MAX_CONSUMER_BLOCKS, MODES, PDL_MODES, THREADS, DemoOutcome, PdlLab, build_module,
+                            check_demo, check_demo_size, saved_per_boundary)
 
 KERNELS = {"pdl_demo_producer", "pdl_demo_consumer_correct", "pdl_demo_consumer_misplaced", "pdl_chain_step",
            "pdl_spin"}
@@ -35,15 +35,18 @@ def test_misplaced_consumer_reads_before_the_wait_and_the_correct_one_after():
     assert producer.index("griddepcontrol.launch_dependents") < producer.index("st.global")
 
 
-def test_chain_step_triggers_before_the_setup_or_after_the_wait():
-    """pdl_chain_step's three trigger places: one launch_dependents before the wait (trigger at start), one after
-    it (after wait), none for trigger at exit (the implicit one)."""
+def test_chain_step_triggers_before_the_wait_or_after_it():
+    """pdl_chain_step's three trigger places: one launch_dependents before the wait (trigger at start, ahead of
+    the setup's %globaltimer spin), one after it (after wait), none for trigger at exit (the implicit one)."""
     step = _entry_ptx(build_module("sm_90a").ptx, "pdl_chain_step")
     wait = step.index("griddepcontrol.wait")
+    assert step.index("griddepcontrol.launch_dependents") < step.index("%globaltimer")
     assert step.count("griddepcontrol.wait") == 1
     assert step.count("griddepcontrol.launch_dependents") == 2
     assert step.index("griddepcontrol.launch_dependents") < wait < step.rindex("griddepcontrol.launch_dependents")
     assert [m.trigger for m in MODES] == [0, 0, 1, 2] and not MODES[0].pdl and all(m.pdl for m in MODES[1:])
+    assert [m.place for m in PDL_MODES] == ["trigger at exit", "trigger at start", "trigger after wait"]
+    assert saved_per_boundary(2.0, 1.0, 101) == pytest.approx(1.01)
 
 
 def test_pdl_header_names_the_sm_below_sm90():

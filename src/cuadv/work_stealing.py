@@ -160,7 +160,8 @@ class StatePool:
     Slots start at zero; a kernel that keeps its own self-resetting counter in a slot (the stencil's
     ticket) takes its own pool, so no two protocols share a word."""
 
-    def __init__(self, slots: int = 256):
+    def __init__(self, user: str, slots: int = 256):
+        self.user = user  # what the counters are for, named when the slots run out
         self._buffer: DeviceBuffer | None = None
         self._slots = slots
         self._by_stream: dict[int, int] = {}
@@ -178,9 +179,8 @@ class StatePool:
             if not capturing and stream in self._by_stream:
                 return self._by_stream[stream], False
             if self._next >= self._slots:
-                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use this pool's "
-                                        "self-resetting counters (work stealing, or the stencil's tickets) in this "
-                                        "process; its slots are exhausted")
+                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
+                                        "process; its self-resetting counters are exhausted")
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
             if not capturing:
@@ -188,7 +188,7 @@ class StatePool:
             return address, capturing
 
 
-_pool = StatePool()
+_pool = StatePool("work stealing")
 
 
 def _is_capturing(stream: int) -> bool:

@@ -84,13 +84,13 @@ extern "C" __global__ void pdl_demo_consumer_correct(const __grid_constant__ Dem
   if (i < p.n) p.out[i] = scale * p.mid[i];
 }
 
-// Where a link calls launch_dependents (mirrored by TRIGGERS in labs/pdl.py).
+// Where a link calls launch_dependents (mirrored by Mode.trigger in labs/pdl.py).
 enum ChainTrigger : int {
   kTriggerAtExit = 0,    // never called: the implicit trigger when each block exits
-  kTriggerAtStart = 1,   // before the setup: the next link may be scheduled at once, and, since the
-                         // next link also triggers before its wait, the one after it as well
+  kTriggerAtStart = 1,   // before the setup: the next link may be scheduled at once and, since every
+                         // link triggers before its wait, every later one too, as far as blocks fit
   kTriggerAfterWait = 2  // after the wait: the next link is scheduled while this one works, and no
-                         // link is scheduled before the one two ahead of it has completed
+                         // link is scheduled before the link two places earlier has completed
 };
 
 // One link of a chain. stamps: null, or this link's pair of %globaltimer stamps, [0] the earliest

@@ -12,8 +12,9 @@ Needs: compute capability 9.0 (griddepcontrol, the programmatic-stream-serializa
 Key insight: PDL hides the launch gap between dependent kernels (about a microsecond) and any setup
 that needs nothing from the previous kernel - but only the code after the wait may read its output;
 the trigger orders no memory. Where the trigger sits matters in a chain: a trigger before the wait
-lets the link after next be scheduled too, and its waiting blocks take the slots the running link
-needs; a trigger right after the wait keeps the overlap to one link ahead.
+lets every later link be scheduled as far as blocks fit (which hides the most setup, but without
+setup the H200 runs such a chain slower in a graph; why is not established here); a trigger right
+after the wait keeps the overlap to one link ahead.
 Run: ``cuadv bench pdl`` (``--quick`` for a short run).
 """
 
@@ -57,11 +58,24 @@ class Mode:
     trigger: int
 
 
+    @property
+    def place(self) -> str:
+        """Where the trigger is, without the "PDL, " of the label."""
+        return self.label.removeprefix("PDL, ")
+
+
 OFF = Mode("off", "no PDL", False, 0)
-MODES = (OFF, Mode("exit", "PDL, trigger at exit", True, 0), Mode("start", "PDL, trigger at start", True, 1),
-         Mode("after_wait", "PDL, trigger after wait", True, 2))
-PDL_MODES = MODES[1:]
-AFTER_WAIT = MODES[3]
+AT_EXIT = Mode("exit", "PDL, trigger at exit", True, 0)
+AT_START = Mode("start", "PDL, trigger at start", True, 1)
+AFTER_WAIT = Mode("after_wait", "PDL, trigger after wait", True, 2)
+MODES = (OFF, AT_EXIT, AT_START, AFTER_WAIT)
+PDL_MODES = (AT_EXIT, AT_START, AFTER_WAIT)
+SWEEP_ROUNDS = 2  # rounds of every mode per grid shape in the grid-size sweep
+
+
+def saved_per_boundary(off_us: float, pdl_us: float, k: int) -> float:
+    """Microseconds saved per kernel boundary by a chain of k kernels taking pdl_us instead of off_us each."""
+    return (off_us - pdl_us) * k / (k - 1)
 
 
 def build_module(arch: str | None = None):
@@ -202,6 +216,7 @@ class Chain:
         self.grid, self.threads = caps.sm_count, THREADS
         self.n = n if n is not None else caps.sm_count * THREADS * 4
         self.bufs = [cp.zeros(self.n, dtype=cp.float32), cp.zeros(self.n, dtype=cp.float32)]
+        self.graph_edges: dict[Mode, dict | None] = {}  # edge types of the graphs the last time_modes captured
 
     def reset(self) -> None:
         """Zero both buffers (on CuPy's stream, then wait for the device: the chain's stream is
@@ -302,6 +317,7 @@ class Chain:
                 for m in MODES:
                     graphs[m] = graphs_alive.enter_context(self.capture(k, m.pdl, m.trigger, setup_ns))
                     links += 2  # capture() runs two links first
+                self.graph_edges = {m: g.edge_types() for m, g in graphs.items()}
             for _ in range(rounds):
                 for m in MODES:
                     if path == "stream":
@@ -429,9 +445,8 @@ class PdlLab:
                     per_kernel[(path, setup, m)] = us
         self._chain_table(per_kernel, setups, k, chain, result)
         self._gap_table(chain, ctx, k, result)
+        edges = chain.graph_edges.get(AFTER_WAIT)  # the chain last captured above (its edges do not depend on setup)
         self._grid_sweep(chain, ctx, k, repeats, result)
-        with chain.capture(k, AFTER_WAIT.pdl, AFTER_WAIT.trigger, 0) as graph:
-            edges = graph.edge_types()
         if edges is not None:
             result.figures["pdl_chain_graph_programmatic_edges"] = float(edges["programmatic"])
             if edges["programmatic"] >= k - 1:
@@ -449,7 +464,7 @@ class PdlLab:
                 us = {m: per_kernel[(path, setup, m)] for m in MODES}
                 best = min(PDL_MODES, key=us.__getitem__)
                 best_of[(path, setup)] = best
-                saved = (us[OFF] - us[best]) * k / (k - 1)
+                saved = saved_per_boundary(us[OFF], us[best], k)
                 rows.append([path, setup / 1000, *us.values(), best.label, saved, us[OFF] / us[best]])
                 result.figures[f"pdl_saved_us_per_boundary_{path}_setup{setup}ns"] = saved
                 for m in MODES:
@@ -461,9 +476,9 @@ class PdlLab:
             note=f"each kernel: {chain.grid} blocks x {THREADS} threads, dst = src + 1 over {chain.n} floats after the "
                  "setup; saved = (no PDL - fastest PDL mode) x k / (k - 1); stream chains are queued behind a spin "
                  "kernel so Python's launch rate does not show; the modes take turns over several rounds and each "
-                 "time is the median of all their CUDA-event timings; every chain's result checked (= number of "
-                 "links). Trigger at start: the link after next is scheduled early too, and its waiting blocks "
-                 "hold slots the running link needs; after wait: never more than one link ahead"))
+                 "time is the median of all their CUDA-event timings; the buffers are checked after every path and "
+                 "setup (= number of links run). Trigger at start: every later link may be scheduled as far as "
+                 "blocks fit, which hides the most setup; after wait: never more than one link ahead"))
         best = min(("stream", "graph"), key=lambda p: per_kernel[(p, 0, best_of[(p, 0)])])
         mode = best_of[(best, 0)]
         saved0 = result.figures[f"pdl_saved_us_per_boundary_{best}_setup0ns"]
@@ -510,25 +525,26 @@ class PdlLab:
             row = [threads, per_sm, chain.grid]
             for path in ("stream", "graph"):
                 ctx.progress(f"PDL chain: {per_sm} blocks/SM of {threads} threads, every mode, {path}")
-                us = chain.time_modes(path, k, 0, repeats, rounds=2)
+                us = chain.time_modes(path, k, 0, repeats, SWEEP_ROUNDS)
                 row.append(us[OFF])
+                suffix = "" if threads == THREADS else f"_{threads}_threads"
                 for m in PDL_MODES:
-                    saved = (us[OFF] - us[m]) * k / (k - 1)
+                    saved = saved_per_boundary(us[OFF], us[m], k)
                     row.append(saved)
-                    suffix = "" if threads == THREADS else f"_{threads}_threads"
                     result.figures[f"pdl_saved_us_per_boundary_{path}_{per_sm}_blocks_per_sm{suffix}_{m.key}"] = saved
             rows.append(row)
         chain.grid, chain.threads = sms, THREADS
-        saved_cols = [f"{path}: saved, {m.label[5:]}" for path in ("stream", "graph") for m in PDL_MODES]
+        saved_cols = [f"{path}: saved, {m.place}" for path in ("stream", "graph") for m in PDL_MODES]
         result.tables.append(Table(
             f"The chain of {k} kernels (no setup) by grid size: microseconds per kernel without PDL, and saved per "
             "boundary by each PDL mode",
             ["threads per block", "blocks per SM", "blocks", "stream: no PDL", *saved_cols[:3], "graph: no PDL",
              *saved_cols[3:]], rows,
-            note=f"the same {chain.n} floats per kernel at every grid size; two rounds of every mode, medians. An SM "
-                 "holds 2048 threads and 32 blocks: with 256-thread blocks at 8 per SM one grid fills the SMs' "
-                 "threads and the dependent grid's blocks find no room to start early; the 128- and 64-thread rows "
-                 "leave room for a second grid of the same size, so they show whether room for the blocks is what "
+            note=f"the same {chain.n} floats per kernel at every grid size; {SWEEP_ROUNDS} rounds of every mode, "
+                 "medians. An SM holds 2048 threads and 32 blocks: with 256-thread blocks at 8 per SM one grid fills "
+                 "the SMs' threads and the dependent grid's blocks find no room to start early; every other row "
+                 "leaves room for a second grid of the same shape (512 and 1024 threads at 1024 threads per SM, "
+                 "128 and 64 threads at 8 and 16 blocks per SM), so they show whether room for the blocks is what "
                  "limits the saving"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:

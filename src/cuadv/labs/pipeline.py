@@ -494,7 +494,8 @@ class Stencil:
         return grid
 
 
-_TICKETS = StatePool()  # the stencil's own counters: never shared with steal's, whose word holds a launch tag
+# The stencil's own counters: never shared with steal's, whose word holds a launch tag.
+_TICKETS = StatePool("the stencil's ticket claims")
 
 
 class Trace:

@@ -195,7 +195,8 @@ class VecScaleLab:
             ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
             rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
                        f"this run; each time: the median of {ROUNDS} rounds (every kernel once per round), each round's "
-                       f"the median of 10 CUDA-event timings after warm-up. {SIZED}: steal with the default "
+                       f"the median of 10 CUDA-event timings after warm-up; the {SIZED} kernels, built from the first "
+                       f"size's times, take their {ROUNDS} rounds after the others. {SIZED}: steal with the default "
                        "slice, each block running at least min_tiles = slice / (time of one tile per block, from the "
                        f"first size's Q=inf run) tiles, so the grid is tiles / min_tiles: about as many blocks as find "
                        "work, where the full grid launches one block per tile also after the work is gone"))
