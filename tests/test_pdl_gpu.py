@@ -37,7 +37,8 @@ def test_misplaced_wait_reads_stale_data(module, stream, n):
         o = demo.run("misplaced", True, WITH_PDL_TIMEOUT)
         if o.overlapped:
             break
-    assert o.overlapped, f"the consumer never started early ({o.observed} of {o.producer_blocks} producer blocks saw it)"
+    assert o.overlapped, (f"the consumer never started early ({o.observed} of {o.producer_blocks} producer blocks "
+                          "saw it)")
     assert o.all_stale, f"only {o.stale} of {n} outputs are stale"
     assert o.overlap_ns is not None and o.overlap_ns > 0
 

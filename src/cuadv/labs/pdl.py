@@ -57,7 +57,6 @@ class Mode:
     pdl: bool
     trigger: int
 
-
     @property
     def place(self) -> str:
         """Where the trigger is, without the "PDL, " of the label."""
@@ -445,7 +444,7 @@ class PdlLab:
                     per_kernel[(path, setup, m)] = us
         self._chain_table(per_kernel, setups, k, chain, result)
         self._gap_table(chain, ctx, k, result)
-        edges = chain.graph_edges.get(AFTER_WAIT)  # the chain last captured above (its edges do not depend on setup)
+        edges = chain.graph_edges.get(AFTER_WAIT)  # the chain last captured above (edges do not depend on setup)
         self._grid_sweep(chain, ctx, k, repeats, result)
         if edges is not None:
             result.figures["pdl_chain_graph_programmatic_edges"] = float(edges["programmatic"])
@@ -488,7 +487,8 @@ class PdlLab:
                     + ("CUDA graph" if best == "graph" else "stream")),
             evidence=(f"{per_kernel[(best, 0, mode)]:.2f} us per kernel vs {per_kernel[(best, 0, OFF)]:.2f} us without "
                       f"PDL ({saved0:.2f} us saved per boundary); graph without PDL "
-                      f"{per_kernel[('graph', 0, OFF)]:.2f} us, stream without PDL {per_kernel[('stream', 0, OFF)]:.2f} us"),
+                      f"{per_kernel[('graph', 0, OFF)]:.2f} us, stream without PDL "
+                      f"{per_kernel[('stream', 0, OFF)]:.2f} us"),
             fallback="compute capability < 9.0: a CUDA graph without PDL"))
         for path in ("stream", "graph"):
             saved = result.figures[f"pdl_saved_us_per_boundary_{path}_setup0ns"]
@@ -543,9 +543,8 @@ class PdlLab:
             note=f"the same {chain.n} floats per kernel at every grid size; {SWEEP_ROUNDS} rounds of every mode, "
                  "medians. An SM holds 2048 threads and 32 blocks: with 256-thread blocks at 8 per SM one grid fills "
                  "the SMs' threads and the dependent grid's blocks find no room to start early; every other row "
-                 "leaves room for a second grid of the same shape (512 and 1024 threads at 1024 threads per SM, "
-                 "128 and 64 threads at 8 and 16 blocks per SM), so they show whether room for the blocks is what "
-                 "limits the saving"))
+                 "uses at most 1024 threads and 16 blocks per SM, leaving room for a second grid of the same shape, "
+                 "so the rows show whether room for the blocks is what limits the saving"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
         from ..plots import _pyplot
@@ -555,7 +554,8 @@ class PdlLab:
         xs = [s / 1000 for s in setups]
         for path, style in (("stream", "-"), ("graph", "--")):
             for m, marker in zip(MODES, "osD^"):
-                ax.plot(xs, [per_kernel[(path, s, m)] for s in setups], style, marker=marker, label=f"{path}: {m.label}")
+                ax.plot(xs, [per_kernel[(path, s, m)] for s in setups], style, marker=marker,
+                        label=f"{path}: {m.label}")
         ax.set_xlabel("independent setup per kernel (us)")
         ax.set_ylabel("time per kernel of the chain (us)")
         ax.set_title("PDL: time per dependent kernel")

@@ -193,13 +193,14 @@ class VecScaleLab:
         result.tables.append(Table(
             "v := alpha * v (float32, in place), every tile shape per policy",
             ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
-            rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
-                       f"this run; each time: the median of {ROUNDS} rounds (every kernel once per round), each round's "
-                       f"the median of 10 CUDA-event timings after warm-up; the {SIZED} kernels, built from the first "
-                       f"size's times, take their {ROUNDS} rounds after the others. {SIZED}: steal with the default "
-                       "slice, each block running at least min_tiles = slice / (time of one tile per block, from the "
-                       f"first size's Q=inf run) tiles, so the grid is tiles / min_tiles: about as many blocks as find "
-                       "work, where the full grid launches one block per tile also after the work is gone"))
+            rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s "
+                       f"measured in this run; each time: the median of {ROUNDS} rounds (every kernel once per "
+                       "round), each round's the median of 10 CUDA-event timings after warm-up; the "
+                       f"{SIZED} kernels, built from the first size's times, take their {ROUNDS} rounds after the "
+                       f"others. {SIZED}: steal with the default slice, each block running at least min_tiles = "
+                       "slice / (time of one tile per block, from the first size's Q=inf run) tiles, so the grid is "
+                       "tiles / min_tiles: about as many blocks as find work, where the full grid launches one "
+                       "block per tile also after the work is gone"))
         result.tables.append(Table(
             "best tile shape per policy", ["size", "policy", "tile shape", "% of copy ceiling"],
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
