@@ -30,3 +30,20 @@ def test_blur_reference_is_a_normalised_filter():
     flat = np.full((20, 30), 3.0, dtype=np.float32)
     assert np.allclose(blur.reference(flat, 2.0), 3.0)
     assert blur.tiles_for(4099, 3001) == (94, 129)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_pdl_example_compiles_with_the_trigger_after_the_wait(arch):
+    ptx = load("pdl_layers").build(arch).ptx
+    setup_load = ptx.index("ld.global")
+    wait = ptx.index("griddepcontrol.wait")
+    assert setup_load < wait < ptx.index("griddepcontrol.launch_dependents")
+    assert ptx.count("griddepcontrol.launch_dependents") == 1
+
+
+def test_pdl_example_reference_applies_each_layer_in_order():
+    pdl = load("pdl_layers")
+    x = np.arange(5, dtype=np.float32)
+    first = np.concatenate([np.full(pdl.TABLE, 2, np.float32), np.full(pdl.TABLE, 1, np.float32)])
+    second = np.concatenate([np.full(pdl.TABLE, 3, np.float32), np.zeros(pdl.TABLE, np.float32)])
+    assert np.array_equal(pdl.reference(x, np.stack([first, second])), (2 * x + 1) * 3)
