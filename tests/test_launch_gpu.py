@@ -230,7 +230,7 @@ def test_dlpack_and_cuda_core_buffers(module, cp):
 def test_streams_from_cupy_and_cuda_core(module, cp):
     n = 4096
     x = cp.zeros(n, dtype=cp.float32)
-    cp.cuda.Device().synchronize()  # the zeros were written on CuPy's stream, which a non-blocking one does not wait for
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking stream's kernel
     s = cp.cuda.Stream(non_blocking=True)
     launch(module.kernel("add_one"), LaunchConfig(grid=16, block=256), x, n, stream=s)
     s.synchronize()
