@@ -5,7 +5,8 @@ import math
 import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
-from cuadv.work_stealing import Schedule, TileKernel, check_quantum, check_tiles, resolve_policy
+from cuadv.work_stealing import (Schedule, SliceReport, TileKernel, check_quantum, check_tiles, learned_min_units,
+                                 resolve_policy)
 
 COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
 
@@ -45,8 +46,8 @@ def test_quantum_only_for_steal():
         check_quantum(10.0, "fixed_blocks")
 
 
-@pytest.mark.parametrize("kw, match", [(dict(min_tiles=0), "min_tiles must be an int"),
-                                       (dict(min_tiles=2.0), "min_tiles must be an int"),
+@pytest.mark.parametrize("kw, match", [(dict(min_tiles=0), "min_tiles must be None or an int"),
+                                       (dict(min_tiles=2.0), "min_tiles must be None or an int"),
                                        (dict(min_tiles=2, policy="fixed_blocks"), "policy 'fixed_blocks'"),
                                        (dict(min_tiles=2, quantum_us=math.inf), "finite quantum")])
 def test_invalid_min_tiles(kw, match):
@@ -63,6 +64,30 @@ def test_steal_grid_shrinks_by_min_tiles(min_tiles, tiles, cluster, grid):
     """ceil(units / min_tiles) blocks (clusters) take every unit when each takes min_tiles."""
     k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, min_tiles=min_tiles, cluster=cluster)
     assert k.launch_config(None, "steal", tiles).grid == grid
+
+
+def test_slice_report_word():
+    assert SliceReport.from_word(0) is None
+    assert SliceReport.from_word(7 << 32 | 6_900) == SliceReport(units_per_slice=7, ns_per_unit=6_900)
+
+
+@pytest.mark.parametrize("report, units, resident, k", [(None, 10_000, 396, 1),  # nothing learned: the full grid
+                                                        (SliceReport(7, 6_900), 32_768, 396, 7),
+                                                        (SliceReport(7, 6_900), 1_000, 396, 2),  # still fills the GPU
+                                                        (SliceReport(7, 6_900), 300, 396, 1),
+                                                        (SliceReport(1, 90_000), 32_768, 396, 1)])
+def test_learned_min_units(report, units, resident, k):
+    assert learned_min_units(report, units, resident) == k
+
+
+def test_min_units_only_for_steal_with_a_quantum():
+    """An explicit min_tiles is used as given; the default learns only where blocks yield."""
+    assert TileKernel("int* x", "", policy="steal", quantum_us=10.0, min_tiles=5).min_units(None, "steal", 99) == 5
+    learned = TileKernel("int* x", "", policy="steal", quantum_us=10.0)
+    assert learned.min_tiles is None and learned.slice_report is None
+    assert learned.min_units(None, "steal", 10**6) == 1  # no report yet: the full grid, no occupancy query needed
+    assert TileKernel("int* x", "", policy="steal", quantum_us=math.inf).min_units(None, "steal", 10**6) == 1
+    assert TileKernel("int* x", "", policy="fixed_work").min_units(None, "fixed_work", 10**6) == 1
 
 
 def test_tile_grid_checks():
@@ -83,9 +108,9 @@ def test_cluster_shape_checked_at_construction():
 
 def test_schedule_layout_matches_header():
     b = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
-                 trace_ptr=0x20, order_ptr=0x30, min_units=11).kernel_param_bytes()
-    assert len(b) == 72 and int.from_bytes(b[56:64], "little") == 0x30
-    assert int.from_bytes(b[64:68], "little") == 11
+                 trace_ptr=0x20, order_ptr=0x30, min_units=11, report_ptr=0x40).kernel_param_bytes()
+    assert len(b) == 80 and int.from_bytes(b[56:64], "little") == 0x30
+    assert int.from_bytes(b[64:68], "little") == 11 and int.from_bytes(b[72:80], "little") == 0x40
     assert int.from_bytes(b[0:4], "little") == 5 and int.from_bytes(b[16:20], "little") == 2
     assert int.from_bytes(b[24:32], "little") == 9 and int.from_bytes(b[32:36], "little") == 3
     assert int.from_bytes(b[40:48], "little") == 0x10 and int.from_bytes(b[48:56], "little") == 0x20
@@ -124,6 +149,8 @@ def test_clc_ptx_has_try_cancel_and_steal_does_not():
     assert "clusterlaunchcontrol" not in steal
     assert "mbarrier.complete_tx.relaxed.cta.shared::cta.b64" in steal  # the software completion
     assert "atom.add.relaxed.gpu.u64" in steal  # the ticket
+    assert steal.count("st.relaxed.sys.b64") == 1  # the slice report to host-mapped memory
+    assert ".sys" not in clc  # CLC has no slices to report
 
 
 def test_clc_sass_has_the_hardware_instruction(tmp_path):

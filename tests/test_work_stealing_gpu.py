@@ -20,6 +20,11 @@ BODY = """
         atomicAdd(&count[tile.index], 1u);
 """
 
+SPIN_1US = """
+      if (threadIdx.x == 0) { unsigned long long t0 = cuadv::ptx::globaltimer_ns();
+        while (cuadv::ptx::globaltimer_ns() - t0 < 1000) {} }  // 1 us of work per tile
+"""
+
 
 def policies():
     caps = current_device().caps
@@ -109,17 +114,36 @@ def test_steal_min_tiles_keeps_exactly_once(cp, min_tiles, tiles, cluster):
     ceil(units / min_tiles) blocks of the smaller grid still take every tile once."""
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")
-    spin = """
-      if (threadIdx.x == 0) { unsigned long long t0 = cuadv::ptx::globaltimer_ns();
-        while (cuadv::ptx::globaltimer_ns() - t0 < 1000) {} }  // 1 us of work per tile
-    """
-    k = TileKernel(PARAMS, spin + BODY, PROLOGUE, policy="steal", block=64, cluster=cluster, quantum_us=0.2,
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="steal", block=64, cluster=cluster, quantum_us=0.2,
                    min_tiles=min_tiles, name="once_min_tiles")
     for launches in (1, 3):  # back to back on one stream: no reset between them
         counts, prologues = run_counts(cp, k, tiles, launches=launches)
         assert (counts == launches).all()
         units = math.prod(tiles if isinstance(tiles, tuple) else (tiles,)) // math.prod(k.cluster)
         assert prologues <= launches * math.prod(k.cluster) * -(-units // min_tiles)
+
+
+@pytest.mark.parametrize("cluster", [1, (2, 1, 1)])
+def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
+    """The default min_tiles: the first launch has the full grid, and its blocks that give their SM back
+    report what a slice held; later launches run one block per that many units, every tile still once."""
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="steal", block=64, cluster=cluster, quantum_us=20.0,
+                   prologue_factor=0, name="learned")
+    tiles, units = 200_002, 200_002 // math.prod(k.cluster)
+    counts, prologues = run_counts(cp, k, tiles)
+    assert (counts == 1).all() and k.slice_report is not None
+    report = k.slice_report
+    assert 1000 <= report.ns_per_unit <= 10_000  # tiles of 1 us and more (a GPU shared with other tests)
+    assert 2 <= report.units_per_slice == -(-20_000 // report.ns_per_unit) <= 20  # 20 us slices, rounded up
+    kernel, _ = k.kernel()
+    learned = k.min_units(kernel, "steal", units)
+    assert learned == min(report.units_per_slice, units // k._resident_units(kernel)) >= 2
+    assert k.launch_config(kernel, "steal", (tiles, 1, 1), min_units=learned).grid[0] == -(-units // learned) * k.cluster[0]
+    counts, prologues = run_counts(cp, k, tiles, launches=3)
+    assert (counts == 3).all()
+    assert prologues <= 3 * math.prod(k.cluster) * -(-units // 2)  # each launch had the smaller grid
 
 
 def test_steal_without_quantum_launches_only_resident_blocks(cp):
@@ -143,7 +167,7 @@ def test_back_to_back_launches_need_no_reset(cp, policy):
     assert (counts == 7).all()
 
 
-@pytest.mark.parametrize("min_tiles", [1, 5])
+@pytest.mark.parametrize("min_tiles", [1, 5, None])
 def test_graph_replays_need_no_reset(cp, min_tiles):
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")

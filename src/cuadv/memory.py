@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 
 from ._cuda import check, driver
@@ -50,3 +53,39 @@ class DeviceBuffer:
             driver().cuMemFree(self.ptr)
         except Exception:
             pass
+
+
+class HostWords:
+    """Page-locked host memory mapped into the device: 8-byte words a kernel writes with plain
+    stores and the host reads at any time, with no copy and no synchronisation (hints a launch
+    leaves for the next one). Handed out one word at a time; pages are kept for the process."""
+
+    WORDS_PER_PAGE = 512
+
+    def __init__(self):
+        self._pages: list[tuple[np.ndarray, int]] = []  # host view, device address
+        self._used = self.WORDS_PER_PAGE
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[np.ndarray, int]:
+        """A zeroed word: a one-element host view of it, and the address kernels write to."""
+        with self._lock:
+            if self._used == self.WORDS_PER_PAGE:
+                self._pages.append(self._new_page())
+                self._used = 0
+            page, device_ptr = self._pages[-1]
+            view, address = page[self._used:self._used + 1], device_ptr + 8 * self._used
+            self._used += 1
+        return view, address
+
+    def _new_page(self) -> tuple[np.ndarray, int]:
+        from .device import current_device
+
+        current_device()
+        drv = driver()
+        flags = drv.CU_MEMHOSTALLOC_DEVICEMAP | drv.CU_MEMHOSTALLOC_PORTABLE
+        nbytes = self.WORDS_PER_PAGE * 8
+        ptr = int(check(drv.cuMemHostAlloc(nbytes, flags), f"cuMemHostAlloc({nbytes})"))
+        page = np.ctypeslib.as_array((ctypes.c_uint64 * self.WORDS_PER_PAGE).from_address(ptr))
+        page[:] = 0
+        return page, int(check(drv.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))

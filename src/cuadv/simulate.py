@@ -22,7 +22,8 @@ The model (it mirrors ``kernels/cuadv/work_stealing.cuh`` and ``work_stealing.py
 - Every block holds its slot ``launch_ns`` before its code runs (launch and teardown together).
 - ``fixed_work``: one block per tile; prologue, then the tile.
 - ``fixed_blocks``: min(slots, tiles) blocks; block b runs one prologue, then tiles b, b+G, b+2G, ...
-- ``steal``: one block per tile; a block first claims a ticket from the launch's counter
+- ``steal``: one block per tile (``TileKernel(min_tiles=1)``; by default later launches learn a
+  smaller grid, which the model does not follow); a block first claims a ticket from the launch's counter
   (``claim_ns``) and exits at once (``exit_ns``) if none is left; else it runs the prologue and
   then loops: claim the next ticket, run the current tile. Once ``quantum_ns`` has passed since the
   block started, the next claim fails on purpose: the block finishes its current tile and exits
@@ -721,11 +722,13 @@ SPIN_BODY = r"""
 
 def spin_kernel(policy: str, quantum_us: float | None = None, block: int = 256):
     """A TileKernel whose tiles spin for per-tile durations read from an array (ns) after a spin
-    prologue: the workload the simulator models, to run on a GPU and compare (``trace=True``)."""
+    prologue: the workload the simulator models, to run on a GPU and compare (``trace=True``).
+    Steal keeps the full tile grid (min_tiles 1), as the model does."""
     from .work_stealing import TileKernel
 
     return TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy=policy, block=block,
-                      quantum_us=quantum_us if policy in ("steal", "auto") else None, name=f"sim_spin_{policy}")
+                      quantum_us=quantum_us if policy in ("steal", "auto") else None, name=f"sim_spin_{policy}",
+                      min_tiles=1)
 
 
 # --------------------------------------------------------------------------------- report and CLI

@@ -7,8 +7,9 @@ scheduling loop of ``kernels/cuadv/work_stealing.cuh`` for the chosen policy:
 - ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
 - ``clc``: hardware Cluster Launch Control, compute capability 10.0+ (compiled and SASS-checked for
   sm_100a here; no Blackwell GPU was available to run it);
-- ``steal``: software CLC for 9.x GPUs: a full grid (or one block per ``min_tiles`` tiles) whose
-  blocks take tickets and give the SM back after ``quantum_us``, so higher-priority kernels get in;
+- ``steal``: software CLC for 9.x GPUs: a grid of one block per tile (or per ``min_tiles`` tiles, by
+  default what one time slice held in the kernel's previous launch) whose blocks take tickets and give
+  the SM back after ``quantum_us``, so higher-priority kernels get in;
 - ``auto``: ``clc`` where the GPU has it, else ``steal``.
 
 Example::
@@ -32,7 +33,7 @@ from ._cuda import check, driver
 from .compiler import CompiledModule, compile_source
 from .errors import LaunchConfigError, UnsupportedFeatureError
 from .launch import MAX_CLUSTER_SIZE, Dim3, Kernel, LaunchConfig, as_dim3, launch, stream_handle, volume
-from .memory import DeviceBuffer
+from .memory import DeviceBuffer, HostWords
 
 POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
 _POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
@@ -45,10 +46,10 @@ COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
 
 SCHEDULE_DTYPE = np.dtype([("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"),
                            ("prologue_factor", "<u4"), ("flags", "<u4"), ("state", "<u8"), ("trace", "<u8"),
-                           ("order", "<u8"), ("min_units", "<u4"), ("reserved", "<u4")])
+                           ("order", "<u8"), ("min_units", "<u4"), ("reserved", "<u4"), ("report", "<u8")])
 TRACE_DTYPE = np.dtype([("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")])
 STATE_BYTES = 16
-assert SCHEDULE_DTYPE.itemsize == 72 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
+assert SCHEDULE_DTYPE.itemsize == 80 and TRACE_DTYPE.itemsize == 24  # mirrors work_stealing.cuh
 
 
 def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
@@ -116,6 +117,7 @@ class Schedule:
     order_ptr: int = 0
     count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
     min_units: int = 1  # steal: units a block runs before its slice may end
+    report_ptr: int = 0  # steal: where a spent slice is reported (SliceReport), 0: nowhere
 
     def kernel_param_bytes(self) -> bytes:
         rec = np.zeros((), dtype=SCHEDULE_DTYPE)
@@ -123,8 +125,33 @@ class Schedule:
         rec["quantum_ns"], rec["prologue_factor"] = self.quantum_ns, self.prologue_factor
         rec["state"], rec["trace"], rec["order"] = self.state_ptr, self.trace_ptr, self.order_ptr
         rec["flags"] = COUNT_EXITS if self.count_exits else 0
-        rec["min_units"] = self.min_units
+        rec["min_units"], rec["report"] = self.min_units, self.report_ptr
         return rec.tobytes()
+
+
+@dataclass(frozen=True)
+class SliceReport:
+    """What the first block of a steal launch to spend its time slice saw (report_slice in work_stealing.cuh).
+    It ran while the whole grid competed for the GPU, so its pace is the launch's, not the lighter tail's."""
+
+    units_per_slice: int  # slice / time per unit, rounded up: units a block runs in one slice at that pace
+    ns_per_unit: int  # its time per unit, its prologue spread over them
+
+    @classmethod
+    def from_word(cls, word: int) -> SliceReport | None:
+        return cls(word >> 32, word & 0xFFFFFFFF) if word else None
+
+
+def learned_min_units(report: SliceReport | None, units: int, resident: int) -> int:
+    """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
+    grid needs one block per that many units, about as many as will find work. At most units / resident,
+    so the grid still fills the GPU; 1 (the full tile grid) before any report."""
+    if report is None:
+        return 1
+    return max(1, min(report.units_per_slice, units // max(resident, 1)))
+
+
+_reports = HostWords()
 
 
 class TileOrder:
@@ -267,15 +294,16 @@ class TileKernel:
     ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
     before its slice may end, so ceil(units / min_tiles) blocks take every tile and the grid shrinks
     by that factor. Each block launched after the work is gone still costs a launch (about 0.14 us
-    per block per SM on an H200), so for short tiles set it near quantum / time of one tile: the
+    per block per SM on an H200), so for short tiles it should be near quantum / time of one tile: the
     grid then has about as many blocks as will find work, and a block still yields after about one
-    quantum. 1: the full tile grid.
+    quantum. None (default): learned, as what one slice held in the latest ``slice_report`` of this
+    kernel (the full tile grid until a block has given its SM back); 1: always the full tile grid.
     """
 
     def __init__(self, params: str, body: str, prologue: str = "", *, policy: str = "auto",
                  block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
                  preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0, min_blocks_per_sm: int = 1,
-                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int = 1):
+                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
@@ -291,12 +319,14 @@ class TileKernel:
         if not isinstance(prologue_factor, int) or prologue_factor < 0:
             raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
         self.prologue_factor = prologue_factor
-        if not isinstance(min_tiles, int) or not 1 <= min_tiles < 2**32:
-            raise LaunchConfigError(f"min_tiles must be an int from 1 to 2**32 - 1, got {min_tiles!r}")
-        if min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
+        if min_tiles is not None and (not isinstance(min_tiles, int) or not 1 <= min_tiles < 2**32):
+            raise LaunchConfigError(f"min_tiles must be None or an int from 1 to 2**32 - 1, got {min_tiles!r}")
+        if min_tiles is not None and min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
             raise LaunchConfigError("min_tiles applies to policy 'steal' with a finite quantum only "
                                     f"(policy {policy!r}, quantum_us {quantum_us!r})")
-        self.min_tiles = min_tiles
+        self.min_tiles = min_tiles  # None: learned from this kernel's slice reports
+        self._report: np.ndarray | None = None  # host view of the word steal launches report their slices to
+        self._report_ptr = 0
         self._modules: dict[tuple[str, str], CompiledModule] = {}
         self._fixed_blocks_grid: dict[tuple, int] = {}
 
@@ -323,16 +353,34 @@ class TileKernel:
         concrete = resolve_policy(policy or self.policy, caps.compute_capability)
         return self.compile(caps.arch, concrete).kernel(self.name), concrete
 
-    def launch_config(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None = None) -> LaunchConfig:
+    @property
+    def slice_report(self) -> SliceReport | None:
+        """The slice report of this kernel's latest steal launch to have one (None before any); read without
+        waiting, so it may come from a launch still running."""
+        return SliceReport.from_word(int(self._report[0])) if self._report is not None else None
+
+    def min_units(self, kernel: Kernel | None, policy: str, units: int) -> int:
+        """Units a block of this launch runs before its slice may end: min_tiles, or learned when None
+        (steal with a quantum; 1 otherwise)."""
+        if policy != "steal" or self.quantum_ns == 0:
+            return 1
+        if self.min_tiles is not None:
+            return self.min_tiles
+        report = self.slice_report
+        return learned_min_units(report, units, self._resident_units(kernel)) if report else 1
+
+    def launch_config(self, kernel: Kernel | None, policy: str, tiles: Dim3, priority: int | None = None,
+                      min_units: int | None = None) -> LaunchConfig:
         cluster = self.cluster if volume(self.cluster) > 1 else None
         # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
-        # ceil(units / min_tiles) blocks, whose later ones replace those that gave their SM back (and, once the
+        # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back (and, once the
         # work is gone, each still launches, reads the counter and exits: see docs/work_stealing.md).
         units = volume(tiles) // volume(self.cluster)
-        needed = -(-units // self.min_tiles)  # steal: blocks (clusters) that take every unit
+        k = self.min_units(kernel, policy, units) if min_units is None else min_units
+        needed = -(-units // k)  # steal: blocks (clusters) that take every unit
         if policy == "fixed_blocks" or (policy == "steal" and self.quantum_ns == 0):
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
-        elif policy == "steal" and self.min_tiles > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
+        elif policy == "steal" and k > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
             grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
         else:  # the tile grid (also when the smaller grid would not fit in x: it has more blocks than needed)
             grid = tiles
@@ -377,11 +425,14 @@ class TileKernel:
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
             trace_buf.fill(0xFF, stream=handle)
         state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
+        if quantum and self._report is None:
+            self._report, self._report_ptr = _reports.take()
+        min_units = self.min_units(kernel, concrete, volume(t) // volume(self.cluster))  # read once: grid and device agree
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
-                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
-                            min_units=self.min_tiles if concrete == "steal" else 1)
-        launch(kernel, self.launch_config(kernel, concrete, t, priority), schedule, *args, stream=handle)
+                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured, min_units=min_units,
+                            report_ptr=self._report_ptr if quantum else 0)
+        launch(kernel, self.launch_config(kernel, concrete, t, priority, min_units), schedule, *args, stream=handle)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 
     launch = __call__

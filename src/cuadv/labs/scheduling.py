@@ -81,7 +81,8 @@ POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks",
             ("steal", "steal", None), ("steal Q=inf", "steal", math.inf)]
 
 
-def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin", min_tiles: int = 1) -> TileKernel:
+def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin",
+                min_tiles: int | None = None) -> TileKernel:
     # min_blocks_per_sm=8 caps registers at 32, so every policy gets the same 8 slots per SM.
     return TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy=policy, block=SPIN_BLOCK, quantum_us=quantum_us,
                       name=f"{name}_{policy}", min_blocks_per_sm=8, min_tiles=min_tiles)
@@ -144,11 +145,19 @@ class SchedulingLab:
         import cupy as cp
 
         d = cp.full(5003, 2000, dtype=cp.uint32)
-        for label, policy, q, k in [(*p, 1) for p in POLICIES] + [("steal, 1 us slice, min_tiles 3", "steal", 1.0, 3)]:
+        for label, policy, q, k in [(*p, None) for p in POLICIES] + [("steal, 1 us slice, min_tiles 3", "steal", 1.0, 3)]:
             done = cp.zeros(d.size, dtype=cp.uint32)
             spin_kernel(policy, q, min_tiles=k)(d.size, d, done, 1000)
             if not bool((done == 1).all()):
                 raise ValidationError(f"scheduling smoke: {label} did not run every tile exactly once")
+        # The default min_tiles: the first launch reports its slices, the next two run the grid learned from them.
+        d = cp.full(20_011, 2000, dtype=cp.uint32)
+        done = cp.zeros(d.size, dtype=cp.uint32)
+        learner = spin_kernel("steal", 10.0, name="smoke_learned")
+        for _ in range(3):
+            learner(d.size, d, done, 1000)
+        if not bool((done == 3).all()):
+            raise ValidationError("scheduling smoke: steal with a learned min_tiles did not run every tile exactly once")
 
     # -- helpers ----------------------------------------------------------------------------------
     def _slots(self, caps) -> int:
@@ -164,11 +173,18 @@ class SchedulingLab:
         from ..timing import time_gpu
 
         done = cp.zeros(durations.size, dtype=cp.uint32)
-        kernel(durations.size, durations, done, prologue_ns, stream=stream, priority=priority, order=order)
-        if check and not bool((done == 1).all()):
-            raise ValidationError(f"{kernel.name}: a tile was skipped or run twice")
-        return time_gpu(lambda: kernel(durations.size, durations, done, prologue_ns, stream=stream, priority=priority,
-                                       order=order), stream=stream, warmup=1, repeats=repeats)
+        launches = 0
+
+        def run():
+            nonlocal launches
+            kernel(durations.size, durations, done, prologue_ns, stream=stream, priority=priority, order=order)
+            launches += 1
+
+        run()  # the first launch of a steal kernel with the defaults has the full grid; later ones the learned one
+        timing = time_gpu(run, stream=stream, warmup=1, repeats=repeats)
+        if check and not bool((done == launches).all()):
+            raise ValidationError(f"{kernel.name}: a tile was skipped or run twice in {launches} launches")
+        return timing
 
     # -- the lab ----------------------------------------------------------------------------------
     def run(self, ctx: RunContext) -> LabResult:
@@ -243,33 +259,39 @@ class SchedulingLab:
 
     def _yield_cost(self, ctx, result, slots, repeats) -> None:
         """What steal pays without hardware cancellation, on uniform tiles (many per slot): a block launch and a
-        first claim per time slice, and one short-lived block per tile once the work is gone (the full grid).
-        A 1 ms slice leaves almost only the second; no slice (Q = inf, a grid that fits at once) neither;
-        min_tiles = slice / tile keeps the slice but shrinks the grid to about the blocks that find work."""
+        first claim per time slice, and one short-lived block per tile once the work is gone (the full grid,
+        min_tiles 1). A 1 ms slice leaves almost only the second; no slice (Q = inf, a grid that fits at once)
+        neither; the defaults learn min_tiles = what a slice holds, which keeps the slice but shrinks the grid to
+        about the blocks that find work."""
         import cupy as cp
 
         tiles = SHARED.tiles(slots)
         d = cp.asarray(workload("uniform", tiles, np.random.default_rng(), SHARED, period=slots))
         ideal_ms = tiles * SHARED.mean_ns / slots / 1e6
-        per_slice = max(1, int(DEFAULT_QUANTUM_US * 1000 // SHARED.mean_ns))  # tiles a block runs in one slice
         rows, ms = [], {}
-        for label, q, k in (("steal (default slice)", None, 1), ("steal, 1 ms slice", 1000.0, 1),
-                            ("steal Q=inf", math.inf, 1), (f"steal, min_tiles {per_slice} (slice / tile)", None, per_slice)):
+        for label, q, k in (("steal, full grid (default slice, min_tiles 1)", None, 1),
+                            ("steal, full grid, 1 ms slice", 1000.0, 1), ("steal Q=inf", math.inf, None),
+                            ("steal (defaults)", None, None)):
             ctx.progress(f"balance: cost of yielding, {label}")
-            ms[label] = self._run_spin(spin_kernel("steal", q, min_tiles=k), d, 0, repeats).median_ms
-            rows.append([label, ms[label], ms[label] / ideal_ms])
-        result.figures["steal_min_tiles_uniform_over_ideal"] = ms[rows[-1][0]] / ideal_ms
-        per_block_us = 1e3 * (ms["steal, 1 ms slice"] - ms["steal Q=inf"]) / ((tiles - slots) / ctx.caps.sm_count)
+            kernel = spin_kernel("steal", q, min_tiles=k)
+            ms[label] = self._run_spin(kernel, d, 0, repeats).median_ms
+            shown = label
+            if q is None and k is None:
+                shown += f": min_tiles learned {kernel.min_units(kernel.kernel()[0], 'steal', tiles)}"
+            rows.append([shown, ms[label], ms[label] / ideal_ms])
+        result.figures["steal_defaults_uniform_over_ideal"] = ms["steal (defaults)"] / ideal_ms
+        empty_per_sm = (tiles - slots) / ctx.caps.sm_count  # full-grid blocks per SM that find no work
+        per_block_us = 1e3 * (ms["steal, full grid, 1 ms slice"] - ms["steal Q=inf"]) / empty_per_sm
         result.figures["steal_empty_block_us_per_sm"] = per_block_us
         result.tables.append(Table(
             f"what yielding costs without CLC: {tiles} uniform tiles of {SHARED.mean_ns / 1000:.0f} us",
             ["policy", "median ms", "x ideal"], rows,
-            note=f"ideal {ideal_ms:.2f} ms; with a slice the grid has one block per tile (later blocks replace those "
+            note=f"ideal {ideal_ms:.2f} ms; the full grid has one block per tile (later blocks replace those "
                  "that gave their SM back, and every one launches, also after the work is gone); Q = inf launches "
-                 f"only the {slots} blocks that fit; min_tiles {per_slice}: a block runs at least {per_slice} tiles "
-                 f"before its slice may end, so the grid is tiles / {per_slice}. 1 ms slice minus Q = inf: "
-                 f"{per_block_us:.3f} us per block that finds no work, per SM; default minus 1 ms slice: the "
-                 "relaunches of a short slice"))
+                 f"only the {slots} blocks that fit; the defaults learn min_tiles k from the kernel's previous "
+                 "launch (what one slice held): a block runs at least k tiles before its slice may end, so the grid "
+                 f"is tiles / k. Full grid, 1 ms slice minus Q = inf: {per_block_us:.3f} us per block that finds no "
+                 "work, per SM; full grid, default minus 1 ms slice: the relaunches of a short slice"))
 
     def _plot_balance(self, ctx, result, rows) -> None:
         from ..plots import _pyplot
@@ -388,6 +410,8 @@ class SchedulingLab:
                 ev.record_stop(low_stream.ptr)
                 lat.append(high_latency_ms(0.003))  # released 3 ms into the ~10 ms low-priority kernel
                 total.append(ev.elapsed_ms())
+            if not bool((long_done == 1 + repeats).all()):  # the later launches' grids may be learned ones
+                raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
             return float(np.median(lat)), float(np.median(total))
 
         rows, out = [], {"alone": alone}

@@ -51,6 +51,7 @@ SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape
           Shape(8, 2, 3, True), Shape(8, 4, 3, True), Shape(8, 4, 2, True), Shape(8, 8, 3, True))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
 TILE_ELEMS = DEFAULT_SHAPE.tile_elems
+LEARNED_CHECK_ELEMS = (1 << 26) + 5  # 256 MiB and a tail: enough tiles per resident block for a learned min_tiles
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
 PROLOGUE = r"""
@@ -97,11 +98,12 @@ BODY = r"""
 
 
 def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE,
-                    min_tiles: int = 1) -> TileKernel:
+                    min_tiles: int | None = None) -> TileKernel:
     preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
                 f"#define CUADV_PREFETCH {int(shape.prefetch)}\n")
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us, preamble=preamble,
-                      name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}",
+                      name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}"
+                           + ("_k1" if min_tiles == 1 else ""),
                       min_blocks_per_sm=shape.min_blocks, min_tiles=min_tiles)
 
 
@@ -109,14 +111,14 @@ def tiles_for(n: int, shape: Shape = DEFAULT_SHAPE) -> int:
     return math.ceil(n / shape.tile_elems)
 
 
-# Policies shown in the lab: name, policy, quantum in microseconds (None: the default).
-VARIANTS: list[tuple[str, str, float | None]] = [
-    ("fixed_work", "fixed_work", None),
-    ("fixed_blocks", "fixed_blocks", None),
-    ("steal", "steal", None),
-    ("steal Q=inf", "steal", math.inf),
+# Policies shown in the lab: name, policy, quantum in microseconds and min_tiles (None: the defaults).
+VARIANTS: list[tuple[str, str, float | None, int | None]] = [
+    ("fixed_work", "fixed_work", None, None),
+    ("fixed_blocks", "fixed_blocks", None, None),
+    ("steal", "steal", None, None),
+    ("steal full grid", "steal", None, 1),
+    ("steal Q=inf", "steal", math.inf, None),
 ]
-SIZED = "steal min_tiles"  # steal with the default slice and min_tiles = slice / time of one tile (measured)
 
 
 def validate(kernels: dict[tuple[str, Shape], TileKernel], sizes) -> None:
@@ -135,7 +137,7 @@ def validate(kernels: dict[tuple[str, Shape], TileKernel], sizes) -> None:
 
 
 def all_kernels() -> dict[tuple[str, Shape], TileKernel]:
-    return {(label, shape): vecscale_kernel(policy, q, shape) for shape in SHAPES for label, policy, q in VARIANTS}
+    return {(label, shape): vecscale_kernel(policy, q, shape, k) for shape in SHAPES for label, policy, q, k in VARIANTS}
 
 
 class VecScaleLab:
@@ -164,26 +166,25 @@ class VecScaleLab:
         result.checks.append("every element equals NumPy's float32 product at n = 0, 1, 3, 4099, 7 tiles + 5, "
                              "1,000,003 for every policy and tile shape")
         sizes = [1 << 28] if ctx.quick else [1 << 28, 1 << 30]  # elements: 1 GiB, 4 GiB
-        rows, best, sized = [], {}, {}
+        rows, best = [], {}
         for n in sizes:
             size = f"{4 * n / 2**30:.0f} GiB"
             data = cp.random.standard_normal(n, dtype=cp.float32)
             nbytes = 2 * 4 * n  # read + write
             peer = time_gpu(lambda: data.__imul__(alpha), repeats=10)
             times = self._time_rounds(ctx, kernels, data, n, alpha, size)
-            if not sized:  # from the first size's Q = inf times, then validated like the others
-                sized = self._sized_to_slice(kernels, times, n)
-                validate(sized, (0, 1, 3, 4099, TILE_ELEMS * 7 + 5, 1_000_003))
-            times.update(self._time_rounds(ctx, sized, data, n, alpha, size))
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
             for (label, shape), ms in times.items():
                 pct = 100 * ctx.ceiling.fraction(nbytes / (ms * 1e-3))
-                text = shape.label + (f", min_tiles {sized[(label, shape)].min_tiles}" if label == SIZED else "")
+                text = shape.label + (_learned(kernels[(label, shape)], n, shape) if label == "steal" else "")
                 rows.append([size, label, text, ms, nbytes / (ms * 1e-3) / 1e9, pct, base_ms / ms, peer.median_ms / ms])
                 best[(size, label)] = max(best.get((size, label), (0.0, "")), (pct, text))
             peer_pct = 100 * ctx.ceiling.fraction(peer.rate(nbytes))
             rows.append([size, "CuPy data *= alpha", "-", peer.median_ms, peer.rate(nbytes) / 1e9, peer_pct,
                          base_ms / peer.median_ms, 1.0])
+            if n == sizes[0]:  # steal now launches the grids it learned from these timings: check them too
+                validate({key: k for key, k in kernels.items() if key[0] == "steal"}, (LEARNED_CHECK_ELEMS,))
+                result.checks.append(f"and at n = {LEARNED_CHECK_ELEMS:,} for steal with the min_tiles it learned")
             if n == sizes[-1]:
                 shape = min(SHAPES, key=lambda sh: times[("fixed_blocks", sh)])
                 self._sm_finish(ctx, result, kernels, shape, data, n, size)
@@ -195,12 +196,11 @@ class VecScaleLab:
             ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
             rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s "
                        f"measured in this run; each time: the median of {ROUNDS} rounds (every kernel once per "
-                       "round), each round's the median of 10 CUDA-event timings after warm-up; the "
-                       f"{SIZED} kernels, built from the first size's times, take their {ROUNDS} rounds after the "
-                       f"others. {SIZED}: steal with the default slice, each block running at least min_tiles = "
-                       "slice / (time of one tile per block, from the first size's Q=inf run) tiles, so the grid is "
-                       "tiles / min_tiles: about as many blocks as find work, where the full grid launches one "
-                       "block per tile also after the work is gone"))
+                       "round), each round's the median of 10 CUDA-event timings after warm-up. steal: the "
+                       f"defaults ({DEFAULT_QUANTUM_US:.0f} us slice, min_tiles learned: each block runs what one "
+                       "slice held in the kernel's previous launch, so the grid is tiles / min_tiles, about as many "
+                       "blocks as find work); steal full grid: min_tiles 1, one block per tile, each launching also "
+                       "after the work is gone"))
         result.tables.append(Table(
             "best tile shape per policy", ["size", "policy", "tile shape", "% of copy ceiling"],
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
@@ -220,21 +220,6 @@ class VecScaleLab:
                 rounds[(label, shape)].append(
                     time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms)
         return {key: float(np.median(ms)) for key, ms in rounds.items()}
-
-    @staticmethod
-    def _sized_to_slice(kernels, times, n: int) -> dict[tuple[str, Shape], TileKernel]:
-        """Per shape, steal whose grid fits the slice: min_tiles = slice / the time one block takes per tile,
-        measured under Q = inf (its makespan x its blocks / tiles)."""
-        out = {}
-        for (label, shape), ms in times.items():
-            if label != "steal Q=inf":
-                continue
-            k = kernels[(label, shape)]
-            tiles = tiles_for(n, shape)
-            blocks = k.launch_config(k.kernel()[0], "steal", (tiles, 1, 1)).grid[0]
-            tile_us = 1e3 * ms * blocks / tiles
-            out[(SIZED, shape)] = vecscale_kernel("steal", None, shape, max(1, int(DEFAULT_QUANTUM_US // tile_us)))
-        return out
 
     def _sm_finish(self, ctx: RunContext, result: LabResult, kernels, shape: Shape, data, n: int, size: str) -> None:
         """When each SM ran out of work, from block traces: a static split (fixed_blocks) gives every SM the
@@ -276,6 +261,15 @@ class VecScaleLab:
         ax.grid(alpha=0.3)
         ax.legend()
         ctx.save_figure(fig, "vecscale_sm_finish.png", result)
+
+
+def _learned(kernel: TileKernel, n: int, shape: Shape) -> str:
+    """The min_tiles a steal kernel with the defaults used at n elements, and the tile time it was learned from."""
+    report = kernel.slice_report
+    if report is None:
+        return ", full grid (no slice spent yet)"
+    k = kernel.min_units(kernel.kernel()[0], "steal", tiles_for(n, shape))
+    return f", min_tiles learned {k} ({report.ns_per_unit / 1000:.1f} us per tile)"
 
 
 def _ranges(ids: list[int]) -> str:

@@ -11,7 +11,8 @@
 //                         (quantum_ns, stretched to prologue_factor x its own prologue time so the
 //                         prologue costs at most 1/(factor+1) of the block's life, and never before
 //                         the block ran min_units tiles) the request fails on purpose, so the block
-//                         exits and gives its SM back.
+//                         exits and gives its SM back, and (Schedule::report) may report what its
+//                         slice held, from which the host sizes the next launch's min_units.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
 // Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl. Steal with a quantum needs
@@ -54,7 +55,7 @@ namespace cg = cooperative_groups;
 // Zero is a valid start for both. Two launches that may overlap need two StealStates.
 struct StealState {
   unsigned long long word;  // (launch tag or exited units) << 32 | next ticket
-  unsigned long long reserved;
+  unsigned long long reported;  // %gridid + 1 of the last launch that wrote its slice report
 };
 constexpr unsigned long long kExited = 1ull << 32;
 constexpr unsigned int kCountExits = 1;  // Schedule::flags: the counted reset
@@ -81,8 +82,14 @@ struct Schedule {
   const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
   unsigned int min_units;         // Steal: the slice never ends before the block ran this many units (0 or 1: off)
   unsigned int reserved;
+  unsigned long long* report;     // Steal: what a spent slice held (SliceReport), for sizing the next launch; or nullptr
 };
-static_assert(sizeof(Schedule) == 72, "Schedule layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(Schedule) == 80, "Schedule layout is mirrored in cuadv/work_stealing.py");
+
+// What the first block of a launch whose slice was spent saw, packed in one word so the host reads it whole:
+// (slice / ns per unit, rounded up) << 32 | ns per unit (its prologue included). The host
+// sizes the next launch from it: one block per that many units (TileKernel min_tiles=None).
+constexpr unsigned int kReportEvery = 16;  // only blocks with blockIdx.x % 16 == 0 may report: fewer exchanges per launch
 
 struct Tile {
   unsigned int x, y, z;
@@ -194,16 +201,21 @@ class Scheduler {
           if (s_.prologue_factor != 0 && prologue * s_.prologue_factor > slice_ns_) slice_ns_ = prologue * s_.prologue_factor;
         }
       }
-      for (unsigned int ran = 1;; ++ran) {  // ran: units this block will have run after this round's tile
+      unsigned int ran = 1;  // units this block will have run after this round's tile
+      unsigned long long claim = 0;
+      for (;; ++ran) {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
         sync_unit();
-        const unsigned long long claim = request(ran);  // in flight while the body runs
+        claim = request(ran);  // in flight while the body runs
         run_tile(body, tile_);
         if constexpr (kSteal) complete_software_request(claim);
         if (!wait_and_decode()) break;  // a failed response: no further request, no decoding
       }
-      if constexpr (kSteal) exit_protocol();
+      if constexpr (kSteal) {
+        if (claim == kRefused) report_slice(ran);  // only the submitter's request is ever refused
+        exit_protocol();
+      }
     }
   }
 
@@ -348,6 +360,23 @@ class Scheduler {
   }
 
   __device__ bool counted() const { return (s_.flags & kCountExits) != 0; }
+
+  // The block gave its SM back after running `done` units. The first sampled block of the launch to
+  // do so writes what its slice held to the (host-mapped) report word: it ran while the whole grid
+  // competed, where later blocks may run in the lighter tail and look faster than the launch was.
+  // After the loop, so it costs the loop no registers; 32-bit arithmetic (slices past 4.29 s saturate).
+  __device__ void report_slice(unsigned int done) const {
+    if (!(leader_ && cluster_rank_ == 0) || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
+    const unsigned long long launch = ptx::grid_id() + 1;  // never 0, the state's initial value
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> reported(s_.state->reported);
+    if (reported.exchange(launch, cuda::memory_order_relaxed) == launch) return;  // this launch has reported
+    const unsigned long long elapsed = ptx::globaltimer_ns() - start_ns_;
+    const unsigned per_unit = max(static_cast<unsigned>(min(elapsed, 0xffffffffull)) / done, 1u);
+    // Rounded up: without min_units a block refuses only once the slice is spent, so it runs this many anyway.
+    const unsigned fit = max((static_cast<unsigned>(min(slice_ns_, 0xffffffffull)) + per_unit - 1) / per_unit, 1u);
+    const unsigned long long word = static_cast<unsigned long long>(fit) << 32 | per_unit;
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_system>(*s_.report).store(word, cuda::memory_order_relaxed);
+  }
 
   // Counted reset: the last unit of the grid to exit sets the word back to zero.
   __device__ void exit_protocol() const {
