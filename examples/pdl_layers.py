@@ -13,8 +13,10 @@ PDL lets overlap the previous kernel. The order inside the kernel is what matter
 
     PYTHONPATH=src python examples/pdl_layers.py [layers]
 
-Checks the result against NumPy, then times the chain as a CUDA graph with and without the PDL
-launch attribute and prints the time saved per kernel boundary.
+Only the public API: ``cuadv.pdl.launch_chain`` runs the chain in a stream, ``cuadv.pdl.prepare_chain(...,
+graph=True)`` captures it once as a CUDA graph (the PDL links become programmatic edges). Checks the result
+against NumPy, then times the graph with and without PDL and prints the time saved per kernel boundary.
+On a GPU without PDL it runs the plain graph (the fallback).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 import numpy as np
 
 import cuadv
+from cuadv.pdl import launch_chain, prepare_chain
 
 TABLE = 1024  # coefficients per layer (scale, then shift)
 THREADS = 256
@@ -65,12 +68,10 @@ def reference(x: np.ndarray, coeffs: np.ndarray) -> np.ndarray:
 def main(layers: int = 64) -> None:
     import cupy as cp
 
-    from cuadv.graphs import Graph
-    from cuadv.timing import time_gpu
-
     caps = cuadv.current_device().caps
-    if caps.compute_capability < (9, 0):
-        sys.exit(f"PDL needs compute capability 9.0 (this GPU: {caps.cc_string()}); without it, use a CUDA graph")
+    has_pdl = caps.compute_capability >= (9, 0)
+    if not has_pdl:
+        print(f"PDL needs compute capability 9.0 (this GPU: {caps.cc_string()}); running the plain graph only")
     kernel = build().kernel("layer")
     n = caps.sm_count * THREADS * 4
     rng = np.random.default_rng(7)
@@ -79,24 +80,23 @@ def main(layers: int = 64) -> None:
                             axis=1).astype(np.float32)
     bufs = [cp.asarray(x0), cp.empty(n, dtype=cp.float32)]
     table = cp.asarray(coeffs)
-    stream = cp.cuda.Stream(non_blocking=True)
-    cp.cuda.Device().synchronize()  # the copies above ran on CuPy's stream, which ours does not wait for
-
-    def chain(pdl: bool) -> None:
-        cfg = cuadv.LaunchConfig(grid=caps.sm_count, block=THREADS, pdl=pdl)
-        for k in range(layers):
-            cuadv.launch(kernel, cfg, bufs[k % 2], bufs[(k + 1) % 2], table[k], np.uint32(n), stream=stream)
+    cp.cuda.Device().synchronize()  # the copies above ran on the default stream, which ours does not wait for
+    cfg = cuadv.LaunchConfig(grid=caps.sm_count, block=THREADS)
+    steps = [(kernel, cfg, (bufs[k % 2], bufs[(k + 1) % 2], table[k], np.uint32(n))) for k in range(layers)]
 
     want = reference(x0, coeffs)
     per_kernel = {}
-    for pdl in (False, True):
-        bufs[0].set(x0, stream=stream)
-        chain(pdl)  # checked outside the capture, and the result
-        stream.synchronize()
-        if not np.array_equal(cp.asnumpy(bufs[layers % 2]), want):
-            sys.exit(f"wrong result with pdl={pdl}")
-        with Graph.capture(stream, lambda: chain(pdl)) as graph:
-            per_kernel[pdl] = time_gpu(lambda: graph.launch(stream), stream=stream, repeats=20).median_ms * 1e3 / layers
+    with cp.cuda.Stream(non_blocking=True) as stream:  # stream=None below: CuPy's current stream, this one
+        for pdl in (False, True) if has_pdl else (False,):
+            bufs[0].set(x0)
+            launch_chain(steps, pdl=pdl)  # in the stream, every link checked before the first launch
+            if not np.array_equal(cp.asnumpy(bufs[layers % 2]), want):
+                sys.exit(f"wrong result with pdl={pdl}")
+            with prepare_chain(steps, pdl=pdl, graph=True) as chain:  # captured once
+                per_kernel[pdl] = cuadv.time_gpu(chain, stream=stream, repeats=20).median_ms * 1e3 / layers
+    if not has_pdl:
+        print(f"{layers} layers as a CUDA graph: {per_kernel[False]:.2f} us per kernel")
+        return
     saved = (per_kernel[False] - per_kernel[True]) * layers / (layers - 1)
     print(f"{layers} layers of {n} floats on {caps.name}, as a CUDA graph: {per_kernel[False]:.2f} us per kernel "
           f"without PDL, {per_kernel[True]:.2f} us with it: {saved:.2f} us saved per kernel boundary")

@@ -3,7 +3,8 @@
 import pytest
 
 from cuadv import cache as disk_cache
-from cuadv.compiler import arch_for, compile_source, parse_arch, parse_resource_report
+from cuadv.arch import arch_for, parse_arch
+from cuadv.compiler import compile_source, parse_resource_report
 from cuadv.errors import CompileError
 
 SRC = r"""

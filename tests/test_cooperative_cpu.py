@@ -106,7 +106,7 @@ def test_older_targets_compile_without_the_cluster_kernels():
 
 
 def test_caps_has_an_occupancy_option():
-    from cuadv.cli import build_parser
+    from cuadv.app.cli import build_parser
 
     assert build_parser().parse_args(["caps", "--occupancy"]).occupancy is True
     assert build_parser().parse_args(["caps"]).occupancy is False

@@ -57,3 +57,42 @@ def test_every_fence_and_barrier_is_commented():
     for line in kernel_source("domains.cu").splitlines():
         if "__syncthreads()" in line or "__threadfence" in line:
             assert "//" in line, line
+
+
+# -- the library module cuadv.domains ----------------------------------------------------------------
+
+def test_domain_names_are_those_launch_config_takes():
+    from cuadv.domains import DOMAINS
+
+    assert DOMAINS == ("default", "remote")
+    for d in DOMAINS:
+        assert LaunchConfig(grid=1, block=32, mem_sync_domain=d).mem_sync_domain == d
+
+
+def test_why_not_reads_caps_objects_and_dicts():
+    from cuadv.domains import why_not
+
+    assert why_not(Caps()) is None
+    assert why_not({"compute_capability": [9, 0], "mem_sync_domain_count": 4}) is None
+    one = why_not({"compute_capability": (9, 0), "mem_sync_domain_count": 1})
+    assert "2 or more domains (this GPU has 1)" in one and "fallback: launch in the default domain" in one
+    assert "compute capability >= 9.0 (got 8.6)" in why_not(Caps(compute_capability=(8, 6), mem_sync_domain_count=1))
+    assert DomainsLab().supported(Caps(mem_sync_domain_count=1)) == why_not(Caps(mem_sync_domain_count=1))
+
+
+def test_registry_line_names_the_fallback():
+    from cuadv.domains import registry_reason
+
+    assert registry_reason({"mem_sync_domain_count": 4}) is None
+    assert "fallback: the default domain" in registry_reason({"mem_sync_domain_count": 1})
+
+
+def test_stream_domain_names_are_checked_before_the_driver(monkeypatch):
+    import cuadv.domains as domains
+
+    monkeypatch.setattr(domains, "driver", lambda: (_ for _ in ()).throw(AssertionError("reached the driver")))
+    with pytest.raises(LaunchConfigError, match="memory sync domain must be 'default' or 'remote', got 'peer'"):
+        domains.set_stream_domain(0, "peer")
+    with pytest.raises(LaunchConfigError, match="got None"):
+        with domains.in_domain(0, None):
+            pass

@@ -62,3 +62,24 @@ def test_writer_into_a_peer_gpu(cp):
 
 def test_smoke():
     DomainsLab().smoke()
+
+
+def test_stream_domain_round_trip(cp):
+    """cuadv.domains: a stream's default domain is set, read back and put back by in_domain; the fence
+    kernel launched on that stream still completes with its full output."""
+    from cuadv.domains import in_domain, set_stream_domain, stream_domain, why_not
+
+    caps = current_device().caps
+    if why_not(caps):
+        pytest.skip(why_not(caps))
+    stream = cp.cuda.Stream(non_blocking=True)
+    assert stream_domain(stream) == "default"
+    with in_domain(stream, "remote"):
+        assert stream_domain(stream) == "remote"
+        exp = FenceExperiment(build_module(caps.arch), caps, iterations=8, writer_bytes=1 << 20, fence_blocks=2)
+        exp.fence_stream = stream
+        exp.run_once(1, None)  # the fence kernel on that stream; run_once checks every slot
+    assert stream_domain(stream) == "default"
+    set_stream_domain(stream.ptr, "remote")
+    assert stream_domain(stream.ptr) == "remote"
+    set_stream_domain(stream, "default")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from cuadv.errors import KernelArgumentError, LaunchConfigError
+from cuadv.histograms import launcher
 from cuadv.labs import histogram as h
 
 
@@ -315,7 +316,7 @@ def fake_engine(monkeypatch=None):
     eng = h.HistogramEngine.__new__(h.HistogramEngine)  # no GPU: plans only
     eng.caps, eng._module, eng._kernels, eng._resident = FakeCaps(), None, {}, {}
     if monkeypatch is not None:
-        monkeypatch.setattr(h, "_engine", eng)
+        monkeypatch.setattr(launcher, "_engine", eng)
     return eng
 
 
@@ -355,7 +356,7 @@ def test_the_lab_measures_the_new_variants_where_no_block_holds_the_bins(monkeyp
 def test_report_from_measurements(tmp_path):
     """Tables, plot, target notes and the selection cell build from a set of measurements."""
     from cuadv.labs.base import RunContext
-    from cuadv.results import LabResult
+    from cuadv.report.results import LabResult
 
     class Caps:
         shared_mem_per_block_optin = h.H200_SHARED_PER_BLOCK

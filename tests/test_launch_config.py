@@ -53,7 +53,8 @@ import numpy as np  # noqa: E402
 
 from cuadv.args import PackedArguments  # noqa: E402
 from cuadv.errors import KernelArgumentError  # noqa: E402
-from cuadv.launch import Kernel, Launcher, launch, prepare  # noqa: E402
+from cuadv.kernel import Kernel  # noqa: E402
+from cuadv.launch import Launcher, launch, prepare  # noqa: E402
 
 launch_module = sys.modules["cuadv.launch"]  # (cuadv.launch the attribute is the function)
 

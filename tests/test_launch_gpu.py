@@ -123,7 +123,7 @@ def test_shared_memory_limit(module, cp):
 
 
 def test_occupancy_queries_and_largest_cluster(module, cp):
-    from cuadv.occupancy import max_active_blocks_per_sm, max_active_clusters, max_cluster_size
+    from cuadv.kernel import max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 
     caps = current_device().caps
     k = module.kernel("block_ids")
@@ -318,3 +318,45 @@ def test_one_kernel_object_per_name(module):
     # Launchers and the kernel's shared-memory and cluster attributes are cached on the Kernel object,
     # so two objects for one CUDA kernel would disagree about what the kernel is set to.
     assert module.kernel("add_one") is module.kernel("add_one")
+
+
+ORDER_SRC = r"""
+#include <cuadv/timer.cuh>
+extern "C" __global__ void spin_then_set(int* x, int n, unsigned long long ns) {
+  if (threadIdx.x == 0) cuadv::timer::spin_ns(ns);
+  __syncthreads();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = 1;
+}
+extern "C" __global__ void add_one(int* x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += 1;
+}
+"""
+ORDER_N = 1 << 16
+
+
+def _order_kernels():
+    module = compile_source(ORDER_SRC, name="order")
+    return module.kernel("spin_then_set"), module.kernel("add_one"), LaunchConfig(grid=64, block=256)
+
+
+def test_stream_none_goes_on_cupys_current_non_blocking_stream(cp):
+    spin, add, cfg = _order_kernels()
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        x = cp.zeros(ORDER_N, cp.int32)
+        launch(spin, cfg, x, np.int32(ORDER_N), np.uint64(50_000_000), stream=s)  # 50 ms, then x = 1
+        launch(add, cfg, x, np.int32(ORDER_N))  # stream=None: CuPy's current stream, so after the spin
+        s.synchronize()
+    assert int(x.min()) == 2 and int(x.max()) == 2
+
+
+def test_stream_none_goes_on_torchs_current_side_stream():
+    torch = pytest.importorskip("torch")
+    spin, add, cfg = _order_kernels()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.zeros(ORDER_N, dtype=torch.int32, device="cuda")
+        launch(spin, cfg, x, np.int32(ORDER_N), np.uint64(50_000_000), stream=side.cuda_stream)
+        launch(add, cfg, x, np.int32(ORDER_N))  # stream=None with a tensor argument: torch's current stream
+    side.synchronize()
+    assert int(x.min()) == 2 and int(x.max()) == 2

@@ -376,7 +376,7 @@ def test_timeline_plot(tmp_path):
 
 
 def test_summary_picks_the_best_by_measurement():
-    from cuadv.results import LabResult
+    from cuadv.report.results import LabResult
 
     result = LabResult("pipeline", "t")
     pcts = {lab.SYNC: 60.0, lab.strip("sync", 512, 8): 75.0, lab.tile("thread", 2): 70.0,

@@ -3,8 +3,9 @@
 import numpy as np
 
 from cuadv.labs.base import RunContext
-from cuadv.plots import _pyplot, plot_sm_timeline
-from cuadv.results import LabResult
+from cuadv.figures import pyplot as _pyplot
+from cuadv.work_stealing.timeline import plot_sm_timeline
+from cuadv.report.results import LabResult
 from cuadv.work_stealing import TRACE_DTYPE, Trace
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cuadv.report import Report, write_report
-from cuadv.results import LabResult, Selection, Table
-from cuadv.selection import selection_matrix
+from cuadv.report.writer import Report, write_report
+from cuadv.report.results import LabResult, Selection, Table
+from cuadv.report.selection import selection_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = {"name": "NVIDIA H200", "compute_capability": (9, 0), "sm_count": 132, "l2_cache_bytes": 62_914_560,

@@ -1,9 +1,9 @@
 """The selection matrix from lab results: one row per scenario, reasons for empty rows, features
 this GPU lacks with reason and fallback."""
 
-from cuadv.report import Report
-from cuadv.results import SCENARIOS, LabResult, Selection
-from cuadv.selection import EXPECTED_LABS, selection_matrix, unsupported_features, unsupported_table
+from cuadv.report.writer import Report
+from cuadv.report.results import SCENARIOS, LabResult, Selection
+from cuadv.report.selection import EXPECTED_LABS, selection_matrix, unsupported_features, unsupported_table
 
 H200 = {"name": "NVIDIA H200", "compute_capability": (9, 0), "clc": False, "cluster_launch": True, "tma": True,
         "pdl": True, "cooperative_launch": True, "persisting_l2_max_bytes": 39_321_600, "mem_sync_domain_count": 4,

@@ -32,7 +32,7 @@ WAVES = 16  # tiles = SMs x 8 x WAVES: about 16 waves of 8 blocks per SM
 
 
 def occupancy(kernel_obj, policy: str) -> int:
-    from cuadv.occupancy import max_active_blocks_per_sm
+    from cuadv.kernel import max_active_blocks_per_sm
 
     kernel, _ = kernel_obj.kernel(policy)
     return max_active_blocks_per_sm(kernel, BLOCK, 0)

@@ -7,7 +7,7 @@ from sass_tools import sass_ops
 
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import tma as lab
-from cuadv.tensormap import TensorMapError, TiledLayout, describe_array, pitch_elements
+from cuadv.tma.tensormap import TensorMapError, TiledLayout, describe_array, pitch_elements
 
 
 

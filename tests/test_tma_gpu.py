@@ -6,7 +6,7 @@ import pytest
 
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import tma as lab
-from cuadv.tensormap import TensorMap, TensorMapError
+from cuadv.tma.tensormap import TensorMap, TensorMapError
 
 pytestmark = pytest.mark.gpu
 

@@ -173,3 +173,83 @@ def test_tile_order_must_be_a_permutation():
         TileOrder(np.array([0, 3, 1]))
     with pytest.raises(LaunchConfigError, match="1-D integer"):
         TileOrder(np.array([0.0, 1.0]))
+
+
+def test_schedule_bytes_match_the_hand_packed_struct():
+    """Schedule packs through cuadv.params (c_struct / StructArgument): the same 80 bytes as the former
+    hand-written packing, field for field, with and without the counted reset."""
+    import struct
+
+    for count_exits in (False, True):
+        s = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
+                     trace_ptr=0x20, order_ptr=0x30, count_exits=count_exits, min_units=11, report_ptr=0x40)
+        want = struct.pack("<3I3IQIIQQQIIQ", 5, 6, 7, 1, 2, 1, 9, 3, int(count_exits), 0x10, 0x20, 0x30, 11, 0, 0x40)
+        assert s.kernel_param_bytes() == want
+
+
+# -- the grid of each policy comes from the occupancy of that policy's own kernel -------------------
+
+class _FakeKernel:
+    def __init__(self, name, per_sm):
+        self.name, self.per_sm = name, per_sm
+
+
+class _FakeCaps:
+    sm_count = 132
+    compute_capability = (9, 0)
+    arch = "sm_90a"
+
+
+class _FakeDevice:
+    caps = _FakeCaps()
+
+
+@pytest.fixture
+def fake_occupancy(monkeypatch):
+    """Occupancy queries answered by the fake kernels (steal: 8 blocks per SM, fixed_blocks: 3), no GPU."""
+    from cuadv.work_stealing import tile_kernel
+
+    calls = []
+
+    def blocks_per_sm(kernel, block, shared_mem=0):
+        calls.append(kernel.name)
+        return kernel.per_sm
+
+    monkeypatch.setattr(tile_kernel, "max_active_blocks_per_sm", blocks_per_sm)
+    monkeypatch.setattr(tile_kernel, "current_device", lambda: _FakeDevice())
+    return {"steal": _FakeKernel("steal", 8), "fixed_blocks": _FakeKernel("fixed_blocks", 3)}, calls
+
+
+def test_each_policy_grid_uses_its_own_kernels_occupancy(fake_occupancy):
+    kernels, calls = fake_occupancy
+    k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
+    tiles = (1_000_000, 1, 1)
+    assert k.launch_config(kernels["steal"], "steal", tiles).grid == (8 * 132, 1, 1)
+    # before the fix this reused steal's 1056 blocks
+    assert k.launch_config(kernels["fixed_blocks"], "fixed_blocks", tiles).grid == (3 * 132, 1, 1)
+    assert k.launch_config(kernels["steal"], "steal", tiles).grid == (8 * 132, 1, 1)
+    assert calls == ["steal", "fixed_blocks"]  # one query per kernel, then cached
+
+
+def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypatch):
+    """TileKernel.__call__ with the GPU parts replaced: steal (Q = inf) then fixed_blocks on one TileKernel;
+    last_launch shows each grid equal to its own kernel's resident count."""
+    from cuadv.work_stealing import tile_kernel
+
+    kernels, _ = fake_occupancy
+    launched = []
+
+    class Pool:
+        def slot_for(self, stream):
+            return 0x1000, False
+
+    monkeypatch.setattr(tile_kernel, "_pool", Pool())
+    monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, *args, stream: launched.append((kernel, config)))
+    k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
+    for policy, per_sm in (("steal", 8), ("fixed_blocks", 3), ("steal", 8)):
+        k(50_000, 0x2000, policy=policy, stream=0)
+        assert k.last_launch.policy == policy and k.last_launch.stream == 0
+        assert k.last_launch.config.grid == (per_sm * 132, 1, 1)
+        assert launched[-1] == (kernels[policy], k.last_launch.config)
+    assert k.resident_units("fixed_blocks") == 3 * 132 and k.resident_units("steal") == 8 * 132

@@ -256,3 +256,65 @@ def test_tile_order_is_followed(cp):
         starts = trace.records["start_ns"][mine]
         assert (np.diff(starts.astype(np.int64)) >= 0).all()
 
+
+
+def test_each_policy_grid_is_its_own_kernels_resident_count(cp):
+    """One TileKernel launched with steal (Q = inf: the grid that fits at once) and then fixed_blocks:
+    each grid equals the resident count of that policy's own compiled kernel (the occupancy API), not
+    the first policy's. The two kernels differ (different loops and registers)."""
+    from cuadv.kernel import max_active_blocks_per_sm
+
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    caps = current_device().caps
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=256, quantum_us=math.inf, name="own_grid")
+    tiles = 2_000_003
+    for policy in ("steal", "fixed_blocks", "steal"):
+        counts, _ = run_counts(cp, k, tiles, policy=policy)
+        assert (counts == 1).all()
+        kernel, concrete = k.kernel(policy)
+        resident = max_active_blocks_per_sm(kernel, 256) * caps.sm_count
+        assert k.last_launch.policy == concrete == policy
+        assert k.last_launch.config.grid == (resident, 1, 1) == (k.resident_units(policy), 1, 1)
+    assert k.kernel("steal")[0] is not k.kernel("fixed_blocks")[0]
+
+
+@pytest.mark.parametrize("policy", ["fixed_blocks", "steal"])
+def test_stream_none_follows_a_non_blocking_cupy_stream(cp, policy):
+    """stream=None inside `with stream:` launches on CuPy's current (non-blocking) stream, ordered with the
+    CuPy work before and after it on that stream: exact counts without any device-wide synchronisation."""
+    if policy not in policies():
+        pytest.skip(f"{policy} does not run on this GPU")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, quantum_us=2.0 if policy == "steal" else None,
+                   name="cupy_stream")
+    stream = cp.cuda.Stream(non_blocking=True)
+    tiles = 100_003
+    with stream:
+        count = cp.zeros(tiles, dtype=cp.uint32)  # on the stream, before the kernel
+        prologues = cp.zeros(1, dtype=cp.uint32)
+        for _ in range(3):
+            k(tiles, count, prologues)
+        assert k.last_launch.stream == stream.ptr
+        total = int(count.sum())  # CuPy on the same stream, after the kernels
+        exact = bool((count == 3).all())
+    assert total == 3 * tiles and exact
+
+
+def test_stream_none_follows_a_torch_side_stream():
+    """stream=None with torch tensors launches on torch's current stream (a side stream here), ordered
+    with the torch work around it."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="fixed_blocks", block=64, name="torch_stream")
+    side = torch.cuda.Stream()
+    tiles = 100_003
+    with torch.cuda.stream(side):
+        count = torch.zeros(tiles, dtype=torch.int32, device="cuda")
+        prologues = torch.zeros(1, dtype=torch.int32, device="cuda")
+        for _ in range(2):
+            k(tiles, count, prologues)
+        assert k.last_launch.stream == side.cuda_stream
+        doubled = count * 2  # torch on the side stream, after the kernels
+    side.synchronize()
+    assert bool((doubled == 4).all()) and int(count.sum()) == 2 * tiles

@@ -20,28 +20,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import KernelArgumentError
+from .interop import device_pointer
 
 _INT_BY_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 _UINT_BY_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _FLOAT_BY_SIZE = {2: np.float16, 4: np.float32, 8: np.float64}
-
-
-def device_pointer(obj: Any) -> int | None:
-    """The device address of an array-like, or None if obj is not one."""
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if cai is not None:
-        return int(cai["data"][0])
-    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
-        from cuda.core.utils import StridedMemoryView
-
-        view = StridedMemoryView(obj, stream_ptr=-1)  # no stream ordering: the caller's stream decides
-        if not view.is_device_accessible:
-            raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory")
-        return int(view.ptr)
-    handle = getattr(obj, "handle", None)  # cuda.core Buffer
-    if type(obj).__name__ == "Buffer" and handle is not None:
-        return int(handle)
-    return None
 
 
 def pack_argument(value: Any, size: int, index: int) -> bytes:

@@ -18,26 +18,13 @@ from typing import Iterable, Mapping
 
 from . import cache as disk_cache
 from ._cuda import check, nvrtc, nvrtc_version
+from .arch import parse_arch
+from .device import current_device
 from .errors import CompileError, CuadvError
+from .kernel import Kernel
 
-KERNEL_DIR = Path(__file__).parent / "kernels"
-_ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
-
-
-def arch_for(compute_capability: tuple[int, int]) -> str:
-    """Target for a compute capability: the architecture-specific 'a' target from 9.0 on
-    (needed for wgmma, setmaxnreg, CLC), the plain one before."""
-    major, minor = compute_capability
-    return f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
-
-
-def parse_arch(arch: str) -> tuple[int, int]:
-    """'sm_90a' -> (9, 0); raises ValueError naming the accepted form."""
-    m = _ARCH_RE.match(arch)
-    if not m:
-        raise ValueError(f"target {arch!r} is not of the form sm_XY[a] (for example sm_90a, sm_100a)")
-    digits = m.group(1)
-    return int(digits[:-1]), int(digits[-1])
+PACKAGE_DIR = Path(__file__).parent
+INCLUDE_DIR = PACKAGE_DIR / "include"  # the public headers: #include <cuadv/...>
 
 
 @dataclass(frozen=True)
@@ -87,7 +74,7 @@ def include_dirs() -> tuple[str, ...]:
     """cuadv's headers, then CCCL, then cudart (CCCL must come first: it shadows cudart's copies)."""
     from cuda.pathfinder import find_nvidia_header_directory
 
-    dirs = [str(KERNEL_DIR)]
+    dirs = [str(INCLUDE_DIR)]
     for lib in ("cccl", "cudart"):
         path = find_nvidia_header_directory(lib)
         if path is None:
@@ -103,8 +90,8 @@ def include_dirs() -> tuple[str, ...]:
 def _header_fingerprint() -> str:
     """Contents of cuadv's headers (what a source can include) plus the version files of CCCL and cudart."""
     parts = []
-    for path in sorted(KERNEL_DIR.rglob("*.cuh")):
-        parts.append(f"{path.relative_to(KERNEL_DIR)}:{disk_cache.make_key(path.read_bytes())}")
+    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+        parts.append(f"{path.relative_to(INCLUDE_DIR)}:{disk_cache.make_key(path.read_bytes())}")
     cccl, cudart = include_dirs()[1:]
     for root, rel in ((cccl, "cuda/std/__cccl/version.h"), (cudart, "cuda_runtime_api.h")):
         p = Path(root) / rel
@@ -131,20 +118,28 @@ class CompiledModule:
     def resources_for(self, name: str) -> KernelResources:
         return self.resources[self.lowered_names.get(name, name)]
 
-    def kernel(self, name: str):
+    def kernel_names(self) -> list[str]:
+        """The kernels in this module: name expressions as given, extern "C" kernels by their name."""
+        given = {lowered: expr for expr, lowered in self.lowered_names.items()}
+        return sorted(given.get(entry, entry) for entry in self.resources)
+
+    def kernel(self, name: str) -> Kernel:
         """Load (once) and return the named kernel as a cuadv Kernel: the same object on every call,
         because it caches what belongs to the CUDA kernel (its launchers, its shared-memory and
         cluster attributes), which two objects for one kernel would each get wrong."""
-        from .launch import Kernel
         from cuda.core import ObjectCode
 
         kernel = self._kernels.get(name)
         if kernel is None:
             if self._object_code is None:
                 self._object_code = ObjectCode.from_cubin(self.cubin)
+            symbol = self.lowered_names.get(name, name)
+            if b"\x00" + symbol.encode() + b"\x00" not in self.cubin:  # the ELF string table names every kernel
+                raise CuadvError(f"module {self.name!r} has no kernel {name!r}; its kernels: "
+                                 f"{', '.join(self.kernel_names()) or 'none'}")
             # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
             # they accept for symbol_mapping values.
-            kernel = Kernel(self._object_code.get_kernel(self.lowered_names.get(name, name)), name=name, module=self)
+            kernel = Kernel(self._object_code.get_kernel(symbol), name=name, module=self)
             kernel = self._kernels.setdefault(name, kernel)
         return kernel
 
@@ -185,8 +180,6 @@ def compile_source(
     to contents for headers that live only in memory.
     """
     if arch is None:
-        from .device import current_device
-
         arch = current_device().caps.arch
     parse_arch(arch)
     opts = _options(arch, defines or {}, options, rdc)
@@ -253,5 +246,32 @@ def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
 
 
 def kernel_source(filename: str) -> str:
-    """The text of a .cu file shipped in cuadv/kernels."""
-    return (KERNEL_DIR / filename).read_text()
+    """The text of a .cu file shipped with cuadv (beside the Python that uses it), found by file name."""
+    return shipped_path(filename).read_text()
+
+
+@cache
+def shipped_path(filename: str) -> Path:
+    found = [p for p in PACKAGE_DIR.rglob(filename) if p.is_file()]
+    if len(found) != 1:
+        raise CuadvError(f"cuadv ships {len(found)} files named {filename!r}; expected exactly one")
+    return found[0]
+
+
+_shipped: dict[tuple, CompiledModule] = {}
+
+
+def shipped(filename: str, *, arch: str | None = None, defines: Mapping[str, object] | None = None,
+            name_expressions: Iterable[str] = (), name: str | None = None) -> CompiledModule:
+    """The one cached build of a .cu file shipped with cuadv, per target, defines and name expressions:
+    every user of the file in this process shares one CompiledModule (and so one loaded Kernel each)."""
+    if arch is None:
+        arch = current_device().caps.arch
+    exprs = tuple(name_expressions)
+    key = (filename, arch, tuple(sorted((defines or {}).items())), exprs, name)
+    module = _shipped.get(key)
+    if module is None:
+        module = compile_source(kernel_source(filename), name=name or filename.rsplit(".", 1)[0], arch=arch,
+                                defines=defines, name_expressions=exprs)
+        module = _shipped.setdefault(key, module)
+    return module

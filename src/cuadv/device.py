@@ -7,11 +7,17 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 
 from ._cuda import check, driver, driver_version, init_driver, nvrtc_version
-from .compiler import arch_for
-from .errors import CuadvError, UnsupportedFeatureError
+from .arch import arch_for
+from .errors import CuadvError
+from .features import require
+from .kernel import Kernel, max_cluster_size
 
-_PROBE_SOURCE = r"""
-extern "C" __global__ void cuadv_cluster_probe() {}
+# An empty kernel in PTX, which the driver compiles for whatever GPU it runs on (sm_90 PTX runs on any
+# later GPU), so reading the capabilities needs no NVRTC.
+_PROBE_PTX = """.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry cuadv_cluster_probe() { ret; }
 """
 _PROBE_BLOCK = 128
 
@@ -52,10 +58,10 @@ class DeviceCaps:
     def cc_string(self) -> str:
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
-    def require(self, feature: str, major: int, minor: int = 0, fallback: str | None = None) -> None:
-        """Raise UnsupportedFeatureError unless compute capability >= major.minor."""
-        if self.compute_capability < (major, minor):
-            raise UnsupportedFeatureError(feature, f"compute capability >= {major}.{minor}", self.cc_string(), fallback)
+    def require(self, feature: str) -> None:
+        """Raise UnsupportedFeatureError (naming what it needs and the fallback) unless this GPU has
+        ``feature``, a key of ``cuadv.features.FEATURES``."""
+        require(feature, self.as_dict())
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,7 +97,7 @@ class Device:
         name = check(drv.cuDeviceGetName(256, self.ordinal), "cuDeviceGetName").split(b"\x00")[0].decode()
         low, high = check(drv.cuCtxGetStreamPriorityRange(), "cuCtxGetStreamPriorityRange")
         cluster = bool(a("CLUSTER_LAUNCH"))
-        portable, nonportable = self._largest_clusters(cc) if cluster else (0, 0)
+        portable, nonportable = self._largest_clusters() if cluster else (0, 0)
         return DeviceCaps(
             ordinal=self.ordinal,
             name=name,
@@ -119,13 +125,12 @@ class Device:
             nvrtc_version=nvrtc_version(),
         )
 
-    def _largest_clusters(self, cc: tuple[int, int]) -> tuple[int, int]:
+    def _largest_clusters(self) -> tuple[int, int]:
         """Largest cluster of a trivial kernel, portable and non-portable, from the occupancy API."""
-        from .compiler import compile_source
-        from .occupancy import max_cluster_size
+        from cuda.core import ObjectCode
 
-        kernel = compile_source(_PROBE_SOURCE, name="cuadv_cluster_probe", arch=arch_for(cc)).kernel(
-            "cuadv_cluster_probe")
+        code = ObjectCode.from_ptx(_PROBE_PTX.encode())  # bytes: cuda.core reads a str as a file name
+        kernel = Kernel(code.get_kernel("cuadv_cluster_probe"), "cuadv_cluster_probe")
         portable = max_cluster_size(kernel, block=_PROBE_BLOCK, non_portable=False)
         nonportable = max_cluster_size(kernel, block=_PROBE_BLOCK, non_portable=True)
         return portable, nonportable

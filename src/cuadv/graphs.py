@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from ._cuda import check, driver
-from .launch import stream_handle
+from .interop import stream_handle
 
 
 class Graph:

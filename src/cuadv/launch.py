@@ -19,35 +19,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Sequence
 
 from ._cuda import check, driver
 from .args import ArgumentPacker, PackedArguments
-from .errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
-
-Dim3 = tuple[int, int, int]
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
-MAX_THREADS_PER_BLOCK = 1024
-MAX_CLUSTER_SIZE = 16  # non-portable limit of Hopper and Blackwell
-PORTABLE_CLUSTER_SIZE = 8
-STATIC_SHARED_LIMIT = 48 * 1024
-
-
-def as_dim3(value: int | Sequence[int]) -> Dim3:
-    if isinstance(value, int):
-        dims = (value, 1, 1)
-    else:
-        dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
-        if len(dims) != 3:
-            raise LaunchConfigError(f"a dimension has at most 3 components, got {value!r}")
-    return dims  # type: ignore[return-value]
-
-
-def volume(d: Dim3) -> int:
-    return d[0] * d[1] * d[2]
-
+from .device import current_device
+from .dims import (MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK, PORTABLE_CLUSTER_SIZE, Dim3, as_dim3,
+                   volume)
+from .errors import LaunchConfigError
+from .features import require
+from .interop import stream_handle
+from .kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 
 @dataclass(frozen=True)
 class AccessPolicyWindow:
@@ -141,100 +123,10 @@ class LaunchConfig:
         return self.priority is not None or self.mem_sync_domain is not None or self.access_policy is not None
 
 
-class Kernel:
-    """A loaded kernel: the cuda.core Kernel plus the attributes the launch checks need."""
-
-    def __init__(self, core_kernel, name: str, module=None):
-        self.core = core_kernel
-        self.name = name
-        self.module = module
-        self._dynamic_shared_limit = STATIC_SHARED_LIMIT
-        self._non_portable: bool | None = None
-        self._launchers: dict[LaunchConfig, Launcher] = {}  # configurations that passed check_config
-        self._last: tuple[LaunchConfig | None, Launcher | None] = (None, None)  # the last one asked for
-
-    @property
-    def handle(self):
-        return self.core.handle
-
-    @cached_property
-    def function(self):
-        """The CUfunction of this kernel in the current context (for occupancy and attribute calls)."""
-        return check(driver().cuKernelGetFunction(self.handle), "cuKernelGetFunction")
-
-    def attribute(self, name: str) -> int:
-        drv = driver()
-        attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
-        return int(check(drv.cuFuncGetAttribute(attr, self.function), f"cuFuncGetAttribute({name})"))
-
-    def set_attribute(self, name: str, value: int) -> None:
-        drv = driver()
-        attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
-        check(drv.cuFuncSetAttribute(self.function, attr, value), f"cuFuncSetAttribute({name}={value})")
-
-    @cached_property
-    def param_sizes(self) -> tuple[int, ...]:
-        drv = driver()
-        sizes = []
-        while True:
-            status, _offset, size = drv.cuKernelGetParamInfo(self.handle, len(sizes))
-            if int(status) != 0:
-                break
-            sizes.append(int(size))
-        return tuple(sizes)
-
-    @cached_property
-    def static_shared_bytes(self) -> int:
-        return self.attribute("SHARED_SIZE_BYTES")
-
-    @cached_property
-    def max_threads_per_block(self) -> int:
-        return self.attribute("MAX_THREADS_PER_BLOCK")
-
-    @cached_property
-    def compile_time_cluster(self) -> Dim3 | None:
-        dims = (self.attribute("REQUIRED_CLUSTER_WIDTH"), self.attribute("REQUIRED_CLUSTER_HEIGHT"),
-                self.attribute("REQUIRED_CLUSTER_DEPTH"))
-        return dims if dims[0] > 0 else None  # type: ignore[return-value]
-
-    def ensure_dynamic_shared(self, nbytes: int) -> None:
-        """Raise the kernel's dynamic shared-memory limit when a launch asks for more than 48 KB."""
-        if nbytes > self._dynamic_shared_limit:
-            self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
-            self._dynamic_shared_limit = nbytes
-
-    def set_non_portable_cluster(self, allowed: bool) -> None:
-        if self._non_portable != allowed:
-            self.set_attribute("NON_PORTABLE_CLUSTER_SIZE_ALLOWED", int(allowed))
-            self._non_portable = allowed
-
-    def __repr__(self) -> str:
-        return f"Kernel({self.name!r})"
-
-
-def stream_handle(stream: Any) -> int:
-    """Raw CUstream of a cuda.core Stream, a CuPy/PyTorch stream, anything with __cuda_stream__, or an int."""
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):
-        proto = stream.__cuda_stream__
-        _version, handle = proto() if callable(proto) else proto
-        return int(handle)
-    for attr in ("handle", "ptr", "cuda_stream"):
-        h = getattr(stream, attr, None)
-        if h is not None:
-            return int(h)
-    raise KernelArgumentError(f"cannot use {type(stream).__name__} as a stream")
-
-
 def check_config(kernel: Kernel, config: LaunchConfig) -> None:
     """Device checks: everything that depends on the GPU and on the compiled kernel."""
-    from .device import current_device
-    from .occupancy import max_active_blocks_per_sm, max_active_clusters, max_cluster_size
-
     caps = current_device().caps
+    features = caps.as_dict()
     threads = volume(config.block)  # type: ignore[arg-type]
     if threads > kernel.max_threads_per_block:
         raise LaunchConfigError(
@@ -252,7 +144,7 @@ def check_config(kernel: Kernel, config: LaunchConfig) -> None:
             f"kernel {kernel.name} declares __cluster_dims__{fixed}; give no run-time cluster (got {config.cluster})")
     cluster = config.cluster or fixed
     if cluster is not None:
-        caps.require("thread block clusters", 9, 0, "launch without a cluster")
+        require("cluster_launch", features, name="thread block clusters", fallback="launch without a cluster")
         for axis in range(3):
             if config.grid[axis] % cluster[axis]:  # type: ignore[index]
                 raise LaunchConfigError(
@@ -266,9 +158,8 @@ def check_config(kernel: Kernel, config: LaunchConfig) -> None:
                 f"{'non-portable' if size > PORTABLE_CLUSTER_SIZE else 'portable'} limit, "
                 f"{threads} threads and {total_shared} B shared memory per block)")
     if config.cooperative:
-        if not caps.cooperative_launch:
-            raise UnsupportedFeatureError("cooperative launch", "a GPU with cooperative launch", "none",
-                                          "split the kernel at the grid sync into two launches")
+        require("cooperative_launch", features, name="cooperative launch",
+                fallback="split the kernel at the grid sync into two launches")
         if cluster is not None:
             limit = max_active_clusters(kernel, config.block, cluster, config.shared_mem) * volume(cluster)
         else:
@@ -278,19 +169,17 @@ def check_config(kernel: Kernel, config: LaunchConfig) -> None:
                 f"cooperative grid of {config.grid_blocks} blocks exceeds the co-resident maximum {limit} "
                 f"({caps.sm_count} SMs, {threads} threads and {total_shared} B shared memory per block)")
     if config.pdl:
-        caps.require("programmatic dependent launch", 9, 0, "launch without pdl (plain stream order)")
+        require("pdl", features, name="programmatic dependent launch",
+                fallback="launch without pdl (plain stream order)")
     if config.priority is not None:
         lo, hi = caps.stream_priority_low, caps.stream_priority_high
         if not min(lo, hi) <= config.priority <= max(lo, hi):
             raise LaunchConfigError(
                 f"priority {config.priority} is outside the device's range [{hi} (high), {lo} (low)]")
-    if config.mem_sync_domain is not None and caps.mem_sync_domain_count < 2:
-        raise UnsupportedFeatureError("memory sync domains", "a GPU with 2 or more domains",
-                                      f"{caps.mem_sync_domain_count}", "launch in the default domain")
+    if config.mem_sync_domain is not None:
+        require("mem_sync_domains", features, name="memory sync domains", fallback="launch in the default domain")
     if config.access_policy is not None:
-        if caps.persisting_l2_max_bytes == 0:
-            raise UnsupportedFeatureError("L2 access-policy window", "a GPU with persisting L2 (not MIG)",
-                                          "0 B persisting L2", "launch without the window")
+        require("l2_persistence", features, name="L2 access-policy window", fallback="launch without the window")
         if config.access_policy.num_bytes > caps.access_policy_max_window_bytes:
             raise LaunchConfigError(
                 f"access-policy window of {config.access_policy.num_bytes} B exceeds the maximum window "
@@ -410,7 +299,7 @@ class Launcher:
             return
         try:
             self._pack(args)
-            handle = stream_handle(stream)
+            handle = stream_handle(stream, *args)  # None: the current stream of the arguments' library
             if handle != self._stream_handle:  # the native configuration starts on stream 0
                 self._native.hStream = driver().CUstream(handle)
                 self._stream_handle = handle
@@ -426,7 +315,8 @@ class Launcher:
     def _launch_uncached(self, args: Sequence[Any], stream: Any) -> None:
         if self._non_portable:
             self.kernel.set_non_portable_cluster(True)
-        _launch_driver(self.kernel, self.config, PackedArguments(args, self.kernel.param_sizes), stream_handle(stream))
+        _launch_driver(self.kernel, self.config, PackedArguments(args, self.kernel.param_sizes),
+                       stream_handle(stream, *args))
 
     def __repr__(self) -> str:
         return f"Launcher({self.kernel.name!r}, {self.config!r})"
@@ -477,4 +367,4 @@ def _launch_through_core(kernel: Kernel, config: LaunchConfig, args: Sequence[An
                                 "window or struct arguments; use backend='driver'")
     if config.cluster_size > PORTABLE_CLUSTER_SIZE:
         kernel.set_non_portable_cluster(True)
-    _launch_core(kernel, config, scalars, stream_handle(stream))
+    _launch_core(kernel, config, scalars, stream_handle(stream, *args))

@@ -126,7 +126,7 @@ def link_device_runtime(module: CompiledModule) -> CompiledModule:
 def _linked(module: CompiledModule, cubin: bytes, log: str, from_cache: bool) -> CompiledModule:
     return dataclasses.replace(module, cubin=cubin, log=module.log + "\n--- link with cudadevrt ---\n" + log,
                                options=module.options + ("link:cudadevrt",), from_cache=from_cache,
-                               _object_code=None)
+                               _object_code=None, _kernels={})
 
 
 def _link(module: CompiledModule, library: Path) -> tuple[bytes, str]:
@@ -139,7 +139,8 @@ def _link(module: CompiledModule, library: Path) -> tuple[bytes, str]:
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
             linker = Linker(*inputs, options=LinkerOptions(name=f"{module.name}+cudadevrt", arch=module.arch))
-            backend = getattr(linker, "backend", "nvJitLink or driver")
+            which = getattr(Linker, "which_backend", None)  # cuda.core >= 1.2.2; older ones do not say
+            backend = str(which()) if which is not None else "nvJitLink or driver"
             linked = linker.link("cubin")
         except Exception as exc:
             raise LinkError(f"linking {module.name!r} ({module.arch}) with {library} failed: "

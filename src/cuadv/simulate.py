@@ -53,7 +53,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import CuadvError
-from .results import LabResult, Table
+from .report.results import LabResult, Table
 
 POLICIES = ("fixed_work", "fixed_blocks", "steal", "clc")
 RECORD_DTYPE = np.dtype([("smid", "<u4"), ("slot", "<u4"), ("kernel", "<u4"), ("block", "<u4"), ("tile", "<u8"),
@@ -154,7 +154,7 @@ class KernelOutcome:
 
 @dataclass
 class SimTrace:
-    """Per-tile records in the shape ``plots.plot_sm_timeline`` (and ``work_stealing.Trace``) uses."""
+    """Per-tile records in the shape ``work_stealing.timeline.plot_sm_timeline`` (and ``work_stealing.Trace``) uses."""
 
     records: np.ndarray
     policy: str
@@ -170,7 +170,7 @@ class SimTrace:
         return float(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0.0
 
     def plot(self, path, title: str | None = None, highlight: Sequence[tuple[float, float, str]] = ()) -> None:
-        from .plots import plot_sm_timeline
+        from .work_stealing.timeline import plot_sm_timeline
 
         plot_sm_timeline(self, path, title=title or f"{self.policy} (simulated): tiles per SM over time",
                          sm_count=self.sm_count, highlight=highlight)
@@ -777,7 +777,7 @@ def _check_each_tile_once(s: Study) -> None:
 
 
 def cmd_simulate(args, console) -> int:
-    from .cli import _print_table
+    from .report.console import print_table
 
     policies = POLICIES if not args.policy or "all" in args.policy else tuple(dict.fromkeys(args.policy))
     try:
@@ -798,7 +798,7 @@ def cmd_simulate(args, console) -> int:
     if s.sweep:
         tables.append(sweep_table(s))
     for t in tables:
-        _print_table(console, t)
+        print_table(console, t)
     if args.out:
         out = Path(args.out)
         names = write_timelines(s, out)

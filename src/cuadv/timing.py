@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ._cuda import check, driver
-from .launch import stream_handle
+from .interop import stream_handle
 
 
 @dataclass(frozen=True)

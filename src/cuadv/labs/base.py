@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 if TYPE_CHECKING:
     from ..compiler import CompiledModule
     from ..device import DeviceCaps
-    from ..results import LabResult
+    from ..report.results import LabResult
     from ..timing import CopyCeiling
 
 
@@ -30,7 +30,7 @@ class RunContext:
 
     def save_figure(self, fig, name: str, result: "LabResult") -> None:
         """Write a matplotlib figure next to the report, close it, and list it in the result."""
-        from ..plots import save_figure
+        from ..figures import save_figure
 
         save_figure(fig, self.plot_path(name))
         result.plots.append(name)

@@ -21,179 +21,31 @@ the grid at what fits on the GPU at once; two launches need no such cap and make
 for free. Clusters are the middle ground: a handful of blocks guaranteed co-resident on one GPC,
 sharing shared memory, with no cap on the grid.
 
-Run: ``cuadv bench cooperative``; from Python::
+Run: ``cuadv bench cooperative``. The mechanisms live in ``cuadv.cooperative`` (this module only
+measures and reports); from Python::
 
-    from cuadv.labs.cooperative import block_sums, two_phase, cluster_ring
-    sums = block_sums(x, block=256)           # one sum per block of x (int32 or float32)
+    from cuadv.cooperative import block_sum, two_phase, largest_cluster
+    sums = block_sum(x, block=256)             # one sum per block of x (int32 or float32)
     two_phase(x, rounds=3)                     # x += sum(x), three times, one grid.sync() per round
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from .._cuda import check, driver
+from ..cooperative import (BLOCK_SUM_TYPES, PHASE_BLOCK, RING_BLOCK, TILE_SIZES, _launch, _sms, block_sums,  # noqa: F401
+                           build_module, cluster_occupancy, cluster_ring, co_resident_max, enqueue_two_phase,
+                           kernel, kernel_expressions, odd_sums, ring_expected, tile_sums, two_phase,
+                           two_phase_reference)
+from ..dims import PORTABLE_CLUSTER_SIZE
 from ..errors import LaunchConfigError, ValidationError
-from ..launch import PORTABLE_CLUSTER_SIZE, LaunchConfig, launch
-from ..results import LabResult, Selection, Table
+from ..launch import LaunchConfig, launch
+from ..report.results import LabResult, Selection, Table
 from .base import RunContext
-
-TILE_SIZES = (4, 8, 16, 32)
-BLOCK_SUM_TYPES = {"int32": "int", "float32": "float"}
-RING_BLOCK = 128
-PHASE_BLOCK = 256
-
-
-def kernel_expressions() -> list[str]:
-    return [f"block_sums<{t}>" for t in BLOCK_SUM_TYPES.values()] + [f"tile_sums<{t}>" for t in TILE_SIZES]
-
-
-@lru_cache(maxsize=None)
-def build_module(arch: str):
-    from ..compiler import compile_source, kernel_source
-
-    return compile_source(kernel_source("cooperative.cu"), name="cooperative", arch=arch,
-                          name_expressions=kernel_expressions())
-
-
-@lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of cooperative.cu on the current GPU (loaded once)."""
-    from ..device import current_device
-
-    return build_module(current_device().caps.arch).kernel(name)
-
-
-def _sms() -> int:
-    from ..device import current_device
-
-    return current_device().caps.sm_count
-
-
-def co_resident_max(k, block: int, shared_mem: int = 0) -> int:
-    """Blocks of this kernel that fit on the whole GPU at once: the largest cooperative grid."""
-    from ..occupancy import max_active_blocks_per_sm
-
-    return max_active_blocks_per_sm(k, block, shared_mem) * _sms()
-
-
-def _launch(k, config: LaunchConfig, *args, stream: Any = None, backend: str = "auto") -> None:
-    if config.cluster_size > PORTABLE_CLUSTER_SIZE:
-        k.set_non_portable_cluster(True)  # occupancy queries for portable sizes may have cleared it
-    launch(k, config, *args, stream=stream, backend=backend)
-
-
-# ---------------------------------------------------------------------------------------------
-# 1. Cooperative groups.
-
-
-def block_sums(x, block: int = 256):
-    """One sum per ``block`` consecutive elements of ``x`` (int32 or float32, CuPy), by the seed's block_sum."""
-    dtype = np.dtype(x.dtype)
-    names = {np.dtype(np.int32): "int32", np.dtype(np.float32): "float32"}
-    if dtype not in names:
-        raise ValueError(f"block_sums takes int32 or float32, got {dtype}")
-    if not 1 <= block <= 1024:
-        raise LaunchConfigError(f"block of {block} threads is outside [1, 1024]")
-    import cupy as cp
-
-    n = x.size
-    grid = max(1, -(-n // block))
-    out = cp.full(grid, -7, dtype=dtype)  # poison: a block that writes nothing shows
-    k = kernel(f"block_sums<{BLOCK_SUM_TYPES[names[dtype]]}>")
-    _launch(k, LaunchConfig(grid=grid, block=block, shared_mem=block * dtype.itemsize), x, out, n)
-    return out
-
-
-def tile_sums(x, tile: int, block: int = 256):
-    """Sums of ``tile`` consecutive int32 elements, by cg::reduce and by a shfl_down tree."""
-    if tile not in TILE_SIZES:
-        raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile}")
-    if block % tile:
-        raise ValueError(f"block {block} must be a multiple of the tile {tile}")
-    if np.dtype(x.dtype) != np.int32:
-        raise ValueError(f"tile_sums takes int32, got {x.dtype}")
-    import cupy as cp
-
-    n = x.size
-    grid = max(1, -(-n // block))
-    by_reduce = cp.full(grid * block // tile, -7, dtype=cp.int32)
-    by_shuffle = cp.full(grid * block // tile, -7, dtype=cp.int32)
-    _launch(kernel(f"tile_sums<{tile}>"), LaunchConfig(grid=grid, block=block), x, by_reduce, by_shuffle, n)
-    return by_reduce, by_shuffle
-
-
-def odd_sums(x, block: int = 256):
-    """Per warp of 32 elements: the sum and the count of the odd values (coalesced groups)."""
-    if np.dtype(x.dtype) != np.int32:
-        raise ValueError(f"odd_sums takes int32, got {x.dtype}")
-    if block % 32:
-        raise ValueError(f"block {block} must be a multiple of the warp size 32")
-    import cupy as cp
-
-    n = x.size
-    grid = max(1, -(-n // block))
-    warps = grid * block // 32
-    sums, counts = cp.zeros(warps, dtype=cp.int32), cp.zeros(warps, dtype=cp.int32)
-    _launch(kernel("odd_sums"), LaunchConfig(grid=grid, block=block), x, sums, counts, n)
-    return sums, counts
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. Grid-wide sync.
-
-
-def two_phase_reference(x: np.ndarray, rounds: int) -> np.ndarray:
-    """Each round: x += sum(x), modulo 2^32."""
-    x = x.astype(np.uint32).copy()
-    for _ in range(rounds):
-        x += np.uint32(x.sum(dtype=np.uint64) & 0xFFFFFFFF)
-    return x
-
-
-def two_phase(x, rounds: int = 1, *, mode: str = "grid_sync", grid: int | None = None, block: int = PHASE_BLOCK,
-              stream: Any = None) -> None:
-    """The seed's two-phase kernel on a uint32 CuPy array, in place: each round x += sum(x) (mod 2^32).
-
-    mode 'grid_sync': one cooperative kernel, phase1; grid.sync(); phase2 per round (the grid must
-    fit on the GPU at once: LaunchConfigError names the maximum); 'two_kernels': two launches per
-    round. grid: blocks (default the co-resident maximum).
-    """
-    if np.dtype(x.dtype) != np.uint32:
-        raise ValueError(f"two_phase works on uint32, got {x.dtype}")
-    if rounds < 0:
-        raise ValueError(f"rounds must be >= 0, got {rounds}")
-    if mode not in ("grid_sync", "two_kernels"):
-        raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {mode!r}")
-    import cupy as cp
-
-    k = kernel("two_phase")
-    smem = block * 4
-    grid = grid or co_resident_max(k, block, smem)
-    partials = cp.zeros(2 * grid, dtype=cp.uint32)
-    enqueue_two_phase(x, partials, rounds, mode, grid, block, stream)
-
-
-def enqueue_two_phase(x, partials, rounds: int, mode: str, grid: int, block: int, stream: Any = None,
-                      backend: str = "auto") -> None:
-    n = x.size
-    smem = block * 4
-    if mode == "grid_sync":
-        _launch(kernel("two_phase"), LaunchConfig(grid=grid, block=block, shared_mem=smem, cooperative=True),
-                x, partials, n, rounds, stream=stream, backend=backend)
-    elif mode == "two_kernels":
-        cfg = LaunchConfig(grid=grid, block=block, shared_mem=smem)
-        p1, p2 = kernel("phase1"), kernel("phase2")
-        halves = (partials.data.ptr, partials.data.ptr + 4 * grid)
-        for r in range(rounds):
-            launch(p1, cfg, x, halves[r & 1], n, stream=stream, backend=backend)
-            launch(p2, cfg, x, halves[r & 1], n, stream=stream, backend=backend)
-    else:
-        raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {mode!r}")
 
 
 class CapturedGraph:
@@ -220,39 +72,6 @@ class CapturedGraph:
             driver().cuStreamDestroy(self.stream)
         except Exception:
             pass
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. Clusters.
-
-
-def cluster_ring(cluster: int | None, grid: int, fixed: bool = False) -> np.ndarray:
-    """Launch the DSM ring: per block (rank, cluster size, the next block's index read through DSM).
-
-    fixed: the kernel with __cluster_dims__(2, 1, 1) (then give cluster=None)."""
-    from ..device import current_device
-
-    current_device().caps.require("thread block clusters", 9, 0, "no cluster: blocks exchange data through global "
-                                  "memory (two_phase)")
-    import cupy as cp
-
-    k = kernel("cluster_ring_fixed" if fixed else "cluster_ring")
-    out = cp.full(3 * grid, -1, dtype=cp.int32)
-    _launch(k, LaunchConfig(grid=grid, block=RING_BLOCK, cluster=cluster), out)
-    return cp.asnumpy(out).reshape(grid, 3)
-
-
-def ring_expected(grid: int, cluster: int) -> np.ndarray:
-    b = np.arange(grid)
-    rank = b % cluster
-    return np.stack([rank, np.full(grid, cluster), b - rank + (rank + 1) % cluster], axis=1)
-
-
-def cluster_occupancy(k, block: int, shared_mem: int = 0, sizes: Sequence[int] = range(1, 17)) -> list[list]:
-    """Rows (cluster size, active clusters, resident blocks) from cuOccupancyMaxActiveClusters."""
-    from ..occupancy import max_active_clusters
-
-    return [[c, (a := max_active_clusters(k, block, c, shared_mem)), a * c] for c in sizes]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,7 +325,7 @@ class CooperativeLab:
         return first
 
     def _occupancy_tables(self, result: LabResult, ctx) -> None:
-        from ..occupancy import max_cluster_size
+        from ..kernel import max_cluster_size
 
         k = kernel("cluster_ring")
         rows = cluster_occupancy(k, RING_BLOCK, 0, range(1, ctx.caps.max_cluster_size_nonportable + 1))

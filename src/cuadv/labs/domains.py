@@ -1,12 +1,13 @@
 """Memory synchronization domains: does a fence wait for another kernel's writes? (seed 002)
 
-Shows: the launch attribute (``LaunchConfig(mem_sync_domain="default" | "remote")``) and an
-experiment: a fence-heavy kernel (every thread writes and fences, ``iterations`` times, at .gpu or
-.sys scope, or not at all as the control) runs alone, then beside a write-heavy kernel streaming
-writes in another stream - both in the default domain, then the writer in the remote domain. The
-two kernels are made to overlap (the fence kernel waits for the writer to start, the writer stops
-when the fence kernel is done) and the overlap is checked on every run. The fence kernel's loop
-time is measured in-kernel (%globaltimer). What the GPU shows is reported, "no difference" included.
+Shows: the launch attribute (``LaunchConfig(mem_sync_domain="default" | "remote")``; the library
+side is ``cuadv.domains``) and an experiment: a fence-heavy kernel (every thread writes and fences,
+``iterations`` times, at .gpu or .sys scope, or not at all as the control) runs alone, then beside a
+write-heavy kernel streaming writes in another stream - both in the default domain, then the writer
+in the remote domain. The two kernels are made to overlap (the fence kernel waits for the writer to
+start, the writer stops when the fence kernel is done) and the overlap is checked on every run. The
+fence kernel's loop time is measured in-kernel (%globaltimer). What the GPU shows is reported, "no
+difference" included.
 Needs: compute capability 9.0 and at least 2 memory sync domains.
 Key insight: a fence must wait until the memory operations it orders are visible; without domains
 the hardware may also make it wait for unrelated traffic in flight (in multi-GPU systems: NVLink
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler import compile_source, kernel_source
+from ..compiler import shipped
+from ..domains import in_domain, stream_domain, why_not
 from ..errors import LaunchConfigError, UnsupportedFeatureError, ValidationError
 from ..launch import LaunchConfig, launch
-from ..results import LabResult, Table
+from ..params import c_struct
+from ..report.results import LabResult, Table
 from ..timing import synchronize
 from .base import RunContext
 
@@ -34,15 +37,16 @@ WRITER_BLOCK = 256
 WRITER_BLOCKS_PER_SM = 2
 SCOPES = {"none (control)": 0, ".gpu (__threadfence)": 1, ".sys (__threadfence_system)": 2}
 CONDITIONS = {"alone": None, "writer, same domain": "default", "writer, remote domain": "remote"}
-WRITER_DTYPE = np.dtype([("dst", "<u8"), ("n_vec", "<u8"), ("active", "<u8"), ("stop", "<u8"), ("timeout_ns", "<u8"),
-                         ("passes", "<u8")])
-FENCE_DTYPE = np.dtype([("slots", "<u8"), ("iterations", "<u4"), ("scope", "<i4"), ("active", "<u8"), ("stop", "<u8"),
-                        ("blocks_done", "<u8"), ("times", "<u8"), ("overlap", "<u8"), ("gate_ns", "<u8")])
-assert WRITER_DTYPE.itemsize == 48 and FENCE_DTYPE.itemsize == 64  # mirror WriterParams / FenceParams in domains.cu
+# mirror WriterParams / FenceParams in domains.cu
+WRITER_DTYPE = c_struct("WriterParams", [("dst", "<u8"), ("n_vec", "<u8"), ("active", "<u8"), ("stop", "<u8"),
+                                         ("timeout_ns", "<u8"), ("passes", "<u8")], size=48)
+FENCE_DTYPE = c_struct("FenceParams", [("slots", "<u8"), ("iterations", "<u4"), ("scope", "<i4"), ("active", "<u8"),
+                                       ("stop", "<u8"), ("blocks_done", "<u8"), ("times", "<u8"), ("overlap", "<u8"),
+                                       ("gate_ns", "<u8")], size=64)
 
 
 def build_module(arch: str | None = None):
-    return compile_source(kernel_source("domains.cu"), name="domains", arch=arch)
+    return shipped("domains.cu", arch=arch, name="domains")
 
 
 def check_domain(domain: str | None) -> None:
@@ -178,13 +182,7 @@ class DomainsLab:
     title = "Memory synchronization domains: a fence-heavy kernel beside a write-heavy kernel"
 
     def supported(self, caps) -> str | None:
-        if caps.compute_capability < (9, 0):
-            return (f"memory sync domains need compute capability >= 9.0 (got {caps.cc_string()}); "
-                    "fallback: launch in the default domain")
-        if caps.mem_sync_domain_count < 2:
-            return (f"memory sync domains need 2 or more domains (this GPU has {caps.mem_sync_domain_count}); "
-                    "fallback: launch in the default domain")
-        return None
+        return why_not(caps)  # cuadv.domains: compute capability 9.0 and 2 or more domains
 
     def build(self, arch: str):
         return [build_module(arch)]
@@ -199,6 +197,9 @@ class DomainsLab:
             for domain in CONDITIONS.values():
                 exp.run_once(scope, domain)
         exp.check_writer_output()
+        with in_domain(exp.writer_stream, "remote"):  # the stream attribute of cuadv.domains, put back after
+            if stream_domain(exp.writer_stream) != "remote":
+                raise ValidationError("domains smoke: the stream's memory sync domain did not read back as 'remote'")
 
     def run(self, ctx: RunContext) -> LabResult:
         caps = ctx.caps
@@ -273,7 +274,7 @@ class DomainsLab:
                                     "writer in the remote domain compared with the same domain")
 
     def _plot(self, medians, ctx: RunContext, result: LabResult) -> None:
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(8, 4.5))

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiler import compile_source, kernel_source
+from ..compiler import shipped
 from ..errors import LaunchConfigError, ValidationError
-from ..l2 import SetAside, hit_ratio_for, reset_persisting_lines, set_stream_window, unsupported_reason
+from ..l2 import SetAside, hit_ratio_for, persist, reset_persisting_lines, set_stream_window, unsupported_reason
 from ..launch import AccessPolicyWindow, LaunchConfig, launch
-from ..results import LabResult, Selection, Table
+from ..params import c_struct
+from ..report.results import LabResult, Selection, Table
 from ..timing import EventPair, synchronize, time_gpu
 from .base import RunContext
 
@@ -31,15 +32,15 @@ MiB = 1 << 20
 THREADS = 256
 MAX_LOOKUPS = 8
 MAX_VEC = 1 << 29  # the kernel's hash key packs the element index into 29 bits
-PARAMS_DTYPE = np.dtype([("in_", "<u8"), ("out", "<u8"), ("table", "<u8"), ("n_vec", "<u8"), ("table_len", "<u4"),
-                         ("lookups", "<u4"), ("seed", "<u4"), ("pad", "<u4")])
-assert PARAMS_DTYPE.itemsize == 48  # mirrors LookupParams in l2.cu
+PARAMS_DTYPE = c_struct("LookupParams", [("in_", "<u8"), ("out", "<u8"), ("table", "<u8"), ("n_vec", "<u8"),
+                                         ("table_len", "<u4"), ("lookups", "<u4"), ("seed", "<u4"), ("pad", "<u4")],
+                        size=48)  # mirrors LookupParams in l2.cu
 PUBLIC_SPEEDUP = 17.7  # % at an 80 MiB working set, hitRatio = set-aside / working set (public H200 report)
 TARGET_SPEEDUP = 15.0  # % where the table exceeds the set-aside
 
 
 def build_module(arch: str | None = None):
-    return compile_source(kernel_source("l2.cu"), name="l2", arch=arch)
+    return shipped("l2.cu", arch=arch, name="l2")
 
 
 def check_lookup_args(n_vec: int, table_len: int, lookups: int) -> None:
@@ -92,7 +93,7 @@ class Lookup:
         self.cp, self.stream, self.seed = cp, stream, seed
         self.kernel = module.kernel("l2_lookup_stream")
         self.n_vec = n_vec
-        from ..occupancy import max_active_blocks_per_sm
+        from ..kernel import max_active_blocks_per_sm
 
         per_sm = max(1, max_active_blocks_per_sm(self.kernel, THREADS))
         self.grid = max(1, min(caps.sm_count * per_sm, -(-max(n_vec, 1) // THREADS)))
@@ -165,8 +166,11 @@ class L2Lab:
         stream = cp.cuda.Stream(non_blocking=True)
         with SetAside(min(caps.persisting_l2_max_bytes, 4 * MiB), caps):
             validate_small(module, caps, stream)
-            set_stream_window(stream, Lookup(module, caps, stream, 1, 1024).window(0.5), caps)
-            set_stream_window(stream, None, caps)
+        table = Lookup(module, caps, stream, 1, 1024).table
+        with persist(table, hit_ratio=0.5, stream=stream, set_aside=min(caps.persisting_l2_max_bytes, 4 * MiB),
+                     caps=caps) as p:  # the library's stream window: set inside, cleared on exit
+            if p.window is None or p.window.num_bytes != table.nbytes:
+                raise ValidationError(f"l2 smoke: persist() set {p.window} for a {table.nbytes} B table")
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
@@ -202,12 +206,9 @@ class L2Lab:
         cp = run.cp
         run.out.fill(np.float32(np.nan))
         cupy_done(cp)  # filled on CuPy's stream, before the launches on the lab's stream overwrite it
-        if per_stream:
-            set_stream_window(run.stream, window)
-            try:
+        if per_stream:  # cuadv.l2.persist: the set-aside (the device maximum, as the lab's) and the stream window
+            with persist(run.table, hit_ratio=window.hit_ratio, stream=run.stream):
                 ms = run.time(lookups, None, repeats)
-            finally:
-                set_stream_window(run.stream, None)
         else:
             ms = run.time(lookups, window, repeats)
         synchronize(run.stream)
@@ -353,7 +354,7 @@ class L2Lab:
                                 "phase A did not cost it measurable L2 capacity")
 
     def _plot(self, ctx: RunContext, result: LabResult) -> None:
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         plt = _pyplot()
         fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))

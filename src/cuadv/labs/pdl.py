@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import compile_source, kernel_source
+from ..compiler import shipped
 from ..errors import LaunchConfigError, ValidationError
 from ..launch import LaunchConfig, launch
-from ..results import LabResult, Selection, Table
+from ..params import c_struct
+from ..pdl import Chain as PdlChain, launch_chain, prepare_chain
+from ..report.results import LabResult, Selection, Table
 from ..timing import EventPair, synchronize, time_gpu
 from .base import RunContext
 
@@ -41,9 +43,9 @@ GRID_SWEEP = ((256, 1), (256, 2), (256, 4), (256, 8), (512, 2), (1024, 1), (128,
 POISON = -7  # the producer's output buffer holds this until the producer writes
 DEMO_MAX_CONSUMER_BLOCKS = 64  # all consumer blocks must be resident beside the producer
 DEMO_PRODUCER_BLOCKS = 4
-DEMO_DTYPE = np.dtype([("in_", "<u8"), ("mid", "<u8"), ("out", "<u8"), ("n", "<u4"), ("consumer_blocks", "<u4"),
-                       ("arrivals", "<u8"), ("observed", "<u8"), ("times", "<u8"), ("timeout_ns", "<u8")])
-assert DEMO_DTYPE.itemsize == 64  # mirrors DemoParams in pdl.cu
+DEMO_DTYPE = c_struct("DemoParams", [("in_", "<u8"), ("mid", "<u8"), ("out", "<u8"), ("n", "<u4"),
+                                      ("consumer_blocks", "<u4"), ("arrivals", "<u8"), ("observed", "<u8"),
+                                      ("times", "<u8"), ("timeout_ns", "<u8")], size=64)  # DemoParams in pdl.cu
 CONSUMERS = ("correct", "misplaced")
 
 
@@ -78,7 +80,7 @@ def saved_per_boundary(off_us: float, pdl_us: float, k: int) -> float:
 
 
 def build_module(arch: str | None = None):
-    return compile_source(kernel_source("pdl.cu"), name="pdl", arch=arch)
+    return shipped("pdl.cu", arch=arch, name="pdl")
 
 
 @dataclass
@@ -157,11 +159,14 @@ class PdlDemo:
         self.times.set(np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64))  # latest end, earliest start
         self.cp.cuda.Device().synchronize()
 
-    def enqueue(self, consumer: str, pdl: bool, timeout_ns: int) -> None:
+    def steps(self, consumer: str, timeout_ns: int) -> list:
+        """The pair as a two-link cuadv.pdl chain (the consumer gets the PDL attribute when the chain has it)."""
         params = self.params(timeout_ns)
-        launch(self.producer, LaunchConfig(grid=DEMO_PRODUCER_BLOCKS, block=THREADS), params, stream=self.stream)
-        launch(self.consumers[consumer], LaunchConfig(grid=self.consumer_blocks, block=THREADS, pdl=pdl), params,
-               stream=self.stream)
+        return [(self.producer, LaunchConfig(grid=DEMO_PRODUCER_BLOCKS, block=THREADS), (params,)),
+                (self.consumers[consumer], LaunchConfig(grid=self.consumer_blocks, block=THREADS), (params,))]
+
+    def enqueue(self, consumer: str, pdl: bool, timeout_ns: int) -> None:
+        launch_chain(self.steps(consumer, timeout_ns), pdl=pdl, stream=self.stream)
 
     def outcome(self, consumer: str, pdl: bool) -> DemoOutcome:
         synchronize(self.stream)
@@ -179,11 +184,9 @@ class PdlDemo:
         return self.outcome(consumer, pdl)
 
     def run_in_graph(self, consumer: str, pdl: bool, timeout_ns: int) -> tuple[DemoOutcome, dict | None]:
-        """The same pair captured into a CUDA graph (launch it on a stream first so the configs are checked)."""
-        from ..graphs import Graph
-
+        """The same pair captured into a CUDA graph (launched on a stream first, as it always was)."""
         self.run(consumer, pdl, timeout_ns)
-        with Graph.capture(self.stream, lambda: self.enqueue(consumer, pdl, timeout_ns)) as graph:
+        with prepare_chain(self.steps(consumer, timeout_ns), pdl=pdl, graph=True) as graph:
             edges = graph.edge_types()
             self.reset()
             graph.launch(self.stream)
@@ -224,23 +227,24 @@ class Chain:
             b.fill(0)
         self.cp.cuda.Device().synchronize()
 
-    def enqueue(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None) -> None:
-        """k links; trigger: where each calls launch_dependents (Mode.trigger); stamps: None, or a uint64
-        array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
-        cfg = LaunchConfig(grid=self.grid, block=self.threads, pdl=pdl)
+    def prepare(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None,
+                graph: bool = False) -> PdlChain:
+        """k links as a cuadv.pdl chain; trigger: where each calls launch_dependents (Mode.trigger); stamps:
+        None, or a uint64 array of 2 k stamps (link i writes 2 i and 2 i + 1)."""
+        cfg = LaunchConfig(grid=self.grid, block=self.threads, pdl=pdl)  # the first link too, as always
         n, setup = np.uint32(self.n), np.uint64(setup_ns)
-        for i in range(k):
-            src, dst = self.bufs[i % 2], self.bufs[(i + 1) % 2]
-            where = np.uint64(0 if stamps is None else stamps.data.ptr + 16 * i)
-            launch(self.step, cfg, src, dst, n, setup, np.int32(trigger), where, stream=self.stream)
+        steps = [(self.step, cfg, (self.bufs[i % 2], self.bufs[(i + 1) % 2], n, setup, np.int32(trigger),
+                                   np.uint64(0 if stamps is None else stamps.data.ptr + 16 * i))) for i in range(k)]
+        return prepare_chain(steps, pdl=pdl, graph=graph)
+
+    def enqueue(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None) -> None:
+        self.prepare(k, pdl, trigger, setup_ns, stamps)(self.stream)
 
     def boundary_gaps(self, k: int, pdl: bool, trigger: int, graph: bool) -> np.ndarray:
         """Nanoseconds from the last block of link i being done to the first block of link i + 1 being past
         its wait, for each of the k - 1 boundaries of one stamped chain (a stream run queued behind a spin
         kernel, or one replay of a captured chain). The stamps add two atomics per block, so this run is
         not one of the timed ones."""
-        from ..graphs import Graph
-
         stamps = self.cp.zeros(2 * k, dtype=self.cp.uint64)
 
         def clear():
@@ -252,7 +256,7 @@ class Chain:
         clear()
         if graph:
             self.enqueue(2, pdl, trigger, 0)  # checked outside the capture
-            with Graph.capture(self.stream, lambda: self.enqueue(k, pdl, trigger, 0, stamps)) as g:
+            with self.prepare(k, pdl, trigger, 0, stamps, graph=True) as g:
                 clear()
                 g.launch(self.stream)
                 synchronize(self.stream)
@@ -278,12 +282,13 @@ class Chain:
         gate_ns = 2_000_000 + k * 40_000
         samples, runs = [], 0
         gate_cfg = LaunchConfig(grid=1, block=32)
+        chain = self.prepare(k, pdl, trigger, setup_ns)  # checked once, outside the timed part
         for rep in range(repeats + 1):  # the first run is the warm-up
             ev = EventPair()
             launch(self.spin, gate_cfg, np.uint64(gate_ns), stream=self.stream)
             t0 = time.perf_counter()
             ev.record_start(self.stream)
-            self.enqueue(k, pdl, trigger, setup_ns)
+            chain(self.stream)
             ev.record_stop(self.stream)
             host_ns = (time.perf_counter() - t0) * 1e9
             ms = ev.elapsed_ms()
@@ -298,11 +303,9 @@ class Chain:
         return samples, runs
 
     def capture(self, k: int, pdl: bool, trigger: int, setup_ns: int):
-        """Two links on the stream (so the configuration is checked outside the capture), then k captured."""
-        from ..graphs import Graph
-
+        """Two links on the stream (as the lab always ran them), then k captured: a cuadv.pdl graph chain."""
         self.enqueue(2, pdl, trigger, setup_ns)
-        return Graph.capture(self.stream, lambda: self.enqueue(k, pdl, trigger, setup_ns))
+        return self.prepare(k, pdl, trigger, setup_ns, graph=True)
 
     def time_modes(self, path: str, k: int, setup_ns: int, repeats: int, rounds: int) -> dict[Mode, float]:
         """Microseconds per kernel of a chain of k links in every mode, on a stream or as a CUDA graph. The
@@ -547,7 +550,7 @@ class PdlLab:
                  "so the rows show whether room for the blocks is what limits the saving"))
 
     def _plot(self, per_kernel, setups, ctx: RunContext, result: LabResult) -> None:
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(8, 4.5))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ValidationError
-from ..results import LabResult, Selection, Table
+from ..report.results import LabResult, Selection, Table
 from ..timing import EventPair, StreamGate
 from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
 from .base import RunContext
@@ -135,7 +135,7 @@ class SchedulingLab:
     def build(self, arch: str):
         out = [spin_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
         out += [vecscale_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
-        from ..compiler import parse_arch
+        from ..arch import parse_arch
 
         if parse_arch(arch) >= (10, 0):
             out.append(spin_kernel("clc").compile(arch))
@@ -161,10 +161,7 @@ class SchedulingLab:
 
     # -- helpers ----------------------------------------------------------------------------------
     def _slots(self, caps) -> int:
-        from ..occupancy import max_active_blocks_per_sm
-
-        k, _ = spin_kernel("fixed_blocks").kernel()
-        return max_active_blocks_per_sm(k, SPIN_BLOCK) * caps.sm_count
+        return spin_kernel("fixed_blocks").resident_units("fixed_blocks")  # blocks/SM x SMs of the fixed_blocks kernel
 
     def _run_spin(self, kernel: TileKernel, durations, prologue_ns: int, repeats: int, check: bool = True,
                   stream=None, priority=None, order=None):
@@ -294,7 +291,7 @@ class SchedulingLab:
                  "work, per SM; full grid, default minus 1 ms slice: the relaunches of a short slice"))
 
     def _plot_balance(self, ctx, result, rows) -> None:
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(9, 4))
@@ -449,7 +446,7 @@ class SchedulingLab:
         return out
 
     def _plot_sweep(self, ctx, result, sweep) -> None:
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -469,7 +466,7 @@ class SchedulingLab:
         """Trace of the low-priority steal kernel with the high-priority kernel's window shaded."""
         import cupy as cp
 
-        from ..plots import plot_sm_timeline
+        from ..work_stealing.timeline import plot_sm_timeline
 
         for label, policy, q in (POLICIES[1], POLICIES[2]):
             k = spin_kernel(policy, q, name="background")

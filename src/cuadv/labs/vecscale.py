@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ValidationError
-from ..results import LabResult, Table
+from ..report.results import LabResult, Table
 from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
 from .base import RunContext
 
@@ -225,7 +225,7 @@ class VecScaleLab:
         """When each SM ran out of work, from block traces: a static split (fixed_blocks) gives every SM the
         same share, so SMs that stream more slowly finish last while the others idle; a ticket (steal) hands
         the last tiles to whichever SMs are free."""
-        from ..plots import _pyplot
+        from ..figures import pyplot as _pyplot
 
         finish, rates, counts, early = {}, {}, {}, []
         for label in ("fixed_blocks", "steal"):

@@ -1,0 +1,1 @@
+"""The command line: cuadv caps / build / run / bench / check / simulate."""

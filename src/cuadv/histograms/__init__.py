@@ -1,0 +1,33 @@
+"""Histograms on the GPU: ``histogram`` and ``bincount`` (drop-ins for cupy/numpy/torch with even bins),
+their prepared forms, and the mechanism under them.
+
+What it is: one histogram, five ways, each a plan class over the kernels of histogram.cu:
+``global`` (every element a global atomic), ``shared`` (the whole histogram privatised per block in
+shared memory), ``dsm`` (the bins sharded over a thread-block cluster's distributed shared memory),
+``hot`` (skew-aware: the low bins privatised per block, the rest by global atomics) and ``exchange``
+(the bins sharded over a cluster, elements sent to their owner block in 16-byte remote stores).
+``variant="auto"`` chooses as the H200 measurements say (docs/histogram.md): shared where one block
+holds the bins, dsm over one block with 16-bit counters next, then the exchange, and the skew-aware
+path when a sample of the data shows most values in the low bins. Without clusters (before compute
+capability 9.0): shared where the bins fit one block, else hot for skewed data, else global.
+
+    import cuadv
+    hist, edges = cuadv.histogram(x, bins=4096, range=(0.0, 1.0))
+    counts = cuadv.bincount(labels, minlength=1000)
+
+Layers: ``plans`` (pure: which kernel, how much shared memory), ``launcher`` (the engine: compile, occupancy,
+launch; ``count_bins`` the raw uint32 count the lab measures), ``api`` (the drop-ins), ``checks``
+(test data and exact references), ``occupancy`` (the cluster occupancy table).
+"""
+
+from .api import (PreparedBincount, PreparedHistogram, bincount, histogram, prepare_bincount,
+                  prepare_histogram)
+from .launcher import HistogramEngine, PreparedHistogram as PreparedCount, build_module, count_bins, engine
+from .occupancy import OccupancyTable, occupancy_table
+from .plans import (CLUSTERED, VARIANTS, ClusterPlan, ExchangePlan, GlobalPlan, HistogramPlan, HotPlan, SharedPlan,
+                    plan_histogram)
+
+__all__ = ["histogram", "bincount", "prepare_histogram", "prepare_bincount", "PreparedHistogram",
+           "PreparedBincount", "count_bins", "PreparedCount", "HistogramEngine", "engine", "build_module",
+           "plan_histogram", "HistogramPlan", "GlobalPlan", "SharedPlan", "ClusterPlan", "HotPlan", "ExchangePlan",
+           "VARIANTS", "CLUSTERED", "occupancy_table", "OccupancyTable"]

@@ -1,0 +1,133 @@
+// binning.cu - the passes around the histogram kernels of histogram.cu that make cuadv.histogram and
+// cuadv.bincount drop-ins for numpy/cupy: the data's range, the bin index of every element as
+// numpy.histogram computes it, a sample for the skew check, and the widening of the uint32 counts
+// to the int64 NumPy returns. The counting itself stays in histogram.cu (int32 or uint8 bin indices).
+//
+// Kernels (templates, reached through name expressions; any target, no cluster features):
+//   hist_minmax<T>             per-block min and max (NaN propagates, as numpy's min/max).
+//   hist_bin_index<T, E>       bin index of each element against the edges E[bins + 1] (numpy's rule:
+//                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside.
+//   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
+//   hist_sample                counts of a strided sample in [0, bins) and in [0, hot).
+//   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins).
+
+#include <cuda/std/cstdint>
+
+namespace cuadv_binning {
+using u32 = unsigned int;
+using u64 = unsigned long long;
+
+constexpr int kThreads = 256;  // every kernel here: __launch_bounds__(256)
+
+// min and max that keep a NaN once one is seen (b != b only for a NaN; integers never).
+template <typename T>
+static __device__ __forceinline__ T take_min(T a, T b) {
+  return (b < a || b != b) ? b : a;
+}
+template <typename T>
+static __device__ __forceinline__ T take_max(T a, T b) {
+  return (b > a || b != b) ? b : a;
+}
+}  // namespace cuadv_binning
+
+using cuadv_binning::u32;
+using cuadv_binning::u64;
+
+// part[2 * blockIdx.x] = min, part[2 * blockIdx.x + 1] = max of this block's grid-stride share.
+// Precondition: n >= 1 (the host skips empty inputs).
+template <typename T>
+__global__ void __launch_bounds__(256) hist_minmax(const T* __restrict__ in, u64 n, T* __restrict__ part) {
+  __shared__ T smin[cuadv_binning::kThreads];
+  __shared__ T smax[cuadv_binning::kThreads];
+  T lo = in[0];
+  T hi = in[0];
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const T v = in[i];
+    lo = cuadv_binning::take_min(lo, v);
+    hi = cuadv_binning::take_max(hi, v);
+  }
+  smin[threadIdx.x] = lo;
+  smax[threadIdx.x] = hi;
+  __syncthreads();  // every thread's partial is in shared memory before the tree reads it
+  for (u32 s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      smin[threadIdx.x] = cuadv_binning::take_min(smin[threadIdx.x], smin[threadIdx.x + s]);
+      smax[threadIdx.x] = cuadv_binning::take_max(smax[threadIdx.x], smax[threadIdx.x + s]);
+    }
+    __syncthreads();  // this level is complete before the next reads it
+  }
+  if (threadIdx.x == 0) {
+    part[2 * blockIdx.x] = smin[0];
+    part[2 * blockIdx.x + 1] = smax[0];
+  }
+}
+
+// numpy.histogram's index for even bins: an estimate from (v - lo) / span * bins, then one step down
+// or up so that edges[i] <= v < edges[i + 1] (the last bin closed on the right), exactly as numpy
+// corrects its estimate against the edges it returns. Values outside [edges[0], edges[bins]] and NaN: -1.
+template <typename T, typename E>
+__global__ void __launch_bounds__(256) hist_bin_index(const T* __restrict__ in, u64 n, int* __restrict__ idx,
+                                                      const E* __restrict__ edges, u32 bins, E lo, E span) {
+  const E first = edges[0];
+  const E last = edges[bins];
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const E v = static_cast<E>(in[i]);
+    int b = -1;
+    if (v >= first && v <= last) {
+      const E f = (v - lo) / span * static_cast<E>(bins);
+      u32 k = f >= static_cast<E>(bins) ? bins - 1u : (f > E(0) ? static_cast<u32>(f) : 0u);
+      if (k > 0u && v < edges[k]) {
+        --k;
+      } else if (k + 1u < bins && v >= edges[k + 1u]) {
+        ++k;
+      }
+      b = static_cast<int>(k);
+    }
+    idx[i] = b;
+  }
+}
+
+// bincount of wider or narrower integers: the value as an int32 index where 0 <= v < bins, else -1.
+template <typename T>
+__global__ void __launch_bounds__(256) hist_narrow(const T* __restrict__ in, u64 n, int* __restrict__ idx, u32 bins) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const T v = in[i];
+    idx[i] = (v >= T(0) && static_cast<u64>(v) < bins) ? static_cast<int>(v) : -1;
+  }
+}
+
+// One block: `samples` evenly spaced elements of idx[0, n); counts[0] = how many lie in [0, bins),
+// counts[1] = how many in [0, hot). The host reads both to judge the skew.
+extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restrict__ idx, u64 n, u32 bins, u32 hot,
+                                                              u32 samples, u32* __restrict__ counts) {
+  __shared__ u32 tally[2];
+  if (threadIdx.x < 2) tally[threadIdx.x] = 0;
+  __syncthreads();  // the tally is zeroed before any thread adds to it
+  u32 in_range = 0;
+  u32 in_hot = 0;
+  for (u32 s = threadIdx.x; s < samples; s += blockDim.x) {
+    const u32 v = static_cast<u32>(idx[static_cast<u64>(s) * n / samples]);
+    in_range += v < bins;
+    in_hot += v < hot;
+  }
+  atomicAdd(&tally[0], in_range);
+  atomicAdd(&tally[1], in_hot);
+  __syncthreads();  // every thread's adds are complete before thread 0 reads the tally
+  if (threadIdx.x == 0) {
+    counts[0] = tally[0];
+    counts[1] = tally[1];
+  }
+}
+
+// out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64.
+extern "C" __global__ void __launch_bounds__(256) hist_widen(const u32* __restrict__ counts, u32 m,
+                                                             long long* __restrict__ out, u64 len, u32 accumulate) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < len;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
+    out[i] = accumulate ? out[i] + add : add;
+  }
+}

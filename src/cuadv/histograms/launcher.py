@@ -1,0 +1,286 @@
+"""The histogram engine: the compiled kernels of histogram.cu on the current GPU, grid sizes from the
+occupancy API, and one checked launch (``PreparedHistogram``) of a plan on int32 or uint8 bin indices.
+
+``count_bins(x, bins)`` is the raw form the lab measures: counts of the values of ``x`` in
+[0, bins) as uint32, values outside ignored. ``cuadv.histogram`` / ``cuadv.bincount`` (api.py) are
+built on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._cuda import check, driver
+from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
+from ..features import require
+from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
+                    EXCHANGE_VECTORS, MAX_ELEMENTS, HistogramPlan, _counter_bytes, hot_max, kernel_expressions,
+                    plan_histogram)
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """What the histogram needs of an input or output array."""
+
+    ptr: int
+    size: int
+    dtype: np.dtype
+    library: str = "other"  # 'cupy', 'torch', 'cuda.core' or 'other' (interop.library_of)
+    shape: tuple[int, ...] = ()
+
+
+def device_array(obj: Any, what: str) -> DeviceArray:
+    """Pointer, element count and dtype of a C-contiguous device array (CUDA array interface or DLPack,
+    read by ``cuadv.interop``). Pure: no GPU call, so every check runs before anything is launched."""
+    from .. import interop
+
+    if isinstance(obj, np.ndarray) or (getattr(obj, "__cuda_array_interface__", None) is None
+                                       and not hasattr(obj, "__dlpack__")):
+        raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ (CuPy, PyTorch, "
+                                  f"Numba), got {type(obj).__name__}")
+    arr = interop.device_array(obj)
+    dtype = arr.dtype
+    if dtype is None:
+        raise ValueError(f"{what} has element type {arr.type_name}, which NumPy does not know")
+    shape, strides = arr.shape, arr.strides
+    size = math.prod(shape)
+    if size > 1:
+        expected, step = [], dtype.itemsize
+        for dim in reversed(shape):
+            expected.append(step)
+            step *= dim
+        if tuple(s for s, d in zip(strides, shape) if d > 1) != tuple(
+                s for s, d in zip(reversed(expected), shape) if d > 1):
+            raise KernelArgumentError(f"{what} must be C-contiguous (strides {strides} for shape {shape})")
+    ptr = arr.ptr
+    if size and ptr % dtype.itemsize:
+        raise KernelArgumentError(f"{what} at address {ptr:#x} is not aligned to its {dtype.itemsize}-byte elements")
+    return DeviceArray(ptr, size, dtype, arr.library, shape)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    for name, (_ctype, np_dtype) in DTYPES.items():
+        if dtype == np_dtype:
+            return name
+    raise ValueError(f"histogram input must be int32 or uint8, got {dtype}")
+
+
+class HistogramEngine:
+    """The compiled histogram kernels on the current GPU, with per-plan occupancy (grid sizes)."""
+
+    def __init__(self):
+        from ..device import current_device
+
+        self.caps = current_device().caps
+        self._module = None
+        self._resident: dict[HistogramPlan, int] = {}
+
+    @property
+    def module(self):
+        if self._module is None:
+            self._module = build_module(self.caps.arch)
+        return self._module
+
+    def kernel(self, plan: HistogramPlan):
+        return self.module.kernel(plan.kernel_expr)  # one object per name, kept by the module
+
+    def plan(self, bins: int, dtype: str, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
+             counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
+             sort: str | None = None) -> HistogramPlan:
+        caps = self.caps
+        limits = dict(shared_limit=caps.shared_mem_per_block_optin, shared_per_sm=caps.shared_mem_per_sm)
+        if not caps.cluster_launch:
+            if variant in CLUSTERED or cluster is not None or aggregate or counter_bits is not None:
+                require("cluster_launch", caps.as_dict(), name="the DSM histogram (thread block clusters)",
+                        fallback="variant='shared', 'hot' or 'global'")
+            if variant == "auto":  # no clusters: the whole histogram in one block, else global atomics
+                fits = _counter_bytes(bins + 1, 32) <= caps.shared_mem_per_block_optin
+                variant = "shared" if fits else "global"
+            return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, **limits)
+        return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
+                              sort=sort, largest_cluster=caps.max_cluster_size_nonportable, **limits)
+
+    def options(self, bins: int, dtype: str, aggregate: bool = True, extras: bool = True) -> list[dict]:
+        """Every variant that can hold ``bins`` bins here: global, shared, dsm at each cluster size (+agg);
+        with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
+        configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
+        opts: list[dict] = [{"variant": "global"}]
+        candidates = [{"variant": "shared"}] + [
+            {"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
+            for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
+        if extras and dtype == "int32":
+            candidates.append({"variant": "hot", "hot": max(1, min(bins // 3, 16384))})
+            candidates += [{"variant": "exchange", "cluster": c} for c in EXCHANGE_CLUSTER_SIZES]
+        opts += self._feasible(bins, dtype, candidates)
+        if extras and dtype == "int32":
+            # The other exchange paths: 4K elements per round, the atomic sort and a private low range, at
+            # the largest cluster.
+            legal = [o["cluster"] for o in opts if o["variant"] == "exchange"]
+            if legal:
+                extra = {"variant": "exchange", "cluster": legal[-1], "vectors": 1, "sort": "atomic",
+                         "hot": max(1, min(bins // 3, 4096))}
+                try:
+                    self.plan(bins, dtype, **extra)
+                    opts.append(extra)
+                except LaunchConfigError:
+                    pass
+        return opts
+
+    def sweep(self, bins: int, dtype: str) -> list[dict]:
+        """The configurations of the skew-aware hybrid and the DSM exchange the lab measures where no
+        single block holds the bins: hot ranges of 16K and the most one block holds; the exchange at
+        every cluster size that holds the bins, with either sort, 4K and 8K elements per round, and 8K
+        with a private range of EXCHANGE_HOT low bins."""
+        if dtype != "int32":
+            return []
+        candidates = [{"variant": "hot", "hot": h} for h in dict.fromkeys(
+            (16384, hot_max(self.caps.shared_mem_per_block_optin))) if h < bins]
+        for c in EXCHANGE_CLUSTER_SIZES:
+            for sort in EXCHANGE_SORTS:
+                candidates += [{"variant": "exchange", "cluster": c, "vectors": v, "sort": sort}
+                               for v in EXCHANGE_VECTORS]
+                candidates.append({"variant": "exchange", "cluster": c, "vectors": 2, "sort": sort,
+                                   "hot": min(EXCHANGE_HOT, bins)})
+        return self._feasible(bins, dtype, candidates)
+
+    def _feasible(self, bins: int, dtype: str, candidates: list[dict]) -> list[dict]:
+        """The candidates this GPU can run for these bins (their plans raise no error)."""
+        opts = []
+        for candidate in candidates:
+            try:
+                self.plan(bins, dtype, **candidate)
+            except (LaunchConfigError, UnsupportedFeatureError):
+                continue
+            opts.append(candidate)
+        return opts
+
+    def resident_units(self, plan: HistogramPlan) -> int:
+        """Blocks (shared, global, hot) or clusters (dsm, exchange) that fit on the GPU at once: the
+        persistent grid."""
+        n = self._resident.get(plan)
+        if n is None:
+            from ..kernel import max_active_blocks_per_sm, max_active_clusters
+
+            k = self.kernel(plan)
+            if plan.clustered:
+                n = max_active_clusters(k, plan.threads, plan.cluster, plan.shared_bytes)
+            else:
+                n = max_active_blocks_per_sm(k, plan.threads, plan.shared_bytes) * self.caps.sm_count
+            if n < 1:
+                unit = f"a cluster of {plan.cluster} blocks" if plan.clustered else "a block"
+                raise LaunchConfigError(
+                    f"{unit} of {plan.threads} threads with {plan.shared_bytes} B shared memory each cannot be resident "
+                    f"on this GPU (occupancy query returned 0); use a larger cluster or fewer bins per block")
+            self._resident[plan] = n
+        return n
+
+    def prepare(self, x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None,
+                aggregate: bool = False, counter_bits: int | None = None, hot: int | None = None,
+                vectors: int | None = None, sort: str | None = None, out: Any = None, stream: Any = None,
+                units: int | None = None) -> "PreparedHistogram":
+        src = device_array(x, "x")
+        dtype = _dtype_name(src.dtype)
+        if src.size > MAX_ELEMENTS:
+            raise ValueError(f"x has {src.size} elements; the uint32 counters allow at most {MAX_ELEMENTS}")
+        plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort)
+        if out is None:
+            import cupy as cp
+
+            out = cp.empty(bins, dtype=cp.uint32)
+        dst = device_array(out, "out")
+        if dst.dtype != np.uint32 or dst.size != bins:
+            raise KernelArgumentError(f"out must be a uint32 array of {bins} elements, got {dst.dtype} x {dst.size}")
+        return PreparedHistogram(self, plan, src, dst, out, stream, self._grid(plan, src.size, units))
+
+    def launch_config(self, plan: HistogramPlan, n: int, units: int | None = None):
+        """The kernel and the LaunchConfig of ``plan`` for ``n`` elements (the persistent grid)."""
+        from ..launch import LaunchConfig
+
+        cluster = plan.cluster if plan.clustered else None
+        config = LaunchConfig(grid=self._grid(plan, n, units), block=plan.threads, cluster=cluster,
+                              shared_mem=plan.shared_bytes)
+        return self.kernel(plan), config
+
+    def _grid(self, plan: HistogramPlan, n: int, units: int | None) -> int:
+        resident = self.resident_units(plan)
+        per_unit = plan.cluster
+        if units is None:
+            blocks_needed = max(1, -(-n // (plan.threads * 32)))  # about one batch per block
+            units = min(resident, max(1, -(-blocks_needed // per_unit)))
+        elif not 1 <= units:
+            raise LaunchConfigError(f"units must be >= 1, got {units}")
+        elif plan.clustered and units > resident:
+            raise LaunchConfigError(f"{units} clusters exceed the {resident} that can be resident (persistent grid)")
+        return units * per_unit
+
+
+@dataclass
+class PreparedHistogram:
+    """One histogram call with every check done: calling it zeroes ``out`` and launches (no sync)."""
+
+    engine: HistogramEngine
+    plan: HistogramPlan
+    src: DeviceArray
+    dst: DeviceArray
+    out: Any
+    stream: Any
+    grid: int
+    _config: Any = field(default=None, repr=False)
+
+    def __post_init__(self):
+        from ..interop import stream_handle
+        from ..launch import LaunchConfig
+
+        self._stream = stream_handle(self.stream)
+        cluster = self.plan.cluster if self.plan.clustered else None
+        self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
+                                    shared_mem=self.plan.shared_bytes)
+        self._kernel = self.engine.kernel(self.plan)
+        self._args = (self.src.ptr, self.src.size, self.dst.ptr, self.plan.bins) + self.plan.scalar_args()
+
+    def __call__(self):
+        from ..launch import launch
+
+        check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self._stream), "cuMemsetD32Async")
+        launch(self._kernel, self._config, *self._args, stream=self._stream)
+        return self.out
+
+
+_engine: HistogramEngine | None = None
+
+
+def engine() -> HistogramEngine:
+    global _engine
+    if _engine is None:
+        _engine = HistogramEngine()
+    return _engine
+
+
+def count_bins(x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
+               counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
+               sort: str | None = None, out: Any = None, stream: Any = None, units: int | None = None):
+    """Counts of the values of ``x`` (int32 or uint8 device array) in [0, bins), as uint32.
+
+    Values outside [0, bins) are ignored (like ``numpy.bincount`` of the in-range values). The call
+    is asynchronous on ``stream``. ``variant``: 'auto', 'global', 'shared', 'dsm', 'hot' (skew-aware:
+    the low ``hot`` bins privatised per block, the rest by global atomics; int32) or 'exchange' (DSM
+    mailboxes: elements sent to the owning block in 16-byte vectors, ``vectors`` 1 or 2 loads per
+    thread per round, ``sort`` 'ballot' or 'atomic', optionally ``hot`` low bins privatised; int32);
+    ``cluster``: blocks per cluster for 'dsm' (1, 2, 4, 8, 16) and 'exchange' (2, 4, 8, 16), default
+    the smallest that holds the bins; ``aggregate``: warp-aggregated increments for 'dsm' (for skewed
+    data); ``units``: blocks (clusters for dsm and exchange) to launch, default the persistent grid
+    from the occupancy API.
+    """
+    return engine().prepare(x, bins, variant=variant, cluster=cluster, aggregate=aggregate, counter_bits=counter_bits,
+                            hot=hot, vectors=vectors, sort=sort, out=out, stream=stream, units=units)()
+
+
+def build_module(arch: str):
+    """The one cached build of histogram.cu for ``arch`` with every kernel the plans can ask for."""
+    from ..compiler import shipped
+
+    return shipped("histogram.cu", arch=arch, name_expressions=kernel_expressions(arch), name="histogram")

@@ -1,0 +1,436 @@
+"""Histogram plans: which kernel, how much shared memory, how many threads. Pure: no GPU.
+
+A plan is a frozen value (it keys the occupancy cache). There is one class per variant, as CUB keeps
+one block algorithm per specialisation behind one dispatch: ``GlobalPlan`` (every element a global
+atomic), ``SharedPlan`` (the whole histogram privatised per block), ``ClusterPlan`` (``dsm``: the bins
+sharded over a cluster's distributed shared memory, remote atomics), ``HotPlan`` (skew-aware: the low
+bins privatised, the rest global atomics) and ``ExchangePlan`` (DSM mailboxes). ``plan_histogram``
+chooses among them (``variant="auto"``) from the bins, the input type and the GPU's limits;
+``HistogramPlan(variant, ...)`` builds the class of that variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import LaunchConfigError
+
+DTYPES = {"int32": ("int", np.dtype(np.int32)), "uint8": ("unsigned char", np.dtype(np.uint8))}
+VARIANTS = ("global", "shared", "dsm", "hot", "exchange")
+CLUSTERED = ("dsm", "exchange")  # variants launched in clusters (bins sharded over DSM)
+CLUSTER_SIZES = (1, 2, 4, 8, 16)
+EXCHANGE_CLUSTER_SIZES = (2, 4, 8, 16)  # the exchange needs an owner other than the block itself
+EXCHANGE_VECTORS = (1, 2)  # 16-byte loads per thread per round: 4K or 8K int32 elements per block per round
+EXCHANGE_MAX_LOCAL = 1 << 16  # mailbox entries are 16-bit local indices
+EXCHANGE_SLACK = (5, 4)  # a run holds 1.25x a uniform chunk's share per owner before it overflows
+EXCHANGE_HOT = 4096  # low bins privatised per block by the measured "+hot" exchange configurations
+EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
+MAX_BINS = 1 << 30
+MAX_ELEMENTS = 2**32 - 1  # counters are uint32
+REPLICA_BUDGET = 72 * 1024  # replicas fill up to this much shared memory per block (3 blocks fit an SM)
+MAX_REPLICAS = 32  # one per lane: conflict-free banks
+H200_SHARED_PER_BLOCK = 232_448  # opt-in limit (227 KB); the default when no GPU is asked
+H200_SHARED_PER_SM = 233_472
+BLOCK_RESERVED = 1024  # shared memory the system reserves per resident block
+THREADS = 1024  # per block, every variant (the kernels' __launch_bounds__)
+
+
+def _counter_bytes(slots: int, bits: int) -> int:
+    return 4 * (slots if bits == 32 else (slots + 1) // 2)
+
+
+def _replicas(words_bytes: int) -> int:
+    """Largest power of two <= 32 replicas whose total stays within REPLICA_BUDGET (at least 1)."""
+    r = 1
+    while r < MAX_REPLICAS and words_bytes * r * 2 <= REPLICA_BUDGET:
+        r *= 2
+    return r
+
+
+
+@dataclass(frozen=True)
+class HistogramPlan:
+    """One histogram launch shape. ``cluster`` is 1 except for dsm; ``counter_bits`` 0 for global.
+
+    ``HistogramPlan(variant, ...)`` returns the subclass of that variant (``PLANS[variant]``), which
+    names its kernel, its label and the kernel's scalar parameters."""
+
+    variant: str
+    dtype: str
+    bins: int
+    cluster: int = 1
+    counter_bits: int = 0
+    replicas: int = 1
+    aggregate: bool = False
+    threads: int = THREADS
+    shared_bytes: int = 0
+    hot: int = 0  # hot, exchange: the low bins [0, hot) privatised in every block
+    vectors: int = 0  # exchange: 16-byte loads per thread per round
+    cap: int = 0  # exchange: entries per (sender, owner) run before the run overflows to remote atomics
+    sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
+
+    def __new__(cls, variant: str = "", *args, **kwargs):
+        if cls is HistogramPlan:
+            try:
+                cls = PLANS[variant]
+            except KeyError:
+                raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}") from None
+        return object.__new__(cls)
+
+    def __getnewargs__(self):  # copy and pickle rebuild through __new__ with the variant
+        return (self.variant,)
+
+    @property
+    def clustered(self) -> bool:
+        return self.variant in CLUSTERED
+
+    @property
+    def ctype(self) -> str:
+        return DTYPES[self.dtype][0]
+
+    @property
+    def packed(self) -> str:
+        """The kernels' Packed template argument: 16-bit counters two per word."""
+        return "true" if self.counter_bits == 16 else "false"
+
+    @property
+    def kernel_expr(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+    def scalar_args(self) -> tuple[int, ...]:
+        """The kernel's parameters after (in, n, out, bins)."""
+        raise NotImplementedError
+
+    @property
+    def log2r(self) -> int:
+        return self.replicas.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class GlobalPlan(HistogramPlan):
+    """Every element an atomicAdd on the global bins: any GPU, any bin count."""
+
+    @property
+    def kernel_expr(self) -> str:
+        return f"hist_global<{self.ctype}>"
+
+    @property
+    def label(self) -> str:
+        return "global atomics"
+
+    def scalar_args(self) -> tuple[int, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class SharedPlan(HistogramPlan):
+    """The whole histogram privatised per block in shared memory (32-bit counters, ``replicas``
+    lane-interleaved copies), flushed once: where the bins fit one block."""
+
+    @property
+    def kernel_expr(self) -> str:
+        return f"hist_block<{self.ctype}>"
+
+    @property
+    def label(self) -> str:
+        return f"shared (1 block, x{self.replicas})"
+
+    def scalar_args(self) -> tuple[int, ...]:
+        return (self.log2r,)
+
+
+@dataclass(frozen=True)
+class ClusterPlan(HistogramPlan):
+    """``dsm``: the bins sharded over the ``cluster`` blocks of a cluster, remote shared atomics
+    (optionally warp-aggregated, 16-bit counters packed two per word)."""
+
+    @property
+    def kernel_expr(self) -> str:
+        return f"hist_cluster<{self.ctype}, {self.packed}, {'true' if self.aggregate else 'false'}>"
+
+    @property
+    def label(self) -> str:
+        agg = " +agg" if self.aggregate else ""
+        return f"dsm c={self.cluster} ({self.counter_bits}-bit){agg}"
+
+    def scalar_args(self) -> tuple[int, ...]:
+        return (self.cluster.bit_length() - 1, self.log2r)
+
+
+@dataclass(frozen=True)
+class HotPlan(HistogramPlan):
+    """Skew-aware: the low bins [0, hot) privatised per block, every other bin by a global atomic."""
+
+    @property
+    def kernel_expr(self) -> str:
+        return f"hist_hot<{self.ctype}>"
+
+    @property
+    def label(self) -> str:
+        return f"skew-aware: shared [0, {self.hot}) + global"
+
+    def scalar_args(self) -> tuple[int, ...]:
+        return (self.hot,)
+
+
+@dataclass(frozen=True)
+class ExchangePlan(HistogramPlan):
+    """DSM mailboxes (int32): each block sorts a chunk by owner block and sends it in 16-byte remote
+    stores; owners count with local shared atomics."""
+
+    @property
+    def kernel_expr(self) -> str:
+        return f"hist_exchange<{self.packed}, {self.cluster}, {self.vectors}>"
+
+    @property
+    def label(self) -> str:
+        hot = f" +hot {self.hot}" if self.hot else ""
+        return (f"dsm exchange c={self.cluster} ({self.counter_bits}-bit, "
+                f"{exchange_chunk(self.vectors) // 1024}K/round, {self.sort} sort){hot}")
+
+    def scalar_args(self) -> tuple[int, ...]:
+        return (self.hot, self.cap, int(self.sort == "atomic"))
+
+
+PLANS: dict[str, type[HistogramPlan]] = {"global": GlobalPlan, "shared": SharedPlan, "dsm": ClusterPlan,
+                                         "hot": HotPlan, "exchange": ExchangePlan}
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def exchange_chunk(vectors: int, threads: int = THREADS) -> int:
+    """int32 elements one block takes per round of the exchange."""
+    return threads * vectors * 4
+
+
+def exchange_cap(cluster: int, vectors: int, threads: int = THREADS) -> int:
+    """Entries per (sender, owner) run: 1.25x the uniform share of a chunk, a multiple of 8 (16-byte vectors)."""
+    num, den = EXCHANGE_SLACK
+    return _round_up(-(-num * exchange_chunk(vectors, threads) // (den * cluster)), 8)
+
+
+def exchange_layout(bins: int, cluster: int, bits: int, hot: int, cap: int) -> dict[str, int]:
+    """Byte offsets of the exchange kernel's arrays in one block's shared memory: ExchangeLayout in
+    histogram.cu, line for line (the kernel traps when given less than ``bytes``)."""
+    shard = -(-bins // cluster)
+    counter_words = shard if bits == 32 else (shard + 1) // 2
+    cap_words = cap // 2
+    stride = 2 * (cap_words + ((4 - cap_words) & 31))  # consecutive runs start 4 banks apart
+    counters_off = 4 * _round_up(hot, 4)
+    stage_off = counters_off + 4 * _round_up(counter_words, 4)
+    mbox_off = stage_off + 2 * 2 * cluster * stride
+    mcount_off = mbox_off + 2 * 2 * cluster * cap
+    cursor_off = mcount_off + 4 * 2 * cluster
+    return {"shard": shard, "stride": stride, "counters_off": counters_off, "stage_off": stage_off,
+            "mbox_off": mbox_off, "mcount_off": mcount_off, "cursor_off": cursor_off,
+            "bytes": _round_up(cursor_off + 4 * 3 * cluster, 16)}
+
+
+def hot_max(shared_limit: int = H200_SHARED_PER_BLOCK) -> int:
+    """The most low bins the skew-aware variant privatises: its 32-bit counters fill one block's shared
+    memory (a multiple of 1024)."""
+    return shared_limit // 4 // 1024 * 1024
+
+
+def kernel_expressions(arch: str = "sm_90a") -> list[str]:
+    """Every kernel instantiation the plans can ask for (no hist_cluster below sm_90: no clusters)."""
+    from ..arch import parse_arch
+
+    exprs = []
+    for dtype in DTYPES:
+        ctype = DTYPES[dtype][0]
+        exprs += [f"hist_global<{ctype}>", f"hist_block<{ctype}>"]
+        if dtype == "int32":
+            exprs.append(f"hist_hot<{ctype}>")
+        if parse_arch(arch) < (9, 0):
+            continue
+        for packed in (("false", "true") if dtype == "int32" else ("false",)):
+            for agg in ("false", "true"):
+                exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
+        if dtype == "int32":
+            exprs += [f"hist_exchange<{packed}, {c}, {v}>" for packed in ("false", "true")
+                      for c in EXCHANGE_CLUSTER_SIZES for v in EXCHANGE_VECTORS]
+    return exprs
+
+
+def check_bins(bins: int, dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"histogram input must be int32 or uint8, got {dtype}")
+    if not isinstance(bins, (int, np.integer)) or isinstance(bins, bool):
+        raise ValueError(f"bins must be an int, got {type(bins).__name__}")
+    if not 1 <= bins <= MAX_BINS:
+        raise ValueError(f"bins = {bins} is outside [1, {MAX_BINS}]")
+    if dtype == "uint8" and bins > 256:
+        raise ValueError(f"uint8 input holds values 0..255, so bins must be <= 256 (got {bins})")
+
+
+def check_cluster(cluster: int, largest: int = 16) -> None:
+    if cluster not in CLUSTER_SIZES:
+        if isinstance(cluster, int) and cluster > 16:
+            raise LaunchConfigError(f"cluster size {cluster} exceeds the largest cluster size 16")
+        raise LaunchConfigError(f"the histogram's cluster size must be a power of two in 1..16, got {cluster!r}")
+    if cluster > largest:
+        raise LaunchConfigError(f"cluster size {cluster} exceeds this GPU's largest cluster {largest}")
+
+
+def _threads(shared_bytes: int, shared_per_sm: int) -> int:
+    """Threads per block for the shared-memory kernels: always 1024 (the most per block). Fewer,
+    larger blocks mean fewer private histograms to zero and flush; the occupancy API then decides
+    how many fit an SM (two on Hopper when the registers and shared memory allow)."""
+    return THREADS
+
+
+def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", cluster: int | None = None,
+                   aggregate: bool = False, counter_bits: int | None = None, *, hot: int | None = None,
+                   vectors: int | None = None, sort: str | None = None, shared_limit: int = H200_SHARED_PER_BLOCK,
+                   shared_per_sm: int = H200_SHARED_PER_SM, largest_cluster: int = 16) -> HistogramPlan:
+    """The launch shape for ``bins`` bins of ``dtype`` input; raises naming the rule, value and limit.
+
+    variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters); else 'dsm'
+    over the smallest cluster that holds it, except that for int32 input, when that takes more than
+    one block and no dsm option is given, 'exchange' over the smallest cluster that holds the bins
+    with 32-bit counters, then 16-bit ones (measured 2-3x remote atomics); 'global' when no cluster
+    holds them. ``counter_bits`` (dsm, exchange) forces 32- or 16-bit counters. 'hot' (skew-aware,
+    int32): ``hot`` low bins privatised per block (default: as many as one block holds, at most
+    ``bins``), the rest by global atomics. 'exchange' (int32): the bins sharded over the smallest
+    cluster of 2-16 blocks that holds them with 16-bit mailbox entries, ``vectors`` (1 or 2, default
+    2) loads per thread per round, ``hot`` low bins (default 0) privatised per block, ``sort`` (how
+    warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'.
+    """
+    check_bins(bins, dtype)
+    if variant not in ("auto",) + VARIANTS:
+        raise ValueError(f"variant must be one of auto, {', '.join(VARIANTS)}; got {variant!r}")
+    if cluster is not None:
+        check_cluster(cluster, largest_cluster)
+        if variant not in ("auto",) + CLUSTERED:
+            raise LaunchConfigError(f"a cluster size applies to variants 'dsm' and 'exchange' only, not {variant!r}")
+    if aggregate and variant not in ("auto", "dsm"):
+        raise ValueError(f"aggregate applies to variant 'dsm' only, not {variant!r}")
+    if counter_bits is not None and variant not in ("auto",) + CLUSTERED:
+        raise ValueError(f"counter_bits applies to variants 'dsm' and 'exchange' only, not {variant!r}")
+    if counter_bits not in (None, 16, 32):
+        raise ValueError(f"counter_bits must be 16 or 32, got {counter_bits!r}")
+    if counter_bits == 16 and dtype == "uint8":
+        raise ValueError("16-bit counters are for int32 input (uint8 bins always fit 32-bit counters)")
+    if hot is not None and variant not in ("hot", "exchange"):
+        raise ValueError(f"hot applies to variants 'hot' and 'exchange' only, not {variant!r}")
+    if vectors is not None and variant != "exchange":
+        raise ValueError(f"vectors applies to variant 'exchange' only, not {variant!r}")
+    if sort is not None and variant != "exchange":
+        raise ValueError(f"sort applies to variant 'exchange' only, not {variant!r}")
+    if variant in ("hot", "exchange"):
+        if dtype != "int32":
+            raise ValueError(f"variant {variant!r} is for int32 input (uint8 input has at most 256 bins, which one "
+                             "block holds: use variant 'shared')")
+        if hot is not None and (not isinstance(hot, (int, np.integer)) or isinstance(hot, bool)
+                                or not 0 <= hot <= bins):
+            raise ValueError(f"hot must be an int in [0, bins = {bins}], got {hot!r}")
+    slots = bins + 1  # the real bins and the trash slot for out-of-range values
+    if variant == "auto":
+        if cluster is None and not aggregate and counter_bits is None and _counter_bytes(slots, 32) <= shared_limit:
+            variant = "shared"
+        else:
+            try:
+                dsm = plan_histogram(bins, dtype, "dsm", cluster, aggregate, counter_bits, shared_limit=shared_limit,
+                                     shared_per_sm=shared_per_sm, largest_cluster=largest_cluster)
+            except LaunchConfigError:
+                if cluster is not None or aggregate or counter_bits is not None:
+                    raise
+                variant = "global"
+            else:
+                free = cluster is None and not aggregate and counter_bits is None
+                if dsm.cluster == 1 or dtype != "int32" or not free:
+                    return dsm
+                # Sharded over several blocks: the exchange measured 2-3x remote atomics on the H200
+                # (256K and 1M bins), 32-bit counters over a larger cluster first (faster at 256K).
+                for bits in (32, None):
+                    try:
+                        return _plan_exchange(bins, None, bits, 0, 2, "atomic", shared_limit, largest_cluster)
+                    except LaunchConfigError:
+                        pass
+                return dsm
+    if variant == "global":
+        return HistogramPlan("global", dtype, bins)
+    if variant == "shared":
+        need = _counter_bytes(slots, 32)
+        if need > shared_limit:
+            raise LaunchConfigError(
+                f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
+                f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins): use variant 'dsm' or 'global'")
+        r = _replicas(need)
+        return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r,
+                             threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
+    if variant == "hot":
+        return _plan_hot(bins, hot, shared_limit)
+    if variant == "exchange":
+        return _plan_exchange(bins, cluster, counter_bits, hot or 0, 2 if vectors is None else vectors,
+                              "atomic" if sort is None else sort, shared_limit, largest_cluster)
+    # dsm
+    sizes = [cluster] if cluster is not None else [c for c in CLUSTER_SIZES if c <= largest_cluster]
+    widths = [counter_bits] if counter_bits else [32, 16]
+    for c in sizes:
+        shard = -(-slots // c)
+        for bits in widths:
+            need = _counter_bytes(shard, bits)
+            if need <= shared_limit:
+                r = _replicas(need)
+                return HistogramPlan("dsm", dtype, bins, cluster=c, counter_bits=bits, replicas=r, aggregate=aggregate,
+                                     threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
+    c = sizes[-1]
+    shard = -(-slots // c)
+    bits = widths[-1]
+    most = (shared_limit // 4 * (2 if bits == 16 else 1)) * c - 1
+    raise LaunchConfigError(
+        f"bins = {bins} over a cluster of {c} blocks need {_counter_bytes(shard, bits)} B of shared memory per block "
+        f"({bits}-bit counters); the per-block limit is {shared_limit} B, so at most {most} bins with {c} blocks")
+
+
+def _plan_hot(bins: int, hot: int | None, shared_limit: int) -> HistogramPlan:
+    hot = min(bins, hot_max(shared_limit)) if hot is None else hot
+    if hot < 1:
+        raise ValueError(f"variant 'hot' needs at least one privatised bin (hot >= 1), got hot = {hot}")
+    if 4 * hot > shared_limit:
+        raise LaunchConfigError(f"hot = {hot} low bins need {4 * hot} B of shared memory per block (32-bit counters); "
+                                f"the per-block limit is {shared_limit} B (at most {shared_limit // 4} bins)")
+    return HistogramPlan("hot", "int32", bins, counter_bits=32, hot=hot, shared_bytes=4 * hot)
+
+
+def _plan_exchange(bins: int, cluster: int | None, counter_bits: int | None, hot: int, vectors: int, sort: str,
+                   shared_limit: int, largest_cluster: int) -> HistogramPlan:
+    if vectors not in EXCHANGE_VECTORS:
+        raise ValueError(f"vectors must be one of {', '.join(map(str, EXCHANGE_VECTORS))}, got {vectors!r}")
+    if sort not in EXCHANGE_SORTS:
+        raise ValueError(f"sort must be one of {', '.join(EXCHANGE_SORTS)}, got {sort!r}")
+    if cluster is not None and cluster not in EXCHANGE_CLUSTER_SIZES:
+        sizes = ", ".join(map(str, EXCHANGE_CLUSTER_SIZES))
+        raise LaunchConfigError(f"the exchange variant needs a cluster of {sizes} blocks (an owner other than the block "
+                                f"itself), got {cluster}")
+    sizes = [cluster] if cluster is not None else [c for c in EXCHANGE_CLUSTER_SIZES if c <= largest_cluster]
+    widths = [counter_bits] if counter_bits else [32, 16]
+    errors = []
+    for c in sizes:
+        shard = -(-bins // c)
+        if shard > EXCHANGE_MAX_LOCAL:
+            least = next((s for s in EXCHANGE_CLUSTER_SIZES if -(-bins // s) <= EXCHANGE_MAX_LOCAL), None)
+            errors.append(f"bins = {bins} over a cluster of {c} blocks leave {shard} local bins per block; mailbox "
+                          f"entries are 16-bit, so at most {EXCHANGE_MAX_LOCAL}"
+                          + (f" (use a cluster of {least} or more)" if least else ""))
+            continue
+        cap = exchange_cap(c, vectors)
+        for bits in widths:
+            need = exchange_layout(bins, c, bits, hot, cap)["bytes"]
+            if need <= shared_limit:
+                return HistogramPlan("exchange", "int32", bins, cluster=c, counter_bits=bits, hot=hot,
+                                     vectors=vectors, cap=cap, sort=sort, shared_bytes=need)
+            errors.append(f"bins = {bins} over a cluster of {c} blocks ({bits}-bit counters, hot = {hot}, "
+                          f"{exchange_chunk(vectors)} elements per round) need {need} B of shared memory per block; "
+                          f"the per-block limit is {shared_limit} B")
+    raise LaunchConfigError("exchange: " + errors[-1])

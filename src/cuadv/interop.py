@@ -1,0 +1,212 @@
+"""The one reader of foreign arrays and streams.
+
+Arrays come in through the CUDA Array Interface (CuPy, PyTorch, Numba, cuda.core buffers) or DLPack;
+``device_array`` turns any of them into a ``DeviceArray`` (address, shape, byte strides, element
+type, which library made it). Streams come in as cuda.core, CuPy or PyTorch stream objects,
+anything with ``__cuda_stream__``, or a raw handle; ``stream_handle`` turns them into a ``CUstream``
+handle. With ``stream=None`` the library of the input arrays decides, as their own operations do:
+PyTorch's current stream for a tensor, CuPy's current stream for a CuPy array (both the legacy
+default stream unless the caller made another current), else the legacy default stream.
+
+Ordering with the producer: where the CUDA Array Interface names a stream (CAI v3) other than the
+one cuadv works on, cuadv makes its stream wait for that stream (an event, no host wait). DLPack
+producers are asked for their data on cuadv's stream, which the DLPack protocol makes them order.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._cuda import check, driver
+from .errors import KernelArgumentError
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """A device array as cuadv sees it: where it is and how it is laid out, not what owns it."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes
+    typestr: str  # NumPy type string ('<f4'); '<V2' style for types NumPy lacks (bfloat16)
+    itemsize: int
+    library: str  # 'cupy', 'torch', 'cuda.core' or 'other'
+    type_name: str  # NumPy's name for the element type ('float32'), 'bfloat16' where NumPy has none
+    owner: Any = None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The NumPy dtype, or None for a type NumPy does not have (bfloat16)."""
+        try:
+            dt = np.dtype(self.typestr)
+        except TypeError:
+            return None
+        return None if dt.kind == "V" else dt
+
+    @property
+    def contiguous(self) -> bool:
+        return self.size == 0 or self.strides == c_strides(self.shape, self.itemsize)
+
+
+def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array (dimensions of extent 1 or 0 get the stride they would have)."""
+    strides, acc = [], itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def library_of(obj: Any) -> str:
+    module = type(obj).__module__.split(".")[0]
+    if module in ("cupy", "torch"):
+        return module
+    if module == "cuda":
+        return "cuda.core"
+    return "other"
+
+
+def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
+    """Describe a device array. ``stream``: the handle cuadv will use the data on; the producer's
+    pending work is ordered before it (CAI v3 stream, DLPack stream argument). Raises
+    KernelArgumentError for host arrays and objects that are no device array."""
+    if isinstance(obj, np.ndarray):
+        raise KernelArgumentError("a NumPy array lives in host memory; copy it to the GPU (cupy.asarray)")
+    library = library_of(obj)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape = tuple(int(v) for v in cai["shape"])
+        typestr = cai["typestr"]
+        itemsize = int(typestr[2:])
+        strides = cai.get("strides")
+        strides = tuple(int(v) for v in strides) if strides is not None else c_strides(shape, itemsize)
+        producer = cai.get("stream")
+        if stream is not None and producer not in (None, stream) and int(producer) > 2:
+            wait_for_stream(stream, int(producer))
+        return DeviceArray(int(cai["data"][0]), shape, strides, typestr, itemsize, library, _type_name(typestr), obj)
+    if hasattr(obj, "__dlpack__"):
+        from cuda.core.utils import StridedMemoryView
+
+        from_dlpack = getattr(StridedMemoryView, "from_dlpack", None)  # cuda.core >= 1.2; the constructor is deprecated
+        consumer = -1 if not stream else stream  # -1: no ordering asked (the legacy stream orders itself)
+        view = from_dlpack(obj, stream_ptr=consumer) if from_dlpack else StridedMemoryView(obj, stream_ptr=consumer)
+        if not view.is_device_accessible:
+            raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory")
+        shape = tuple(int(v) for v in view.shape)
+        itemsize = int(view.dtype.itemsize)
+        strides = (tuple(int(v) * itemsize for v in view.strides) if view.strides is not None
+                   else c_strides(shape, itemsize))
+        return DeviceArray(int(view.ptr), shape, strides, view.dtype.str, itemsize, library, view.dtype.name, obj)
+    raise KernelArgumentError(
+        f"cannot use {type(obj).__name__} as a device array: it has neither __cuda_array_interface__ nor "
+        "__dlpack__ (pass a CuPy array, a PyTorch CUDA tensor or a cuda.core buffer)")
+
+
+def _type_name(typestr: str) -> str:
+    try:
+        return np.dtype(typestr).name
+    except TypeError:
+        return typestr
+
+
+def device_pointer(obj: Any) -> int | None:
+    """The device address of an array-like, or None if obj is not one (kernel-argument packing)."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
+        return device_array(obj).ptr
+    handle = getattr(obj, "handle", None)  # cuda.core Buffer
+    if type(obj).__name__ == "Buffer" and handle is not None:
+        return int(handle)
+    return None
+
+
+def wait_for_stream(waiter: int, producer: int) -> None:
+    """Make ``waiter`` wait for the work queued on ``producer`` so far (an event; the host does not wait)."""
+    drv = driver()
+    event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    try:
+        check(drv.cuEventRecord(event, producer), "cuEventRecord")
+        check(drv.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
+    finally:
+        drv.cuEventDestroy(event)  # released once the wait has been satisfied
+
+
+def current_stream(*like: Any) -> int:
+    """The stream work on ``like`` goes to when the caller names none: PyTorch's current stream for a
+    tensor, else CuPy's current stream when CuPy is in use, else the legacy default stream (0)."""
+    for obj in like:
+        if type(obj).__module__.startswith("torch"):
+            return int(sys.modules["torch"].cuda.current_stream(obj.device).cuda_stream)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def stream_handle(stream: Any, *like: Any) -> int:
+    """Raw CUstream of a cuda.core Stream, a CuPy/PyTorch stream, anything with __cuda_stream__, or an
+    int; None follows ``current_stream(*like)``."""
+    if stream is None:
+        return current_stream(*like)
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        proto = stream.__cuda_stream__
+        _version, handle = proto() if callable(proto) else proto
+        return int(handle)
+    for attr in ("handle", "ptr", "cuda_stream"):
+        h = getattr(stream, attr, None)
+        if h is not None:
+            return int(h)
+    raise KernelArgumentError(f"cannot use {type(stream).__name__} as a stream")
+
+
+def empty(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, stream: int = 0) -> Any:
+    """A new uninitialised array in ``library`` ('torch' on ``like``'s device; anything else gives CuPy)."""
+    if library == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(tuple(shape), dtype=getattr(torch, np.dtype(dtype).name), device=like.device)
+    import cupy as cp
+
+    if stream == cp.cuda.get_current_stream().ptr:
+        return cp.empty(tuple(shape), dtype=dtype)
+    # CuPy's memory pool keeps freed blocks per stream: allocate on the stream that will use the array.
+    with _cupy_stream(cp, stream):
+        return cp.empty(tuple(shape), dtype=dtype)
+
+
+def _cupy_stream(cp: Any, handle: int) -> Any:
+    """A CuPy stream object for a raw handle (CuPy 14 deprecates ExternalStream for Stream.from_external)."""
+    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        try:
+            return from_external(handle)
+        except TypeError:  # another signature than the one assumed: the older class still works
+            pass
+    return cp.cuda.ExternalStream(handle)
+
+
+def zeros(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, stream: int = 0) -> Any:
+    """As ``empty``, zero-filled on ``stream``."""
+    out = empty(library, shape, dtype, like=like, stream=stream)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if nbytes:
+        check(driver().cuMemsetD8Async(device_array(out).ptr, 0, nbytes, stream), "cuMemsetD8Async")
+    return out

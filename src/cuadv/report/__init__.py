@@ -1,0 +1,1 @@
+"""Above the library: results, the report writer, the selection matrix, tables on the terminal."""

@@ -1,0 +1,341 @@
+"""2-D copies and transposes through the Tensor Memory Accelerator, over any device array.
+
+``copy(src)`` / ``transpose(src)`` move a 2-D array box by box: TMA loads a box into shared memory and a TMA
+store writes it out (transposed in shared memory first for ``transpose``). One thread per block issues every
+copy, tails need no code (TMA fills the part of a box past the array and a store writes only the part inside),
+and rows may be pitched. ``prepare_copy`` / ``prepare_transpose`` do every check, build the tensor maps and
+the kernel once and return a callable that only launches.
+
+Arrays: anything with ``__cuda_array_interface__`` or DLPack (CuPy, PyTorch, cuda.core); 2-D, rows contiguous,
+base address and row pitch multiples of 16 bytes (``empty_pitched`` makes such arrays); element types
+float32, float16, bfloat16 (a torch bfloat16 tensor, or uint16 bits with ``dtype="bfloat16"``), uint8 and the
+other TMA types (copy), 1-, 2- and 4-byte types (transpose). The output is allocated in the input's library
+(torch in, torch out; anything else, CuPy) with a 16-byte row pitch when ``dst`` is None.
+
+Streams: ``stream=None`` is the current stream of the input's library (PyTorch's for a tensor, CuPy's
+otherwise), resolved at every call; the producer of each array is ordered before it (``cuadv.interop``).
+
+Defaults are the fastest configurations the ``tma`` lab measured on an NVIDIA H200 (run
+docs/results/h200-2026-12-01-0920): copy, boxes of 8 rows x 1 KiB through a 24-slot ring (20 loads ahead),
+one block per SM taking 4 side-by-side boxes at a time and loading them together: 92.2% of the copy ceiling;
+transpose, boxes of 256 rows x 128 B: 83.1%. Where the copy's ring does not fit a GPU's shared memory, the
+lab's default ring (4 slots) is used; where the transpose box does not fit, 64 rows x 256 B.
+
+Needs compute capability 9.0 (``UnsupportedFeatureError`` otherwise, naming the fallback).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..device import current_device
+from ..errors import KernelArgumentError, LaunchConfigError
+from ..features import require
+from ..interop import device_array, empty, library_of, stream_handle
+from ..launch import Launcher, prepare
+from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
+from .tensormap import STRIDE_ALIGN, TensorMapError, TiledLayout, describe_array, element_size
+
+# The lab's best float32 copy on the H200 (8 x 256 float32 = 8 KiB boxes): other element types keep the box's
+# bytes and ring (rows scale as 32 / itemsize, 256 columns), so the shared memory per block is the same.
+BEST_COPY_CONFIG = TmaCopyConfig(stages=24, lookahead=20, blocks_per_sm=1, chunk=4, burst=4)
+COPY_BOX_BYTES = 8 * 1024
+# The lab's best float32 transpose (256 x 32: 32 KiB boxes, 128 KiB of shared memory per block), and the box
+# used where that does not fit (64 x 64 float32: 16 KiB, 64 KiB per block); columns scale as 4 / itemsize.
+TRANSPOSE_BOXES_F32 = ((256, 32), (64, 64))
+
+COPY_FALLBACK = "cupy.copyto(dst, src) or torch's dst.copy_(src) (thread loads and stores)"
+TRANSPOSE_FALLBACK = "cupy.copyto(dst, src.T) or torch's dst.copy_(src.T) (thread loads and stores)"
+
+
+def default_copy_box(itemsize: int) -> tuple[int, int]:
+    """Rows x columns of the default copy box: 8 KiB, 256 elements per row (8 x 256 for float32)."""
+    return max(1, COPY_BOX_BYTES // (256 * itemsize)), 256
+
+
+def default_transpose_boxes(itemsize: int) -> tuple[tuple[int, int], ...]:
+    """Candidate transpose boxes, fastest first: 256 rows x 128 B, then 64 rows x 256 B."""
+    return tuple((rows, max(1, cols * 4 // itemsize)) for rows, cols in TRANSPOSE_BOXES_F32)
+
+
+def empty_pitched(shape: Sequence[int], dtype: Any, *, like: Any = None, stream: Any = None) -> Any:
+    """An uninitialised (rows, cols) array whose rows start 16 bytes apart, as TMA needs: a view of a
+    (rows, pitch) allocation, pitch the smallest multiple of 16 bytes >= a row. In ``like``'s library
+    (a torch tensor gives torch on its device; anything else, CuPy on ``stream``)."""
+    rows, cols = _shape2(shape, "shape")
+    lib = library_of(like) if like is not None else "cupy"
+    if lib == "torch" and type(dtype).__module__.startswith("torch"):  # a torch dtype (bfloat16 has no NumPy one)
+        torch = sys.modules["torch"]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return torch.empty((rows, _pitch(cols, itemsize)), dtype=dtype, device=like.device)[:, :cols]
+    itemsize = np.dtype(dtype).itemsize
+    h = stream_handle(stream, *(() if like is None else (like,)))
+    return empty(lib if lib == "torch" else "cupy", (rows, _pitch(cols, itemsize)), dtype, like=like,
+                 stream=h)[:, :cols]
+
+
+def prepare_copy(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+                 config: TmaCopyConfig | None = None, stream: Any = None) -> "TmaCopy":
+    """A checked ``dst[...] = src`` through TMA, ready to launch again and again (see TmaCopy).
+
+    box: (rows, columns) per TMA copy (default: the H200's best, 8 KiB); config: the ring (TmaCopyConfig;
+    default: the H200's best with the default box, else 4 slots); dtype: how TMA sees the elements (e.g.
+    "bfloat16" for uint16 bits). dst=None allocates a pitched output in src's library on ``stream``."""
+    return TmaCopy(src, dst, box=box, dtype=dtype, config=config, stream=stream)
+
+
+def prepare_transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+                      stream: Any = None) -> "TmaTranspose":
+    """A checked ``dst[...] = src.T`` through TMA, ready to launch again and again (see TmaTranspose).
+
+    box: (rows, columns) of src per TMA load; dst's box is its transpose, so both box[0] and box[1] times the
+    element size must be multiples of 16 bytes (default: 256 rows x 128 B)."""
+    return TmaTranspose(src, dst, box=box, dtype=dtype, stream=stream)
+
+
+def copy(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+         config: TmaCopyConfig | None = None, stream: Any = None) -> Any:
+    """``dst[...] = src`` through TMA; returns dst (allocated in src's library when None)."""
+    return prepare_copy(src, dst, box=box, dtype=dtype, config=config, stream=stream)(stream=stream)
+
+
+def transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+              stream: Any = None) -> Any:
+    """``dst[...] = src.T`` through TMA; returns dst (shape (cols, rows), allocated in src's library when None)."""
+    return prepare_transpose(src, dst, box=box, dtype=dtype, stream=stream)(stream=stream)
+
+
+# ---------------------------------------------------------------------------------------------- the prepared ops
+
+@dataclass(frozen=True)
+class _Operand:
+    """A user's array as the kernels see it: ``view`` is what the tensor map is built over (a torch bfloat16
+    tensor is viewed as int16, whose bytes TMA reads as bfloat16)."""
+
+    array: Any
+    view: Any
+    dtype: str  # TMA element type
+    shape: tuple[int, int]
+    strides: tuple[int, int]
+
+    @property
+    def itemsize(self) -> int:
+        return element_size(self.dtype)
+
+    @property
+    def empty(self) -> bool:
+        return 0 in self.shape
+
+
+class _TileOp:
+    """What TmaCopy and TmaTranspose share: the bound arrays, the checked launch and the call."""
+
+    op = "copy"
+    src: Any
+    dst: Any
+    box: tuple[int, int]
+    launch: Launch | None  # None for an empty array: nothing to move
+    stream: Any
+
+    def _bind(self, src: _Operand, dst: _Operand, launch: Launch | None, stream: Any) -> None:
+        self.src, self.dst, self._views, self.launch, self.stream = src.array, dst.array, (src.view, dst.view), \
+            launch, stream
+        self._launcher: Launcher | None = None
+        self._blob = b""
+        if launch is not None:
+            self._launcher = prepare(launch.kernel, launch.config)  # device checks of the configuration, once
+            self._blob = launch.params.kernel_param_bytes()         # the tensor maps hold the arrays' addresses
+
+    def __call__(self, *, stream: Any = None) -> Any:
+        """Launch on ``stream`` (default: the stream given when prepared, else the current stream of src's
+        library); returns dst. The arrays are those given when prepared: a tensor map holds their addresses."""
+        if self._launcher is None:
+            return self.dst
+        h = stream_handle(stream if stream is not None else self.stream, self.src)
+        for view in self._views:  # the producers' pending work is ordered before this launch
+            device_array(view, stream=h)
+        self._launcher(self._blob, stream=h)
+        return self.dst
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(box={self.box}, launch={self.launch!r})"
+
+
+class TmaCopy(_TileOp):
+    """``dst[...] = src`` by tma_copy, checked once: tensor maps, kernel, grid and parameter bytes are kept,
+    a call launches (``op()`` or ``op(stream=s)``) and returns dst. Attributes: src, dst, box, config, launch."""
+
+    op = "copy"
+
+    def __init__(self, src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+                 config: TmaCopyConfig | None = None, stream: Any = None):
+        if config is not None and not isinstance(config, TmaCopyConfig):
+            raise TypeError(f"config must be a cuadv.tma.TmaCopyConfig; got {type(config).__name__}")
+        s = _operand(src, "src", dtype)
+        self.box = _shape2(box, "box") if box is not None else default_copy_box(s.itemsize)
+        _check_layout(s, "src", self.box)
+        d = None
+        if dst is not None:
+            d = _operand(dst, "dst", dtype)
+            if d.shape != s.shape or d.dtype != s.dtype:
+                raise LaunchConfigError(f"tma.copy: dst is {d.dtype}{d.shape}, src {s.dtype}{s.shape}: a copy needs "
+                                        "the same shape and element type")
+            _check_layout(d, "dst", self.box)
+        self.config = config
+        job = None
+        if not s.empty:
+            require("tma", _device_caps(), name="cuadv.tma.copy (TMA bulk tensor copies)", fallback=COPY_FALLBACK)
+        d = d or _allocate(s, s.shape, stream)
+        if not s.empty:
+            ops = _engine()
+            box_bytes = math.prod(self.box) * s.itemsize
+            if config is None and box is None and ops.copy_fits(box_bytes, BEST_COPY_CONFIG):
+                self.config = BEST_COPY_CONFIG
+            job = ops.copy_launch(s.view, d.view, self.box, dtype=s.dtype, config=self.config)
+            if self.config is None:  # the lab's default ring, as copy_launch chose it
+                self.config = TmaCopyConfig(stages=job.params.stages, lookahead=job.params.lookahead)
+        self._bind(s, d, job, stream)
+
+
+class TmaTranspose(_TileOp):
+    """``dst[...] = src.T`` by tma_transpose, checked once: tensor maps, kernel, grid and parameter bytes are
+    kept, a call launches (``op()`` or ``op(stream=s)``) and returns dst. Attributes: src, dst, box, launch."""
+
+    op = "transpose"
+
+    def __init__(self, src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
+                 stream: Any = None):
+        s = _operand(src, "src", dtype)
+        if s.itemsize not in ELEMENT_TYPES:
+            raise LaunchConfigError(f"transpose supports 1-, 2- and 4-byte elements; got {s.itemsize}-byte {s.dtype}")
+        rows, cols = s.shape
+        candidates = (_shape2(box, "box"),) if box is not None else default_transpose_boxes(s.itemsize)
+        self.box = candidates[0]
+        d = None
+        if dst is not None:
+            d = _operand(dst, "dst", dtype)
+            if d.shape != (cols, rows) or d.dtype != s.dtype:
+                raise LaunchConfigError(f"tma.transpose: dst is {d.dtype}{d.shape}, expected {s.dtype}{(cols, rows)} "
+                                        "(src's columns by its rows, src's element type)")
+        _check_transpose_boxes(s, d, self.box)
+        job = None
+        if not s.empty:
+            require("tma", _device_caps(), name="cuadv.tma.transpose (TMA bulk tensor copies)",
+                    fallback=TRANSPOSE_FALLBACK)
+        d = d or _allocate(s, (cols, rows), stream)
+        if not s.empty:
+            ops = _engine()
+            if box is None:  # the fastest default box whose buffers fit this GPU
+                self.box = next((b for b in candidates if _transpose_fits(ops, s.itemsize, b)), candidates[-1])
+                _check_transpose_boxes(s, d, self.box)
+            job = ops.transpose_launch(s.view, d.view, self.box, dtype=s.dtype)
+        self._bind(s, d, job, stream)
+
+
+# ---------------------------------------------------------------------------------------------- checks and helpers
+
+_engines: dict[str, TmaOps] = {}
+
+
+def _device_caps() -> dict:
+    """The current GPU's capabilities (a function, so GPU-free tests can stand in another GPU)."""
+    return current_device().caps.as_dict()
+
+
+def _engine() -> TmaOps:
+    """tma.cu's kernels for the current GPU (one TmaOps per target and process)."""
+    arch = current_device().caps.arch
+    ops = _engines.get(arch)
+    if ops is None:
+        ops = _engines.setdefault(arch, TmaOps(arch))
+    return ops
+
+
+def _shape2(value: Any, what: str) -> tuple[int, int]:
+    try:
+        rows, cols = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be two integers (rows, columns); got {value!r}") from None
+    return rows, cols
+
+
+def _pitch(cols: int, itemsize: int) -> int:
+    """Elements per row of a pitched allocation: the smallest multiple of 16 bytes >= cols elements."""
+    per = STRIDE_ALIGN // math.gcd(STRIDE_ALIGN, itemsize)
+    return -(-cols // per) * per
+
+
+def _tma_view(array: Any) -> tuple[Any, str | None]:
+    """What a tensor map is built over: a torch bfloat16 tensor as int16 (the CUDA Array Interface has no
+    bfloat16), anything else as it is."""
+    if type(array).__module__.startswith("torch") and str(getattr(array, "dtype", "")) == "torch.bfloat16":
+        return array.view(sys.modules["torch"].int16), "bfloat16"
+    return array, None
+
+
+def _operand(array: Any, what: str, dtype: str | None) -> _Operand:
+    view, implied = _tma_view(array)
+    try:
+        _, name, shape, strides = describe_array(view, dtype or implied)
+    except TensorMapError as exc:
+        raise type(exc)(f"{what}: {exc}") from None
+    if len(shape) != 2:
+        raise LaunchConfigError(f"{what} must be a 2-D array (rows, columns); got shape {shape}")
+    return _Operand(array, view, name, (shape[0], shape[1]), (strides[0], strides[1]))
+
+
+def _check_layout(operand: _Operand, what: str, box: tuple[int, int]) -> None:
+    """Every tensor-map rule for ``operand`` with ``box`` (nothing to check for an empty array)."""
+    if operand.empty:
+        return
+    try:
+        Plan2D.of(operand.view, box, operand.dtype)
+    except (TensorMapError, LaunchConfigError, KernelArgumentError) as exc:
+        raise type(exc)(f"{what}: {exc}") from None
+
+
+def _check_transpose_boxes(src: _Operand, dst: _Operand | None, box: tuple[int, int]) -> None:
+    """src with box (rows, cols) and dst with its transpose (cols, rows); a dst yet to be allocated is checked
+    as the pitched array it will be."""
+    _check_layout(src, "src", box)
+    if src.empty:
+        return
+    if dst is not None:
+        _check_layout(dst, "dst", (box[1], box[0]))
+        return
+    rows, cols = src.shape
+    try:
+        TiledLayout(0, src.dtype, (cols, rows), (_pitch(rows, src.itemsize) * src.itemsize, src.itemsize),
+                    (box[1], box[0]))
+    except TensorMapError as exc:
+        raise TensorMapError(f"dst (the transposed box {box[1]} x {box[0]}): {exc}") from None
+
+
+def _transpose_fits(ops: TmaOps, itemsize: int, box: tuple[int, int]) -> bool:
+    shared = 4 * _round128(box[0] * box[1] * itemsize) + 128  # as transpose_launch sizes it
+    try:
+        ops.blocks_per_sm(f"tma_transpose<{ELEMENT_TYPES[itemsize]}>", TILE_THREADS, shared)
+    except LaunchConfigError:
+        return False
+    return True
+
+
+def _allocate(src: _Operand, shape: tuple[int, int], stream: Any) -> _Operand:
+    """A pitched output like src (its library, its element type; on the op's stream)."""
+    rows, cols = shape
+    if library_of(src.array) == "torch":
+        out = src.array.new_empty((rows, _pitch(cols, src.itemsize)))[:, :cols]  # keeps dtype (bfloat16) and device
+    else:
+        arr = device_array(src.view)
+        np_dtype = arr.dtype if arr.dtype is not None else np.dtype(f"u{arr.itemsize}")
+        out = empty("cupy", (rows, _pitch(cols, src.itemsize)), np_dtype, stream=stream_handle(stream, src.array))
+        out = out[:, :cols]
+    view, _ = _tma_view(out)
+    _, _, _, strides = describe_array(view, src.dtype)
+    return _Operand(out, view, src.dtype, (rows, cols), (strides[0], strides[1]))
+

@@ -1,0 +1,38 @@
+"""Work stealing: one tile body under fixed-work, fixed-blocks, Cluster Launch Control and software CLC.
+
+Seed 000 of the docs. The user writes a prologue and a tile body once; cuadv wraps them in the
+scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
+
+- ``fixed_work``: one block per tile (hardware balancing and preemption, one prologue per tile);
+- ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
+- ``clc``: hardware Cluster Launch Control, compute capability 10.0+ (compiled and SASS-checked for
+  sm_100a here; no Blackwell GPU was available to run it);
+- ``steal``: software CLC for 9.x GPUs: a grid of one block per tile (or per ``min_tiles`` tiles, by
+  default what one time slice held in the kernel's previous launch) whose blocks take tickets and give
+  the SM back after ``quantum_us``, so higher-priority kernels get in;
+- ``auto``: ``clc`` where the GPU has it, else ``steal``.
+
+Example::
+
+    scale = TileKernel(params="float* data, int n, float alpha",
+                       body="int i = tile.x * blockDim.x + threadIdx.x; if (i < n) data[i] *= alpha;",
+                       block=256)
+    scale(tiles=ceil_div(n, 256), data, np.int32(n), np.float32(2.0))
+
+Modules (this file only re-exports): ``policies`` (policy names, resolution, input checks),
+``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``state`` (per-launch scheduler
+counters), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
+(the per-SM plot of a trace).
+"""
+
+from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
+                       check_quantum, check_tiles, policy_for_arch, resolve_policy)
+from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units
+from .state import STATE_BYTES, StatePool, _is_capturing, _pool
+from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
+from .trace import TRACE_DTYPE, TileOrder, Trace
+
+__all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
+           "MAX_TILES", "POLICIES", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
+           "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
+           "policy_for_arch", "resolve_policy"]

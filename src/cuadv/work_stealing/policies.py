@@ -1,0 +1,73 @@
+"""The scheduling policies of a TileKernel, their limits, and the checks that run before anything
+reaches the GPU (the tile grid, the quantum)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..arch import parse_arch
+from ..dims import Dim3
+from ..errors import LaunchConfigError, UnsupportedFeatureError
+
+POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
+# The C++ policy type each concrete policy instantiates (cuadv::ws::Scheduler<...> in work_stealing.cuh).
+_POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
+                "steal": "Steal"}
+DEFAULT_QUANTUM_US = 50.0
+DEFAULT_PROLOGUE_FACTOR = 19  # a block's prologue costs at most 1/20 of its life
+MAX_TILES = (2**31 - 1, 65535, 65535)
+MAX_STEAL_UNITS = 2**31 - 1  # tickets (at most units + grid) fit the low 32 bits of the state word (work_stealing.cuh)
+
+
+def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
+    """The concrete policy for a GPU; raises for one it cannot run, naming the capability and fallback."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    if policy == "auto":
+        return "clc" if cc >= (10, 0) else "steal"
+    cc_text = f"{cc[0]}.{cc[1]}"
+    if policy == "clc" and cc < (10, 0):
+        raise UnsupportedFeatureError("Cluster Launch Control (policy 'clc')", "compute capability >= 10.0", cc_text,
+                                      "policy='steal' (software CLC, same loop) or policy='auto'")
+    if policy == "steal" and cc < (9, 0):
+        raise UnsupportedFeatureError("software CLC (policy 'steal')",
+                                      "compute capability >= 9.0 (mbarrier transaction counts)", cc_text,
+                                      "policy='fixed_work' or 'fixed_blocks'")
+    return policy
+
+
+def policy_for_arch(policy: str, arch: str) -> str:
+    """``resolve_policy`` for a compile target ("sm_90a"), so code can be built without the GPU."""
+    return resolve_policy(policy, parse_arch(arch))
+
+
+def check_tiles(tiles: int | Sequence[int], cluster: Dim3) -> Dim3:
+    """Validate a tile grid (zero allowed: nothing to do) against the grid limits and the cluster shape."""
+    t = (tiles, 1, 1) if isinstance(tiles, (int, np.integer)) else tuple(int(v) for v in tiles) + (1,) * (3 - len(tiles))
+    if len(t) != 3:
+        raise LaunchConfigError(f"a tile grid has at most 3 dimensions, got {tiles!r}")
+    t = tuple(int(v) for v in t)
+    for axis, (n, limit) in enumerate(zip(t, MAX_TILES)):
+        if not 0 <= n <= limit:
+            raise LaunchConfigError(f"tile count {'xyz'[axis]} = {n} is outside [0, {limit}]")
+        if n % cluster[axis]:
+            raise LaunchConfigError(
+                f"cluster dimension {'xyz'[axis]} = {cluster[axis]} does not divide tile count {'xyz'[axis]} = {n}; "
+                "each cluster takes a cluster-shaped group of tiles")
+    return t  # type: ignore[return-value]
+
+
+def check_quantum(quantum_us: float | None, policy: str) -> int:
+    """Quantum in nanoseconds (0: never yield). Only 'steal' (or 'auto') takes one."""
+    if quantum_us is None:
+        return int(DEFAULT_QUANTUM_US * 1000) if policy in ("steal", "auto") else 0
+    if policy not in ("steal", "auto"):
+        raise LaunchConfigError(f"a quantum applies to policy 'steal' only, not {policy!r}")
+    if quantum_us == math.inf:
+        return 0
+    if not (isinstance(quantum_us, (int, float)) and math.isfinite(quantum_us) and quantum_us > 0):
+        raise LaunchConfigError(f"quantum_us must be a positive number of microseconds or math.inf, got {quantum_us!r}")
+    return max(int(quantum_us * 1000), 1)

@@ -1,0 +1,65 @@
+"""The scheduler's kernel parameter (``cuadv::ws::Schedule``) and what a steal launch reports back
+about its time slices (``SliceReport``), with the rule that sizes the next launch from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..dims import Dim3
+from ..params import StructArgument, c_struct
+
+COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
+
+# Field for field cuadv::ws::Schedule (work_stealing.cuh, static_assert(sizeof(Schedule) == 80)).
+SCHEDULE_DTYPE = c_struct("cuadv::ws::Schedule", [
+    ("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"), ("prologue_factor", "<u4"),
+    ("flags", "<u4"), ("state_ptr", "<u8"), ("trace_ptr", "<u8"), ("order_ptr", "<u8"), ("min_units", "<u4"),
+    ("reserved", "<u4"), ("report_ptr", "<u8")], size=80)
+
+
+@dataclass(frozen=True)
+class Schedule(StructArgument):
+    """The scheduler's kernel parameter (cuadv::ws::Schedule)."""
+
+    LAYOUT: ClassVar[np.dtype] = SCHEDULE_DTYPE
+
+    tiles: Dim3
+    cluster: Dim3
+    quantum_ns: int = 0
+    prologue_factor: int = 0
+    state_ptr: int = 0
+    trace_ptr: int = 0
+    order_ptr: int = 0
+    count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
+    min_units: int = 1  # steal: units a block runs before its slice may end
+    report_ptr: int = 0  # steal: where a spent slice is reported (SliceReport), 0: nowhere
+
+    @property
+    def flags(self) -> int:
+        """The device's flag word (packed by StructArgument under the layout's name)."""
+        return COUNT_EXITS if self.count_exits else 0
+
+
+@dataclass(frozen=True)
+class SliceReport:
+    """What the first block of a steal launch to spend its time slice saw (report_slice in work_stealing.cuh).
+    It ran while the whole grid competed for the GPU, so its pace is the launch's, not the lighter tail's."""
+
+    units_per_slice: int  # slice / time per unit, rounded up: units a block runs in one slice at that pace
+    ns_per_unit: int  # its time per unit, its prologue spread over them
+
+    @classmethod
+    def from_word(cls, word: int) -> SliceReport | None:
+        return cls(word >> 32, word & 0xFFFFFFFF) if word else None
+
+
+def learned_min_units(report: SliceReport | None, units: int, resident: int) -> int:
+    """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
+    grid needs one block per that many units, about as many as will find work. At most units / resident,
+    so the grid still fills the GPU; 1 (the full tile grid) before any report."""
+    if report is None:
+        return 1
+    return max(1, min(report.units_per_slice, units // max(resident, 1)))

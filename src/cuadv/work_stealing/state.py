@@ -1,0 +1,56 @@
+"""Per-launch scheduler counters in device memory: one slot per stream, a fresh one per graph capture."""
+
+from __future__ import annotations
+
+import threading
+
+from .._cuda import check, driver
+from ..errors import LaunchConfigError
+from ..memory import DeviceBuffer
+
+STATE_BYTES = 16  # sizeof(cuadv::ws::StealState)
+
+
+class StatePool:
+    """Per-launch scheduler counters: one slot per stream (launches on one stream run in order and
+    each launch restarts the count under its own grid id), and a fresh slot for every graph
+    capture, so a graph replay never shares counters with a stream it may overlap. Replays of one
+    graph share a grid id, so captured launches reset their counter by counting exits instead.
+    Slots start at zero; a kernel that keeps its own self-resetting counter in a slot (the stencil's
+    ticket) takes its own pool, so no two protocols share a word."""
+
+    def __init__(self, user: str, slots: int = 256):
+        self.user = user  # what the counters are for, named when the slots run out
+        self._buffer: DeviceBuffer | None = None
+        self._slots = slots
+        self._by_stream: dict[int, int] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def slot_for(self, stream: int) -> tuple[int, bool]:
+        """The state's address for a launch on ``stream``, and whether that launch is being captured."""
+        with self._lock:
+            capturing = _is_capturing(stream)
+            if self._buffer is None:
+                self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
+                if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
+                    check(driver().cuStreamSynchronize(driver().CUstream(0)), "cuStreamSynchronize")
+            if not capturing and stream in self._by_stream:
+                return self._by_stream[stream], False
+            if self._next >= self._slots:
+                raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
+                                        "process; its self-resetting counters are exhausted")
+            address = self._buffer.ptr + self._next * STATE_BYTES
+            self._next += 1
+            if not capturing:
+                self._by_stream[stream] = address
+            return address, capturing
+
+
+_pool = StatePool("work stealing")  # the TileKernel scheduler's counters
+
+
+def _is_capturing(stream: int) -> bool:
+    drv = driver()
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)

@@ -1,0 +1,228 @@
+"""``TileKernel``: a prologue and a tile body written once, wrapped in the scheduling loop of
+``cuadv/work_stealing.cuh`` for the chosen policy, compiled per (target, policy) and launched with
+the grid that policy needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..compiler import CompiledModule, compile_source
+from ..device import current_device
+from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, volume
+from ..errors import LaunchConfigError
+from ..interop import stream_handle
+from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
+from ..launch import LaunchConfig, launch
+from ..memory import DeviceBuffer, HostWords
+from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, check_quantum,
+                       check_tiles, policy_for_arch, resolve_policy)
+from .schedule import Schedule, SliceReport, learned_min_units
+from .state import _pool
+from .trace import TRACE_DTYPE, TileOrder, Trace
+
+_reports = HostWords()  # page-locked words steal launches report their spent slices to (one per TileKernel)
+
+_TEMPLATE = r"""
+#include <cuadv/work_stealing.cuh>
+{preamble}
+extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
+{name}(const __grid_constant__ cuadv::ws::Schedule cuadv_schedule{params}) {{
+  cuadv::ws::Scheduler<cuadv::ws::{policy_type}> cuadv_scheduler(cuadv_schedule);
+  if (!cuadv_scheduler.begin()) return;
+  {{
+{prologue}
+    cuadv_scheduler.for_each([&](const cuadv::ws::Tile& tile) {{
+{body}
+    }});
+  }}
+}}
+"""
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """What a TileKernel call enqueued: the concrete policy, the launch configuration (its grid is the
+    one that policy's own kernel needs), the stream handle and the units a block ran before it could yield."""
+
+    policy: str
+    config: LaunchConfig
+    stream: int
+    min_units: int
+
+
+class TileKernel:
+    """A kernel made of a prologue (once per running block) and a tile body (once per tile).
+
+    ``params``: the kernel's parameters as C++ (``"float* data, int n"``), passed after the schedule.
+    ``body`` sees ``tile`` (``.x .y .z .index``) and the parameters and prologue locals; a ``return``
+    in it ends the current tile. ``preamble``: code placed before the kernel (helpers, includes).
+    ``min_blocks_per_sm``: the second __launch_bounds__ argument; raising it caps registers so more
+    blocks stay resident (more memory requests in flight for a long-lived block).
+    ``quantum_us`` (steal): a block stops taking tiles after this long and gives its SM back, so
+    higher-priority work gets in within about one quantum plus one tile; math.inf: never.
+    ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
+    when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off.
+    ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
+    before its slice may end, so ceil(units / min_tiles) blocks take every tile and the grid shrinks
+    by that factor. Each block launched after the work is gone still costs a launch (about 0.14 us
+    per block per SM on an H200), so for short tiles it should be near quantum / time of one tile: the
+    grid then has about as many blocks as will find work, and a block still yields after about one
+    quantum. None (default): learned, as what one slice held in the latest ``slice_report`` of this
+    kernel (the full tile grid until a block has given its SM back); 1: always the full tile grid.
+
+    Each policy compiles to its own kernel with its own registers, so the grid of a policy that
+    launches only what fits at once (fixed_blocks, steal with quantum_us=math.inf) is sized from the
+    occupancy of that policy's kernel (``resident_units``). ``last_launch`` records what was launched.
+    """
+
+    def __init__(self, params: str, body: str, prologue: str = "", *, policy: str = "auto",
+                 block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
+                 preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0, min_blocks_per_sm: int = 1,
+                 prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
+        self.policy, self.name, self.shared_mem = policy, name, shared_mem
+        if min_blocks_per_sm < 1:
+            raise LaunchConfigError(f"min_blocks_per_sm must be >= 1, got {min_blocks_per_sm}")
+        self.min_blocks_per_sm = min_blocks_per_sm  # __launch_bounds__ occupancy hint (caps registers)
+        self.block = LaunchConfig(grid=1, block=block).block
+        self.cluster = as_dim3(cluster)
+        if min(self.cluster) < 1 or volume(self.cluster) > MAX_CLUSTER_SIZE:
+            raise LaunchConfigError(f"cluster {self.cluster} must have 1 to {MAX_CLUSTER_SIZE} blocks")
+        self.quantum_ns = check_quantum(quantum_us, policy)
+        if not isinstance(prologue_factor, int) or prologue_factor < 0:
+            raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
+        self.prologue_factor = prologue_factor
+        if min_tiles is not None and (not isinstance(min_tiles, int) or not 1 <= min_tiles < 2**32):
+            raise LaunchConfigError(f"min_tiles must be None or an int from 1 to 2**32 - 1, got {min_tiles!r}")
+        if min_tiles is not None and min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
+            raise LaunchConfigError("min_tiles applies to policy 'steal' with a finite quantum only "
+                                    f"(policy {policy!r}, quantum_us {quantum_us!r})")
+        self.min_tiles = min_tiles  # None: learned from this kernel's slice reports
+        self._report: np.ndarray | None = None  # host view of the word steal launches report their slices to
+        self._report_ptr = 0
+        self._modules: dict[tuple[str, str], CompiledModule] = {}
+        # Blocks (clusters) resident at once, per compiled kernel: each (target, policy) has its own kernel,
+        # registers and so occupancy; one count per TileKernel sized fixed_blocks from steal's kernel.
+        self._resident: dict[Kernel, int] = {}
+        self.last_launch: LaunchRecord | None = None
+
+    # -- code -------------------------------------------------------------------------------------
+    def source(self, policy: str) -> str:
+        if policy not in _POLICY_TYPE:
+            raise ValueError(f"source() needs a concrete policy ({', '.join(_POLICY_TYPE)}), got {policy!r}")
+        return _TEMPLATE.format(preamble=self.preamble, threads=volume(self.block), min_blocks=self.min_blocks_per_sm,
+                                name=self.name,
+                                params=(", " + self.params) if self.params else "", policy_type=_POLICY_TYPE[policy],
+                                prologue=self.prologue, body=self.body)
+
+    def compile(self, arch: str, policy: str | None = None) -> CompiledModule:
+        """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch."""
+        concrete = policy_for_arch(policy or self.policy, arch)
+        key = (arch, concrete)
+        if key not in self._modules:
+            self._modules[key] = compile_source(self.source(concrete), name=f"{self.name}_{concrete}", arch=arch)
+        return self._modules[key]
+
+    def kernel(self, policy: str | None = None) -> tuple[Kernel, str]:
+        """The loaded kernel of a policy (default: this kernel's) on the current GPU, and the concrete policy."""
+        caps = current_device().caps
+        concrete = resolve_policy(policy or self.policy, caps.compute_capability)
+        return self.compile(caps.arch, concrete).kernel(self.name), concrete
+
+    # -- grid sizing ------------------------------------------------------------------------------
+    @property
+    def slice_report(self) -> SliceReport | None:
+        """The slice report of this kernel's latest steal launch to have one (None before any); read without
+        waiting, so it may come from a launch still running."""
+        return SliceReport.from_word(int(self._report[0])) if self._report is not None else None
+
+    def min_units(self, kernel: Kernel | None, policy: str, units: int) -> int:
+        """Units a block of this launch runs before its slice may end: min_tiles, or learned when None
+        (steal with a quantum; 1 otherwise)."""
+        if policy != "steal" or self.quantum_ns == 0:
+            return 1
+        if self.min_tiles is not None:
+            return self.min_tiles
+        report = self.slice_report
+        return learned_min_units(report, units, self._resident_units(kernel)) if report else 1
+
+    def launch_config(self, kernel: Kernel | None, policy: str, tiles: Dim3, priority: int | None = None,
+                      min_units: int | None = None) -> LaunchConfig:
+        """The launch configuration of ``policy`` over ``tiles``; ``kernel`` must be that policy's own
+        kernel (``self.kernel(policy)[0]``): its occupancy sizes the grids that fit at once."""
+        cluster = self.cluster if volume(self.cluster) > 1 else None
+        # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
+        # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back (and, once the
+        # work is gone, each still launches, reads the counter and exits: see docs/work_stealing.md).
+        units = volume(tiles) // volume(self.cluster)
+        k = self.min_units(kernel, policy, units) if min_units is None else min_units
+        needed = -(-units // k)  # steal: blocks (clusters) that take every unit
+        if policy == "fixed_blocks" or (policy == "steal" and self.quantum_ns == 0):
+            grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
+        elif policy == "steal" and k > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
+            grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
+        else:  # the tile grid (also when the smaller grid would not fit in x: it has more blocks than needed)
+            grid = tiles
+        return LaunchConfig(grid=grid, block=self.block, cluster=cluster, shared_mem=self.shared_mem, priority=priority)
+
+    def resident_units(self, policy: str | None = None) -> int:
+        """Blocks (or clusters) of ``policy``'s kernel that fit on the current GPU at once."""
+        return self._resident_units(self.kernel(policy)[0])
+
+    def _resident_units(self, kernel: Kernel) -> int:
+        """Blocks (or clusters) of this compiled kernel that fit on the GPU at once: the fixed_blocks grid."""
+        n = self._resident.get(kernel)
+        if n is None:
+            if volume(self.cluster) > 1:
+                n = max_active_clusters(kernel, self.block, self.cluster, self.shared_mem)
+            else:
+                n = max_active_blocks_per_sm(kernel, self.block, self.shared_mem) * current_device().caps.sm_count
+            if n < 1:
+                raise LaunchConfigError(f"no block of {volume(self.block)} threads and {self.shared_mem} B shared "
+                                        "memory fits on an SM")
+            self._resident[kernel] = n
+        return n
+
+    # -- launch -----------------------------------------------------------------------------------
+    def __call__(self, tiles: int | Sequence[int], *args: Any, stream: Any = None, trace: bool = False,
+                 priority: int | None = None, policy: str | None = None,
+                 order: TileOrder | None = None) -> Trace | None:
+        """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (read when first used).
+        ``order``: a TileOrder over the units (tiles / cluster size) to hand them out in that order.
+        ``stream=None``: the current stream of the arguments' library (torch's for tensors, else CuPy's)."""
+        t = check_tiles(tiles, self.cluster)
+        units = volume(t) // volume(self.cluster)
+        if order is not None and order.units != units:
+            raise LaunchConfigError(f"the tile order has {order.units} units but the launch has "
+                                    f"{units} (tiles / cluster size)")
+        kernel, concrete = self.kernel(policy)
+        quantum = self.quantum_ns if concrete == "steal" else 0
+        if concrete == "steal" and units > MAX_STEAL_UNITS:
+            raise LaunchConfigError(f"policy 'steal' takes at most {MAX_STEAL_UNITS} units of work (tiles / cluster "
+                                    f"size); got {units}")
+        if volume(t) == 0:
+            return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
+        handle = stream_handle(stream, *args)
+        trace_buf = None
+        if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
+            trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
+            trace_buf.fill(0xFF, stream=handle)
+        state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
+        if quantum and self._report is None:
+            self._report, self._report_ptr = _reports.take()
+        min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
+        schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
+                            state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
+                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured, min_units=min_units,
+                            report_ptr=self._report_ptr if quantum else 0)
+        config = self.launch_config(kernel, concrete, t, priority, min_units)
+        launch(kernel, config, schedule, *args, stream=handle)
+        self.last_launch = LaunchRecord(concrete, config, handle, min_units)
+        return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
+
+    launch = __call__

@@ -1,0 +1,78 @@
+"""What a launch hands out and what it records: the order of the units (``TileOrder``) and the
+per-tile record of which SM ran which tile when (``Trace``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dims import Dim3
+from ..errors import LaunchConfigError
+from ..memory import DeviceBuffer
+from ..params import c_struct
+
+# cuadv::ws::TraceRecord (work_stealing.cuh)
+TRACE_DTYPE = c_struct("cuadv::ws::TraceRecord",
+                       [("smid", "<u4"), ("block", "<u4"), ("start_ns", "<u8"), ("end_ns", "<u8")], size=24)
+
+
+class TileOrder:
+    """The order in which units of work (tiles, or cluster-shaped groups of tiles) are handed out:
+    the i-th unit any policy hands out is ``permutation[i]``. Giving the heaviest tiles first (when
+    their cost is known, as in causal attention) lets an online scheduler approach the ideal makespan.
+    Checked to be a permutation (so every tile still runs exactly once) and uploaded once."""
+
+    def __init__(self, permutation):
+        perm = np.asarray(permutation)
+        if perm.ndim != 1 or perm.dtype.kind not in "iu":
+            raise LaunchConfigError(f"a tile order is a 1-D integer array, got {perm.dtype} of shape {perm.shape}")
+        if perm.size and (perm.min() < 0 or perm.max() >= perm.size or
+                          np.bincount(perm.astype(np.int64), minlength=perm.size).max() != 1):
+            raise LaunchConfigError(f"a tile order must be a permutation of 0 .. {perm.size - 1}: every unit exactly once")
+        if perm.size > 2**32 - 1:
+            raise LaunchConfigError(f"a tile order holds at most 2**32 - 1 units, got {perm.size}")
+        self.units = int(perm.size)
+        self.buffer = DeviceBuffer(max(perm.size, 1) * 4, fill=None)
+        self.buffer.from_host(perm.astype(np.uint32))
+
+    @classmethod
+    def heaviest_first(cls, costs) -> "TileOrder":
+        """Units sorted by decreasing cost (longest processing time first)."""
+        return cls(np.argsort(-np.asarray(costs, dtype=np.float64), kind="stable"))
+
+
+class Trace:
+    """Which SM ran which tile when: one record per tile (``TRACE_DTYPE``), nanoseconds of %globaltimer.
+
+    Returned by a traced launch without waiting for it; ``records`` waits for the launch on first use.
+    """
+
+    def __init__(self, policy: str, tiles: Dim3, records: np.ndarray | None = None,
+                 buffer: DeviceBuffer | None = None, stream: int = 0):
+        self.policy, self.tiles = policy, tiles
+        self._records, self._buffer, self._stream = records, buffer, stream
+
+    @property
+    def records(self) -> np.ndarray:
+        if self._records is None:
+            self._records = self._buffer.to_host(np.uint8, stream=self._stream).view(TRACE_DTYPE)
+            self._buffer = None
+        return self._records
+
+    @property
+    def written(self) -> np.ndarray:
+        return self.records["end_ns"] != np.iinfo(np.uint64).max
+
+    @property
+    def start_ns(self) -> int:
+        return int(self.records["start_ns"][self.written].min()) if self.written.any() else 0
+
+    @property
+    def makespan_ns(self) -> int:
+        w = self.written
+        return int(self.records["end_ns"][w].max() - self.records["start_ns"][w].min()) if w.any() else 0
+
+    def plot(self, path, title: str | None = None, sm_count: int | None = None, highlight=()) -> None:
+        from .timeline import plot_sm_timeline
+
+        plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count,
+                         highlight=highlight)

@@ -1,0 +1,163 @@
+"""cuadv.histogram / cuadv.bincount without a GPU: every bad input raises before any GPU call (the
+fakes below carry only ``__cuda_array_interface__``: reaching the GPU would raise something else),
+the plan classes, and the binning rule of binning.cu mirrored in NumPy against numpy.histogram."""
+
+import numpy as np
+import pytest
+
+from cuadv.errors import KernelArgumentError
+from cuadv.histograms import (ClusterPlan, ExchangePlan, GlobalPlan, HistogramPlan, HotPlan, SharedPlan, bincount,
+                              histogram, plan_histogram)
+from cuadv.histograms import api
+
+
+class Fake:
+    """A device array as far as the checks can tell; its memory is never touched."""
+
+    def __init__(self, shape=(100,), typestr="<i4", ptr=1 << 20, strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,
+                                         "strides": strides, "version": 3}
+
+
+class FakeCupy(Fake):
+    """As CuPy's arrays: the library the output of a non-torch input lives in."""
+
+
+FakeCupy.__module__ = "cupy"
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch):
+    """Any attempt to reach the device fails the test with a recognisable error."""
+    def boom(*a, **k):
+        raise AssertionError("a check reached the GPU")
+
+    monkeypatch.setattr(api, "engine", boom)
+    monkeypatch.setattr(api, "_order_after_producer", boom)
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(x=np.zeros(10, np.int32)), KernelArgumentError, "__cuda_array_interface__"),
+    (dict(x=[1, 2, 3]), KernelArgumentError, "device array"),
+    (dict(x=Fake(typestr="<f2")), TypeError, "dtype float16"),
+    (dict(x=Fake(typestr="<i2")), TypeError, "int32, int64, uint8, uint16, float32, float64"),
+    (dict(x=Fake(typestr="<c8")), TypeError, "complex64"),
+    (dict(x=Fake(shape=(10,), strides=(8,))), KernelArgumentError, "C-contiguous"),
+    (dict(x=Fake(shape=(4, 5), strides=(4, 16))), KernelArgumentError, "C-contiguous"),
+    (dict(x=Fake(ptr=(1 << 20) + 2)), KernelArgumentError, "not aligned to its 4-byte elements"),
+    (dict(bins=0), ValueError, r"bins = 0 is outside \[1, 1073741824\]"),
+    (dict(bins=-3), ValueError, "outside"),
+    (dict(bins=(1 << 30) + 1), ValueError, "outside"),
+    (dict(bins=2.5), TypeError, "bins must be an int"),
+    (dict(bins=True), TypeError, "bins must be an int"),
+    (dict(bins=np.arange(4)), TypeError, "arrays of edges are not supported"),
+    (dict(range=(1, 1)), ValueError, "lo must be less than hi"),
+    (dict(range=(2.0, 1.0)), ValueError, "lo must be less than hi"),
+    (dict(range=(0, float("inf"))), ValueError, "not finite"),
+    (dict(range=(float("nan"), 1)), ValueError, "not finite"),
+    (dict(range=(0,)), ValueError, "pair"),
+    (dict(range=("a", "b")), TypeError, "real numbers"),
+    (dict(variant="magic"), ValueError, "variant must be one of auto, global, shared, dsm, hot, exchange"),
+    (dict(out=np.zeros(10, np.int64)), KernelArgumentError, "out must be a device array"),
+    (dict(out=FakeCupy(shape=(10,), typestr="<i4")), TypeError, "out must have dtype int64"),
+    (dict(out=FakeCupy(shape=(11,), typestr="<i8")), ValueError, r"out must have shape \(10,\), got \(11,\)"),
+    (dict(out=Fake(shape=(10,), typestr="<i8")), TypeError, "out is a other array"),
+])
+def test_histogram_bad_input_raises_before_the_gpu(kwargs, error, text):
+    args = dict(x=Fake(), bins=10)
+    args.update(kwargs)
+    x = args.pop("x")
+    with pytest.raises(error, match=text):
+        histogram(x, **args)
+
+
+def test_histogram_out_library_and_shape():
+    src = api.check_input(Fake())
+    with pytest.raises(TypeError, match="out is a other array, but a other input gives cupy output"):
+        api.check_out(Fake(shape=(10,), typestr="<i8"), 10, src)
+    with pytest.raises(ValueError, match=r"out must have shape \(10,\), got \(11,\)"):
+        api.check_out(FakeCupy(shape=(11,), typestr="<i8"), 10, src)
+    with pytest.raises(ValueError, match=r"shape \(10,\)"):
+        api.check_out(FakeCupy(shape=(2, 5), typestr="<i8"), 10, src)
+    assert api.check_out(FakeCupy(shape=(10,), typestr="<i8"), 10, src).size == 10
+
+    class FakeTorch(Fake):
+        pass
+
+    FakeTorch.__module__ = "torch"
+    with pytest.raises(TypeError, match="out is a cupy array, but a torch input gives torch output"):
+        api.check_out(FakeCupy(shape=(10,), typestr="<i8"), 10, api.check_input(FakeTorch()))
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(x=np.zeros(10, np.int64)), KernelArgumentError, "__cuda_array_interface__"),
+    (dict(x=Fake(typestr="<f4")), TypeError, "non-negative integers of dtype int32, int64, uint8, uint16"),
+    (dict(x=Fake(typestr="<f8")), TypeError, "float64"),
+    (dict(x=Fake(shape=(4, 5))), ValueError, r"1-D array, got shape \(4, 5\)"),
+    (dict(x=Fake(shape=(10,), strides=(8,))), KernelArgumentError, "C-contiguous"),
+    (dict(minlength=-1), ValueError, "'minlength' must not be negative"),
+    (dict(minlength=1.5), TypeError, "minlength must be an int"),
+    (dict(minlength=(1 << 30) + 1), ValueError, "exceeds the most bins"),
+    (dict(variant="fast"), ValueError, "variant must be one of"),
+    (dict(out=FakeCupy(shape=(10,), typestr="<f8")), TypeError, "out must have dtype int64"),
+    (dict(out=np.zeros(10, np.int64)), KernelArgumentError, "out must be a device array"),
+])
+def test_bincount_bad_input_raises_before_the_gpu(kwargs, error, text):
+    args = dict(x=Fake())
+    args.update(kwargs)
+    x = args.pop("x")
+    with pytest.raises(error, match=text):
+        bincount(x, **args)
+
+
+def test_one_plan_class_per_variant():
+    assert isinstance(HistogramPlan("global", "int32", 10), GlobalPlan)
+    assert type(plan_histogram(100)) is SharedPlan
+    assert type(plan_histogram(65_536)) is ClusterPlan
+    assert type(plan_histogram(1 << 20)) is ExchangePlan
+    assert type(plan_histogram(1 << 20, variant="hot")) is HotPlan
+    assert type(plan_histogram(4 << 20)) is GlobalPlan
+    with pytest.raises(ValueError, match="variant must be one of"):
+        HistogramPlan("magic", "int32", 10)
+    a, b = HistogramPlan("dsm", "int32", 5, cluster=2), ClusterPlan("dsm", "int32", 5, cluster=2)
+    assert a == b and hash(a) == hash(b) and a.kernel_expr == "hist_cluster<int, false, false>"
+
+
+def bin_index_model(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """hist_bin_index of binning.cu, step by step in the edges' precision."""
+    e = edges.dtype.type
+    bins = edges.size - 1
+    v = x.astype(edges.dtype)
+    lo, span = edges[0], e(edges[-1] - edges[0])
+    out = np.full(x.size, -1, dtype=np.int64)
+    keep = (v >= edges[0]) & (v <= edges[-1])
+    with np.errstate(invalid="ignore"):
+        f = (v[keep] - lo) / span * e(bins)
+    k = np.where(f >= bins, bins - 1, np.where(f > 0, f, 0).astype(np.int64))
+    vk = v[keep]
+    down = (k > 0) & (vk < edges[k])
+    up = ~down & (k + 1 < bins) & (vk >= edges[np.minimum(k + 1, bins)])
+    out[keep] = k - down + up
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "uint16", "float32", "float64"])
+@pytest.mark.parametrize("bins", [1, 7, 256, 4096, 65536])
+def test_the_binning_rule_is_numpys(dtype, bins):
+    rng = np.random.default_rng(bins)
+    if dtype.startswith("float"):
+        x = (rng.standard_normal(20_000) * 3).astype(dtype)
+        x[:50] = np.linspace(-1, 1, 50)  # values on and next to edges
+        ranges = [None, (-1.0, 1.0), (-2.5, 7.25)]
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(max(info.min, -1000), min(info.max, 70_000), size=20_000).astype(dtype)
+        ranges = [None, (0, bins), (3, 1000.5)]
+    for r in ranges:
+        want, edges = np.histogram(x, bins=bins, range=r)
+        lo, hi = (x.min(), x.max()) if r is None else r
+        mine = np.histogram_bin_edges(np.empty(0, dtype=x.dtype), bins, range=(lo, hi))
+        assert mine.dtype == edges.dtype and np.array_equal(mine, edges)
+        idx = bin_index_model(x, mine)
+        got = np.bincount(idx[idx >= 0], minlength=bins)
+        assert np.array_equal(got, want), (dtype, bins, r)

@@ -1,0 +1,209 @@
+"""cuadv.histogram / cuadv.bincount on a GPU: exact against NumPy for every input type, bin count,
+size, distribution and variant; CuPy and torch in and out; out=; prepared calls; the stream rule."""
+
+import numpy as np
+import pytest
+
+from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
+from cuadv.histograms import bincount, histogram, prepare_bincount, prepare_histogram
+from cuadv.histograms.checks import zipf_cdf
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["int32", "int64", "uint8", "uint16", "float32", "float64"]
+BINS = [1, 7, 256, 4096, 65536, 1 << 20]
+SIZES = [0, 1, 1_000_003]
+VARIANTS = ["auto", "global", "shared", "dsm", "hot", "exchange"]
+
+
+def data(rng, n, dtype, dist, bins):
+    """Uniform over the type's useful range, or Zipf(1.3) over [0, bins) (the lab's skewed data)."""
+    if dist == "zipf":
+        v = np.minimum(np.searchsorted(zipf_cdf(max(bins, 2)), rng.random(n), side="right"), bins - 1)
+        if dtype.startswith("float"):
+            return (v + rng.random(n)).astype(dtype)  # inside bin v of range (0, bins)
+        return np.minimum(v, np.iinfo(dtype).max).astype(dtype)
+    if dtype.startswith("float"):
+        return (rng.standard_normal(n) * 100).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -(1 << 20)), min(info.max, 1 << 21), size=n).astype(dtype)
+
+
+def expect_named(fn, variant):
+    """Run ``fn``; None where a named variant cannot hold these bins or lacks clusters (it refuses by the
+    rules, before launch); auto never refuses."""
+    try:
+        return fn()
+    except (LaunchConfigError, UnsupportedFeatureError) as exc:
+        if variant == "auto":
+            raise
+        return None
+    except ValueError as exc:
+        if variant in ("auto",) or "is for int32 input" not in str(exc) and "16-bit" not in str(exc):
+            raise
+        return None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bins", BINS)
+@pytest.mark.parametrize("dist", ["uniform", "zipf"])
+def test_histogram_matches_numpy_auto(cp, dtype, bins, dist):
+    rng = np.random.default_rng(bins)
+    for n in SIZES:
+        host = data(rng, n, dtype, dist, bins)
+        ranges = [None, (0, bins)] if dist == "zipf" else [None, (-50.5, 75.25)]
+        for r in ranges:
+            try:
+                want, want_edges = np.histogram(host, bins=bins, range=r)
+            except ValueError as exc:  # e.g. float32 cannot make 2^20 finite bins over this range
+                with pytest.raises(ValueError, match=str(exc)[:30]):
+                    histogram(cp.asarray(host), bins, range=r)
+                continue
+            hist, edges = histogram(cp.asarray(host), bins, range=r)
+            assert isinstance(hist, cp.ndarray) and hist.dtype == cp.int64 and hist.shape == (bins,)
+            assert edges.dtype == want_edges.dtype and np.array_equal(cp.asnumpy(edges), want_edges)
+            assert np.array_equal(cp.asnumpy(hist), want), (dtype, bins, dist, n, r)
+
+
+@pytest.mark.parametrize("variant", VARIANTS[1:])
+@pytest.mark.parametrize("bins", BINS)
+@pytest.mark.parametrize("dtype", ["int32", "float32", "uint16"])
+def test_histogram_every_named_variant(cp, variant, bins, dtype):
+    rng = np.random.default_rng(7)
+    for dist in ("uniform", "zipf"):
+        host = data(rng, 1_000_003, dtype, dist, bins)
+        want, _ = np.histogram(host, bins=bins, range=(0, bins))
+        got = expect_named(lambda: histogram(cp.asarray(host), bins, range=(0, bins), variant=variant), variant)
+        if got is None:
+            continue
+        hist, _ = got
+        assert np.array_equal(cp.asnumpy(hist), want), (variant, bins, dtype, dist)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "uint16"])
+@pytest.mark.parametrize("dist", ["uniform", "zipf"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bincount_matches_numpy(cp, dtype, dist, variant):
+    rng = np.random.default_rng(3)
+    for bins in BINS:
+        if dtype == "uint8" and bins > 256:
+            continue
+        for n in SIZES:
+            host = np.abs(data(rng, n, dtype, dist, bins).astype(np.int64)) % bins
+            host = host.astype(dtype)
+            for minlength in (0, bins + 3):
+                want = np.bincount(host, minlength=minlength)
+                got = expect_named(lambda: bincount(cp.asarray(host), minlength, variant=variant), variant)
+                if got is None:
+                    continue
+                assert got.dtype == cp.int64 and np.array_equal(cp.asnumpy(got), want), (dtype, bins, n, variant)
+
+
+def test_bincount_negative_raises_and_leaves_input(cp):
+    x = cp.asarray(np.array([3, 1, -2, 5], dtype=np.int32))
+    with pytest.raises(ValueError, match="no negative elements"):
+        bincount(x)
+    assert cp.asnumpy(x).tolist() == [3, 1, -2, 5]
+    assert cp.asnumpy(bincount(cp.zeros(0, dtype=cp.int64), minlength=4)).tolist() == [0, 0, 0, 0]
+
+
+def test_auto_takes_the_skew_aware_path_for_skewed_data(cp):
+    from cuadv.histograms.launcher import engine
+
+    if engine().plan(1 << 20, "int32").variant == "shared":
+        pytest.skip("one block holds 1M bins here")
+    rng = np.random.default_rng(1)
+    bins = 1 << 20
+    skewed = data(rng, 4_000_037, "int32", "zipf", bins)
+    uniform = rng.integers(0, bins, size=4_000_037).astype(np.int32)
+    p = prepare_bincount(cp.asarray(skewed), minlength=bins)
+    assert np.array_equal(cp.asnumpy(p()), np.bincount(skewed, minlength=bins))
+    assert p.plan(bins).variant == "hot"
+    q = prepare_histogram(cp.asarray(uniform), bins, range=(0, bins))
+    hist, _ = q()
+    assert np.array_equal(cp.asnumpy(hist), np.histogram(uniform, bins, range=(0, bins))[0])
+    assert q.plan.variant != "hot"
+    s = prepare_histogram(cp.asarray(skewed), bins, range=(0, bins))
+    s()
+    assert s.plan.variant == "hot"
+
+
+def test_out_and_prepared_calls(cp):
+    rng = np.random.default_rng(5)
+    host = rng.integers(0, 4096, size=100_003).astype(np.int32)
+    out = cp.full(4096, -7, dtype=cp.int64)
+    hist, _ = histogram(cp.asarray(host), 4096, range=(0, 4096), out=out)
+    assert hist is out and np.array_equal(cp.asnumpy(out), np.histogram(host, 4096, range=(0, 4096))[0])
+    with pytest.raises(ValueError, match="shape"):
+        histogram(cp.asarray(host), 4096, out=cp.zeros(4095, dtype=cp.int64))
+    with pytest.raises(TypeError, match="int64"):
+        histogram(cp.asarray(host), 4096, out=cp.zeros(4096, dtype=cp.int32))
+    p = prepare_histogram(cp.asarray(host), 64, range=(0, 4096))
+    for _ in range(3):
+        x = rng.integers(0, 4096, size=100_003).astype(np.int32)
+        h, _ = p(cp.asarray(x))
+        assert np.array_equal(cp.asnumpy(h), np.histogram(x, 64, range=(0, 4096))[0])
+    with pytest.raises(ValueError, match="made for"):
+        p(cp.zeros(5, dtype=cp.int32))
+    b = prepare_bincount(cp.asarray(host))
+    counts = cp.zeros(4096, dtype=cp.int64)
+    if host.max() == 4095:
+        assert b(out=counts) is counts and np.array_equal(cp.asnumpy(counts), np.bincount(host))
+
+
+def test_non_contiguous_input_raises(cp):
+    x = cp.arange(100, dtype=cp.int32)[::2]
+    with pytest.raises(TypeError, match="C-contiguous"):
+        histogram(x, 10)
+    with pytest.raises(TypeError, match="C-contiguous"):
+        bincount(x)
+
+
+def test_cupy_non_blocking_stream_orders_with_surrounding_work(cp):
+    n, bins = 8_000_003, 1000
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        x = cp.empty(n, dtype=cp.int32)
+        x.fill(7)  # on s; no synchronize before the histogram reads it
+        x[: n // 2] = cp.arange(n // 2, dtype=cp.int32) % bins
+        hist, _ = histogram(x, bins, range=(0, bins))
+        counts = bincount(x, minlength=bins)
+        total = int(hist.sum())  # CuPy work on s after ours
+        peak = int(counts[7])
+    want = np.bincount(np.concatenate([np.arange(n // 2) % bins, np.full(n - n // 2, 7)]), minlength=bins)
+    assert total == n and peak == want[7]
+    assert np.array_equal(cp.asnumpy(hist), want)
+
+
+def test_torch_in_torch_out_and_side_stream():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    host = rng.integers(0, 300, size=1_000_003).astype(np.int64)
+    x = torch.as_tensor(host, device="cuda")
+    counts = bincount(x, minlength=10)
+    assert isinstance(counts, torch.Tensor) and counts.dtype == torch.int64 and counts.is_cuda
+    assert np.array_equal(counts.cpu().numpy(), np.bincount(host, minlength=10))
+    assert torch.equal(counts, torch.bincount(x, minlength=10))
+    hist, edges = histogram(x.float(), 16)
+    want, want_edges = np.histogram(host.astype(np.float32), 16)
+    assert isinstance(hist, torch.Tensor) and np.array_equal(hist.cpu().numpy(), want)
+    assert isinstance(edges, torch.Tensor) and np.array_equal(edges.cpu().numpy(), want_edges)
+    out = torch.full((16,), -1, dtype=torch.int64, device="cuda")
+    assert histogram(x.float(), 16, out=out)[0] is out and np.array_equal(out.cpu().numpy(), want)
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = torch.full((4_000_001,), 3, dtype=torch.int32, device="cuda")  # filled on the side stream
+        y[::2] = 5
+        c = bincount(y)  # stream=None: torch's current stream, the side stream
+        s = int(c.sum())  # torch work after ours on the same stream
+    assert s == 4_000_001 and c[5].item() == 2_000_001 and c[3].item() == 2_000_000
+
+
+def test_named_cluster_variant_without_clusters_names_the_fallback(cp):
+    from cuadv.histograms.launcher import engine
+
+    if engine().caps.cluster_launch:
+        pytest.skip("this GPU has clusters")
+    with pytest.raises(UnsupportedFeatureError, match="variant='shared', 'hot' or 'global'"):
+        histogram(cp.zeros(10, dtype=cp.int32), 1 << 20, range=(0, 1 << 20), variant="exchange")

@@ -1,0 +1,106 @@
+"""cuadv.l2.persist without a GPU: every bad input is refused before the driver is reached (fake
+capabilities), naming the argument, the value and the limit, or the fallback where the GPU has no
+persisting L2."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import cuadv.l2 as l2
+from cuadv.errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
+
+MiB = 1 << 20
+
+
+@dataclass
+class Caps:
+    compute_capability: tuple = (9, 0)
+    persisting_l2_max_bytes: int = 39_321_600
+    access_policy_max_window_bytes: int = 134_213_632
+
+
+@pytest.fixture(autouse=True)
+def no_driver(monkeypatch):
+    """Any driver call fails the test: persist() must check everything before it touches the GPU."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("persist() reached the driver")
+
+    monkeypatch.setattr(l2, "driver", forbidden)
+
+
+def test_a_valid_request_only_describes_the_window():
+    p = l2.persist(0x10000, 32 * MiB, stream=7, caps=Caps())
+    assert (p.ptr, p.nbytes, p.stream, p.requested_set_aside) == (0x10000, 32 * MiB, 7, 39_321_600)
+    assert not p.active and p.window is None
+    p = l2.persist(0x10000, 4096, hit_ratio=0.5, set_aside=MiB, stream=7, caps={"persisting_l2_max_bytes": 2 * MiB,
+                                                                               "access_policy_max_window_bytes": MiB})
+    assert p.requested_hit_ratio == 0.5 and p.requested_set_aside == MiB
+
+
+@pytest.mark.parametrize("caps", [Caps(persisting_l2_max_bytes=0), {"persisting_l2_max_bytes": 0}])
+def test_no_persisting_l2_names_the_fallback(caps):
+    with pytest.raises(UnsupportedFeatureError) as info:
+        l2.persist(0x10000, 4096, stream=7, caps=caps)
+    text = str(info.value)
+    assert "L2 persistence" in text and "not MIG" in text and "0 B persisting L2" in text
+    assert "plain caching" in text
+
+
+def test_window_over_the_device_maximum_names_the_limit():
+    with pytest.raises(LaunchConfigError, match="access-policy window of 134213633 B exceeds the maximum window "
+                                                "134213632 B"):
+        l2.persist(0x10000, 134_213_633, stream=7, caps=Caps())
+
+
+def test_set_aside_outside_the_device_maximum():
+    with pytest.raises(LaunchConfigError, match=r"set-aside of 39321601 B is outside \[0, 39321600\]"):
+        l2.persist(0x10000, 4096, set_aside=39_321_601, stream=7, caps=Caps())
+    with pytest.raises(LaunchConfigError, match=r"set-aside of -1 B is outside"):
+        l2.persist(0x10000, 4096, set_aside=-1, stream=7, caps=Caps())
+    with pytest.raises(LaunchConfigError, match="set_aside must be an int"):
+        l2.persist(0x10000, 4096, set_aside=1.5, stream=7, caps=Caps())
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5, float("nan"), "1"])
+def test_hit_ratio_outside_0_1(ratio):
+    with pytest.raises(LaunchConfigError, match=r"hit_ratio must be in \[0, 1\]"):
+        l2.persist(0x10000, 4096, hit_ratio=ratio, stream=7, caps=Caps())
+
+
+@pytest.mark.parametrize("nbytes", [0, -4, 2.5, True])
+def test_nbytes_must_be_a_positive_int(nbytes):
+    with pytest.raises(LaunchConfigError, match="nbytes must be a positive int"):
+        l2.persist(0x10000, nbytes, stream=7, caps=Caps())
+
+
+def test_an_address_needs_nbytes_and_must_be_positive():
+    with pytest.raises(LaunchConfigError, match="needs nbytes"):
+        l2.persist(0x10000, stream=7, caps=Caps())
+    with pytest.raises(LaunchConfigError, match="must be positive, got 0"):
+        l2.persist(0, 4096, stream=7, caps=Caps())
+
+
+def test_host_arrays_are_refused():
+    with pytest.raises(KernelArgumentError):
+        l2.persist(np.zeros(16, np.float32), stream=7, caps=Caps())
+
+
+class _FakeDeviceArray:
+    """A device array by the CUDA Array Interface (no memory behind it: persist only reads the description)."""
+
+    def __init__(self, ptr, n):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
+def test_array_window_defaults_to_the_whole_array_and_stays_inside_it():
+    p = l2.persist(_FakeDeviceArray(0x20000, 1024), stream=7, caps=Caps())
+    assert (p.ptr, p.nbytes) == (0x20000, 4096)
+    assert l2.persist(_FakeDeviceArray(0x20000, 1024), 1000, stream=7, caps=Caps()).nbytes == 1000
+    with pytest.raises(LaunchConfigError, match="nbytes = 4097 exceeds the array's 4096 B"):
+        l2.persist(_FakeDeviceArray(0x20000, 1024), 4097, stream=7, caps=Caps())
+
+
+def test_default_window_ratio_fills_the_set_aside():
+    assert l2.hit_ratio_for(39_321_600, 80 * MiB) == pytest.approx(0.46875)

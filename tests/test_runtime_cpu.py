@@ -1,0 +1,129 @@
+"""The runtime layer without a GPU: the array and stream reader, the struct mirror, the feature
+registry, and the compiled module's kernel lookup."""
+
+import sys
+import types
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from cuadv.compiler import compile_source
+from cuadv.errors import CuadvError, KernelArgumentError, UnsupportedFeatureError
+from cuadv.features import FEATURES, feature, require, why_not
+from cuadv.interop import c_strides, device_array, library_of, stream_handle
+from cuadv.params import StructArgument, c_struct
+
+
+class FakeArray:
+    """An object with a CUDA Array Interface (v3), as CuPy, Numba and PyTorch expose it."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x1000, stream=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (ptr, False), "version": 3, "stream": stream}
+
+
+def test_device_array_reads_shape_strides_and_type():
+    a = device_array(FakeArray((10, 7)))
+    assert (a.ptr, a.shape, a.strides, a.itemsize, a.type_name) == (0x1000, (10, 7), (28, 4), 4, "float32")
+    assert a.contiguous and a.size == 70 and a.nbytes == 280 and a.dtype == np.float32 and a.library == "other"
+    b = device_array(FakeArray((10, 7), "<u2", strides=(32, 2)))
+    assert b.strides == (32, 2) and not b.contiguous and b.type_name == "uint16"
+    assert device_array(FakeArray((0, 3))).contiguous  # an empty array is contiguous whatever its strides say
+
+
+def test_c_strides_give_extent_one_and_zero_dimensions_a_stride():
+    assert c_strides((2, 3, 4), 4) == (48, 16, 4)
+    assert c_strides((0, 3), 8) == (24, 8)
+
+
+def test_host_and_foreign_objects_are_refused_with_the_fix():
+    with pytest.raises(KernelArgumentError, match="host memory.*cupy.asarray"):
+        device_array(np.zeros(3))
+    with pytest.raises(KernelArgumentError, match="neither __cuda_array_interface__ nor __dlpack__"):
+        device_array(object())
+
+
+def test_library_of_names_the_maker():
+    assert library_of(FakeArray((1,))) == "other"
+    assert library_of(np.zeros(1)) == "other"
+
+
+def test_stream_handle_forms():
+    assert stream_handle(7) == 7
+    assert stream_handle(types.SimpleNamespace(ptr=11)) == 11
+    assert stream_handle(types.SimpleNamespace(cuda_stream=12)) == 12
+
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, 13)
+
+    assert stream_handle(Proto()) == 13
+    with pytest.raises(KernelArgumentError, match="cannot use str as a stream"):
+        stream_handle("stream")
+
+
+def test_stream_none_follows_cupys_current_stream(monkeypatch):
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0xBEEF))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert stream_handle(None, FakeArray((1,))) == 0xBEEF
+    monkeypatch.delitem(sys.modules, "cupy")
+    assert stream_handle(None, FakeArray((1,))) == 0  # no array library in use: the legacy default stream
+
+
+def test_stream_none_follows_torchs_current_stream_for_a_tensor(monkeypatch):
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(current_stream=lambda device: types.SimpleNamespace(cuda_stream=0xF00D))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    Tensor = type("Tensor", (), {"__module__": "torch", "device": "cuda:0"})
+    assert stream_handle(None, Tensor()) == 0xF00D
+
+
+def test_c_struct_checks_its_size_against_the_device_struct():
+    layout = c_struct("P", [("a", "<u8"), ("n", "<u4"), ("t", "<u8")], size=24)
+    assert layout.fields["t"][1] == 16  # natural alignment, as C lays it out
+    with pytest.raises(AssertionError, match="mirror of P is 24 B but the device struct is 20 B"):
+        c_struct("P", [("a", "<u8"), ("n", "<u4"), ("t", "<u8")], size=20)
+
+
+def test_struct_argument_packs_fields_by_name_and_nests_raw_bytes():
+    @dataclass(frozen=True)
+    class Inner:
+        def kernel_param_bytes(self):
+            return bytes(range(16))
+
+    @dataclass(frozen=True)
+    class Params(StructArgument):
+        LAYOUT: ClassVar[np.dtype] = c_struct("Params", [("ptr", "<u8"), ("n", "<i4"), ("_pad", "<u4"),
+                                                         ("inner", "V16")], size=32)
+        ptr: int
+        n: int
+        inner: Inner
+
+    data = Params(0x1122, -3, Inner()).kernel_param_bytes()
+    assert data == (0x1122).to_bytes(8, "little") + (-3).to_bytes(4, "little", signed=True) + bytes(4) + bytes(range(16))
+
+
+def test_feature_registry_says_why_not_and_the_fallback():
+    hopper = {"compute_capability": (9, 0), "clc": False, "cluster_launch": True, "cooperative_launch": True,
+              "persisting_l2_max_bytes": 0, "mem_sync_domain_count": 4, "tma": True, "pdl": True,
+              "stream_priority_low": 0, "stream_priority_high": -5}
+    assert why_not("tma", hopper) is None
+    assert "compute capability >= 10.0 (got 9.0)" in why_not("clc", hopper) and "steal" in why_not("clc", hopper)
+    with pytest.raises(UnsupportedFeatureError, match=r"L2 access-policy window needs a GPU with persisting L2 "
+                                                      r"\(not MIG\) \(got 0 B persisting L2\); fallback: no window"):
+        require("l2_persistence", hopper, name="L2 access-policy window", fallback="no window")
+    assert {f.key for f in FEATURES} >= {"clc", "cluster_launch", "tma", "pdl", "l2_persistence", "mem_sync_domains"}
+    with pytest.raises(ValueError, match="unknown feature 'warp_drive'"):
+        feature("warp_drive")
+
+
+def test_a_missing_kernel_is_named_with_the_kernels_the_module_has():
+    module = compile_source('extern "C" __global__ void present_a() {}\n'
+                            'template <int N> __global__ void present_b() {}\n',
+                            name="lookup", arch="sm_90a", name_expressions=["present_b<3>"])
+    assert module.kernel_names() == ["present_a", "present_b<3>"]
+    with pytest.raises(CuadvError, match=r"module 'lookup' has no kernel 'absent'; its kernels: present_a, present_b<3>"):
+        module.kernel("absent")
