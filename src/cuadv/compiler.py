@@ -262,16 +262,16 @@ _shipped: dict[tuple, CompiledModule] = {}
 
 
 def shipped(filename: str, *, arch: str | None = None, defines: Mapping[str, object] | None = None,
-            name_expressions: Iterable[str] = (), name: str | None = None) -> CompiledModule:
+            name_expressions: Iterable[str] = (), name: str | None = None, rdc: bool = False) -> CompiledModule:
     """The one cached build of a .cu file shipped with cuadv, per target, defines and name expressions:
     every user of the file in this process shares one CompiledModule (and so one loaded Kernel each)."""
     if arch is None:
         arch = current_device().caps.arch
     exprs = tuple(name_expressions)
-    key = (filename, arch, tuple(sorted((defines or {}).items())), exprs, name)
+    key = (filename, arch, tuple(sorted((defines or {}).items())), exprs, name, rdc)
     module = _shipped.get(key)
     if module is None:
         module = compile_source(kernel_source(filename), name=name or filename.rsplit(".", 1)[0], arch=arch,
-                                defines=defines, name_expressions=exprs)
+                                defines=defines, name_expressions=exprs, rdc=rdc)
         module = _shipped.setdefault(key, module)
     return module

@@ -67,11 +67,8 @@ def synchronize(stream: Any = None) -> None:
 _QUEUE_AHEAD_SOURCE = r"""
 // Spins for `ns` nanoseconds on one thread. Enqueued before a timed region, it keeps the GPU busy
 // while the host records the start event and launches, so host launch time is not measured.
-extern "C" __global__ void cuadv_queue_ahead(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
+#include <cuadv/timer.cuh>
+extern "C" __global__ void cuadv_queue_ahead(unsigned long long ns) { cuadv::timer::spin_ns(ns); }
 """
 _queue_ahead_kernel = None
 

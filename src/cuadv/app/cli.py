@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ..errors import CuadvError, NoGpuError
 from ..report.console import print_table
-from ..report.results import Table, fmt
+from ..report.results import Table
 
 DEFAULT_ARCHS = ["sm_90a", "sm_100a"]
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from ..compiler import CompiledModule
     from ..device import DeviceCaps
     from ..report.results import LabResult
     from ..timing import CopyCeiling
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
@@ -51,3 +53,22 @@ class Lab(Protocol):
 
     def smoke(self) -> None:
         """Launch every kernel of the lab once at a small size and validate (for `cuadv check`)."""
+
+
+def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], rounds: int,
+                       on_round: Callable[[int], None] | None = None) -> dict[K, float]:
+    """Median per variant over `rounds` rounds that each run every variant once, in the mapping's order, so a
+    drift of clocks or temperature during a lab falls on all variants alike instead of on whichever ran last.
+
+    variants: key -> a callable that measures one round of that variant and returns its samples (any unit);
+    the median is taken over the samples of all rounds together. on_round(r) is called before round r (0-based),
+    e.g. to report progress."""
+    import numpy as np
+
+    samples: dict[K, list[float]] = {key: [] for key in variants}
+    for r in range(rounds):
+        if on_round is not None:
+            on_round(r)
+        for key, measure in variants.items():
+            samples[key] += measure()
+    return {key: float(np.median(s)) for key, s in samples.items()}

@@ -11,6 +11,8 @@
 //               its running blocks in `active` so the fence kernel can see the overlap.
 //   dom_fence   each thread writes its slot and fences, `iterations` times; per-block start/end
 //               timestamps; the last block to finish sets `stop`.
+#include "cuadv/timer.cuh"
+
 struct WriterParams {
   uint4* dst;                       // buffer written over and over
   unsigned long long n_vec;         // uint4 elements in dst
@@ -32,11 +34,7 @@ struct FenceParams {
   unsigned long long gate_ns;       // wait up to this long for the writer to start (0: do not wait)
 };
 
-static __device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using cuadv::timer::now_ns;
 
 static __device__ __forceinline__ unsigned int load_volatile(const unsigned int* p) {
   return *reinterpret_cast<const volatile unsigned int*>(p);

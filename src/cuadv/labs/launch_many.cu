@@ -10,6 +10,8 @@
 //   2  device graph launch: a one-node graph that runs task `cursor` and tail-launches itself until
 //      the tasks are done (relocatable, linked with cudadevrt)
 // Parts 1 and 2 are separate modules because a kernel of a device graph may not use dynamic parallelism.
+#include "cuadv/timer.cuh"
+
 #ifndef CUADV_LM_PART
 #define CUADV_LM_PART 0
 #endif
@@ -23,13 +25,7 @@ struct TaskParams {
 
 // One task, run by the 32 threads of a warp (lane 0 records it).
 static __device__ __forceinline__ void run_task(const TaskParams& p, unsigned int i) {
-  if (p.task_ns != 0) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < p.task_ns);
-  }
+  cuadv::timer::spin_ns(p.task_ns);
   if ((threadIdx.x & 31) == 0) atomicAdd(p.counts + i, 1u);
 }
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._cuda import check, driver
-from ..compiler import CompiledModule, compile_source, kernel_source
+from ..compiler import INCLUDE_DIR, CompiledModule, kernel_source, shipped
 from ..errors import CuadvError, ValidationError
 from ..launch import LaunchConfig, launch, prepare
 from ..params import c_struct
@@ -44,9 +44,8 @@ check_chunk = check_tasks_per_ticket  # the rule of cuadv.persistent
 
 def build_modules(arch: str) -> dict[int, CompiledModule]:
     """Part 0 (host-launched), 1 (dynamic parallelism, relocatable) and 2 (device graph, relocatable)."""
-    src = kernel_source("launch_many.cu")
-    return {part: compile_source(src, name=f"launch_many_{part}", arch=arch, defines={"CUADV_LM_PART": part},
-                                 rdc=part > 0) for part in (0, 1, 2)}
+    return {part: shipped("launch_many.cu", name=f"launch_many_{part}", arch=arch, defines={"CUADV_LM_PART": part},
+                          rdc=part > 0) for part in (0, 1, 2)}
 
 
 @dataclass
@@ -170,7 +169,8 @@ class CupyLaunches(Mechanism):
         import cupy as cp
 
         super().__init__(stream)
-        module = cp.RawModule(code=kernel_source("launch_many.cu"), options=("-std=c++17", "-DCUADV_LM_PART=0"))
+        module = cp.RawModule(code=kernel_source("launch_many.cu"),
+                              options=("-std=c++17", "-DCUADV_LM_PART=0", f"-I{INCLUDE_DIR}"))
         self.kernel = module.get_function("lm_task_args")
 
     def run(self) -> None:

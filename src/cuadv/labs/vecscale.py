@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..report.results import LabResult, Table
 from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
-from .base import RunContext
+from .base import RunContext, interleaved_rounds
 
 THREADS = 256
 
@@ -209,17 +209,16 @@ class VecScaleLab:
 
     @staticmethod
     def _time_rounds(ctx: RunContext, kernels, data, n: int, alpha, size: str) -> dict[tuple[str, Shape], float]:
-        """Median ms per kernel over ROUNDS rounds that each time every kernel once, so a drift of clocks or
-        temperature during the lab falls on all kernels alike instead of on whichever ran last."""
+        """Median ms per kernel over ROUNDS interleaved rounds (every kernel once per round); each round's
+        sample is the median of 10 CUDA-event timings."""
         from ..timing import time_gpu
 
-        rounds: dict[tuple[str, Shape], list[float]] = {key: [] for key in kernels}
-        for r in range(ROUNDS):
-            ctx.progress(f"vecscale at {size}: round {r + 1} of {ROUNDS}, {len(kernels)} kernels")
-            for (label, shape), k in kernels.items():
-                rounds[(label, shape)].append(
-                    time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms)
-        return {key: float(np.median(ms)) for key, ms in rounds.items()}
+        def one_round(k: TileKernel, shape: Shape):
+            return lambda: [time_gpu(lambda: k(tiles_for(n, shape), data, n, alpha, 0), repeats=10).median_ms]
+
+        return interleaved_rounds(
+            {(label, shape): one_round(k, shape) for (label, shape), k in kernels.items()}, ROUNDS,
+            lambda r: ctx.progress(f"vecscale at {size}: round {r + 1} of {ROUNDS}, {len(kernels)} kernels"))
 
     def _sm_finish(self, ctx: RunContext, result: LabResult, kernels, shape: Shape, data, n: int, size: str) -> None:
         """When each SM ran out of work, from block traces: a static split (fixed_blocks) gives every SM the

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "cuadv/ptx.cuh"
+#include "cuadv/timer.cuh"
 
 namespace cuadv::pdl {
 
@@ -48,12 +49,7 @@ static inline __device__ void wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// Spin for `ns` nanoseconds of %globaltimer (stands for work of a known duration).
-static inline __device__ void spin_ns(ptx::u64 ns) {
-  if (ns == 0) return;
-  const ptx::u64 t0 = ptx::globaltimer_ns();
-  while (ptx::globaltimer_ns() - t0 < ns) {
-  }
-}
+// Spin for `ns` nanoseconds of %globaltimer (stands for work of a known duration): cuadv/timer.cuh's.
+using cuadv::timer::spin_ns;
 
 }  // namespace cuadv::pdl

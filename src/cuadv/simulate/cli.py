@@ -1,0 +1,70 @@
+"""``cuadv simulate``: its arguments, and printing and writing a study's tables and timelines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .model import POLICIES, Machine, SimulationError
+from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
+from .tradeoff import study
+
+def cmd_simulate(args, console) -> int:
+    from ..report.console import print_table
+
+    policies = POLICIES if not args.policy or "all" in args.policy else tuple(dict.fromkeys(args.policy))
+    try:
+        quantum = float(args.quantum_us)  # "inf" parses to math.inf
+    except ValueError:
+        console.print(f"[red]cuadv simulate: --quantum-us must be a number of microseconds or inf, got "
+                      f"{args.quantum_us!r}[/]")
+        return 2
+    try:
+        machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
+        with console.status("simulating"):
+            s = study(machine, args.workload, args.tiles, args.tile_us, args.prologue_us, args.heavy_prologue_us,
+                      quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed)
+    except SimulationError as exc:
+        console.print(f"[red]cuadv simulate: {exc}[/]")
+        return 2
+    tables = [parameters_table(s), workload_table(s), tradeoff_table(s), seed_table(s)]
+    if s.sweep:
+        tables.append(sweep_table(s))
+    for t in tables:
+        print_table(console, t)
+    if args.out:
+        out = Path(args.out)
+        names = write_timelines(s, out)
+        import json
+        from dataclasses import asdict
+
+        (out / "simulate.json").write_text(json.dumps([asdict(t) for t in tables], indent=2, default=str))
+        console.print(f"timelines and tables: {', '.join(str(out / n) for n in names)}, {out / 'simulate.json'}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="predict the work-stealing trade-off with a model of the block scheduler "
+                                        "(no GPU needed)")
+    p.add_argument("--workload", default="pareto:1.5",
+                   help="uniform | pareto[:alpha] | triangular | periodic[:period[:factor]] | FILE.npy/.txt of "
+                        "per-tile microseconds (default pareto:1.5)")
+    p.add_argument("--tiles", type=int, default=42_240, help="number of tiles (default 42240)")
+    p.add_argument("--tile-us", type=float, default=20.0, help="mean tile duration, microseconds (default 20)")
+    p.add_argument("--sms", type=int, default=132, help="SMs (default 132, an H200)")
+    p.add_argument("--slots", type=int, default=8, help="resident blocks per SM, the kernel's occupancy (default 8)")
+    p.add_argument("--prologue-us", type=float, default=5.0, help="prologue per running block (default 5)")
+    p.add_argument("--heavy-prologue-us", type=float, default=100.0,
+                   help="the prologue of the overhead scenario (default 100)")
+    p.add_argument("--quantum-us", default="50", help="steal quantum in microseconds, or inf (default 50)")
+    p.add_argument("--policy", action="append", choices=POLICIES + ("all",),
+                   help="policy to simulate (repeatable; default all)")
+    p.add_argument("--sweep", type=float, action="append", metavar="QUANTUM_US",
+                   help="add a row to the quantum sweep table (repeatable; inf allowed)")
+    p.add_argument("--launch-ns", type=float, default=Machine.launch_ns, help="block launch + teardown cost")
+    p.add_argument("--claim-ns", type=float, default=Machine.claim_ns, help="steal: cost of one ticket")
+    p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns, help="clc: latency of a cancel answer")
+    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: from a failed claim to the slot being free")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
+    p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
+                                                           "('' to write nothing)")
+    p.set_defaults(handler=cmd_simulate)

@@ -1,0 +1,70 @@
+"""Per-tile durations for the simulator: the named workloads (uniform, Pareto, triangular, periodic)
+and durations read from a file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .model import Machine, SimulationError
+
+STANDARD_WORKLOADS = ("uniform", "pareto:1.5", "triangular", "periodic")
+PERIODIC_FACTOR = 120.0
+
+
+def make_workload(spec: str, tiles: int, tile_ns: float, machine: Machine, seed: int = 0) -> np.ndarray:
+    """Per-tile durations (ns) for a workload name, or from a file of durations in microseconds.
+
+    ``uniform``: every tile ``tile_ns``. ``pareto[:alpha]``: Pareto(alpha) with mean ``tile_ns``
+    (alpha > 1, default 1.5). ``triangular``: tile i costs in proportion to i + 1 (mean ``tile_ns``),
+    like the rows of a triangular matrix. ``periodic[:period[:factor]]``: every period-th tile (default
+    the machine's slot count) costs factor (default 120) times ``tile_ns``. A path ending in .npy or
+    .txt/.csv: one duration per tile in microseconds (``tiles`` is then the file's length).
+    """
+    if not isinstance(tiles, (int, np.integer)) or tiles < 0:
+        raise SimulationError(f"tiles must be an integer >= 0, got {tiles!r}")
+    if not (math.isfinite(tile_ns) and tile_ns >= 0):
+        raise SimulationError(f"the tile duration must be a finite number >= 0, got {tile_ns!r}")
+    name, *params = spec.split(":")
+    try:
+        values = [float(p) for p in params]
+    except ValueError:
+        values = None
+    if name == "uniform" and not params:
+        return np.full(tiles, float(tile_ns))
+    if name == "pareto" and values is not None and len(values) <= 1:
+        alpha = values[0] if values else 1.5
+        if not alpha > 1:
+            raise SimulationError(f"pareto needs alpha > 1 for a finite mean, got {alpha}")
+        scale = tile_ns * (alpha - 1) / alpha  # the minimum; the mean of Pareto(alpha, scale) is tile_ns
+        return scale * (np.random.default_rng(seed).pareto(alpha, tiles) + 1.0)
+    if name == "triangular" and not params:
+        return 2.0 * tile_ns * np.arange(1, tiles + 1, dtype=np.float64) / (tiles + 1)
+    if name == "periodic" and values is not None and len(values) <= 2:
+        period = int(values[0]) if values else machine.slots
+        factor = values[1] if len(values) > 1 else PERIODIC_FACTOR
+        if period < 1 or not factor >= 0:
+            raise SimulationError(f"periodic needs a period >= 1 and a factor >= 0, got {period} and {factor}")
+        d = np.full(tiles, float(tile_ns))
+        d[::period] *= factor
+        return d
+    path = Path(spec)
+    if path.suffix in (".npy", ".txt", ".csv") or path.exists():
+        return _durations_from_file(path)
+    raise SimulationError(f"unknown workload {spec!r}: use uniform, pareto[:alpha], triangular, "
+                          "periodic[:period[:factor]], or a .npy/.txt file of durations in microseconds")
+
+
+def _durations_from_file(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise SimulationError(f"workload file {path} does not exist")
+    try:
+        us = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None)
+    except Exception as exc:
+        raise SimulationError(f"cannot read durations from {path}: {exc}") from exc
+    us = np.asarray(us, dtype=np.float64).reshape(-1)
+    if len(us) == 0 or not np.isfinite(us).all() or us.min() < 0:
+        raise SimulationError(f"{path} must hold at least one finite duration >= 0 (microseconds per tile)")
+    return us * 1e3
