@@ -47,3 +47,12 @@ def test_pdl_example_reference_applies_each_layer_in_order():
     first = np.concatenate([np.full(pdl.TABLE, 2, np.float32), np.full(pdl.TABLE, 1, np.float32)])
     second = np.concatenate([np.full(pdl.TABLE, 3, np.float32), np.zeros(pdl.TABLE, np.float32)])
     assert np.array_equal(pdl.reference(x, np.stack([first, second])), (2 * x + 1) * 3)
+
+
+def test_l2_example_compiles_and_its_reference_pairs_each_float4():
+    l2 = load("l2_persist")
+    res = l2.lookup_kernel().compile("sm_90a", "fixed_blocks").resources_for("l2_example")
+    assert res.spill_store_bytes == 0
+    x, table = np.arange(8, dtype=np.float32), np.arange(16, dtype=np.float32)
+    out = l2.reference(x, table, np.arange(8))
+    assert np.array_equal(out[:4] - x[:4], np.full(4, out[0] - x[0]))  # one table pair per float4

@@ -245,6 +245,7 @@ def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypat
 
     monkeypatch.setattr(tile_kernel, "_pool", Pool())
     monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, *args, stream: launched.append((kernel, config)))
+    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)  # the device checks
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
     for policy, per_sm in (("steal", 8), ("fixed_blocks", 3), ("steal", 8)):

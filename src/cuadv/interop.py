@@ -96,14 +96,16 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         strides = cai.get("strides")
         strides = tuple(int(v) for v in strides) if strides is not None else c_strides(shape, itemsize)
         producer = cai.get("stream")
-        if stream is not None and producer not in (None, stream) and int(producer) > 2:
-            wait_for_stream(stream, int(producer))
+        if stream is not None and producer is not None and _legacy_as_one(int(producer)) != _legacy_as_one(stream) \
+                and not _capturing(stream):
+            wait_for_stream(stream, int(producer))  # 1 and 2 are the driver's legacy and per-thread handles too
         return DeviceArray(int(cai["data"][0]), shape, strides, typestr, itemsize, library, _type_name(typestr), obj)
     if hasattr(obj, "__dlpack__"):
         from cuda.core.utils import StridedMemoryView
 
         from_dlpack = getattr(StridedMemoryView, "from_dlpack", None)  # cuda.core >= 1.2; the constructor is deprecated
-        consumer = -1 if not stream else stream  # -1: no ordering asked (the legacy stream orders itself)
+        # DLPack's stream argument: -1 asks for no ordering, 1 names the legacy default stream (never 0).
+        consumer = -1 if stream is None or _capturing(stream) else _legacy_as_one(stream)
         view = from_dlpack(obj, stream_ptr=consumer) if from_dlpack else StridedMemoryView(obj, stream_ptr=consumer)
         if not view.is_device_accessible:
             raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory")
@@ -115,6 +117,19 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
     raise KernelArgumentError(
         f"cannot use {type(obj).__name__} as a device array: it has neither __cuda_array_interface__ nor "
         "__dlpack__ (pass a CuPy array, a PyTorch CUDA tensor or a cuda.core buffer)")
+
+
+def _legacy_as_one(handle: int) -> int:
+    """The legacy default stream as the CUDA Array Interface and DLPack name it (1); the driver takes 0 or 1."""
+    return 1 if handle == 0 else handle
+
+
+def _capturing(stream: int) -> bool:
+    """True while ``stream`` is being captured into a graph: then no event may be recorded on another
+    stream (it would invalidate the capture), and ordering the inputs is the capturing code's business."""
+    drv = driver()
+    status = check(drv.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+    return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _type_name(typestr: str) -> str:
@@ -182,7 +197,13 @@ def empty(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, s
     """A new uninitialised array in ``library`` ('torch' on ``like``'s device; anything else gives CuPy)."""
     if library == "torch":
         torch = sys.modules["torch"]
-        return torch.empty(tuple(shape), dtype=getattr(torch, np.dtype(dtype).name), device=like.device)
+        # torch's caching allocator ties a block to the stream current at allocation: allocate on the
+        # stream that will write the array, so the block is not handed out again while it works.
+        dtype = getattr(torch, np.dtype(dtype).name)
+        if stream == torch.cuda.current_stream(like.device).cuda_stream:
+            return torch.empty(tuple(shape), dtype=dtype, device=like.device)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=like.device)):
+            return torch.empty(tuple(shape), dtype=dtype, device=like.device)
     import cupy as cp
 
     if stream == cp.cuda.get_current_stream().ptr:

@@ -38,6 +38,8 @@ blocks active at once on different streams share one set-aside.
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._cuda import check, driver
@@ -171,6 +173,20 @@ def _caps_dict(caps) -> dict:
                                           "access_policy_max_window_bytes") if hasattr(caps, k)}
 
 
+@dataclass
+class _ActiveBlocks:
+    """The persist() blocks active in this process: the set-aside and the persisting lines are the
+    context's, shared by every stream, so only the last block to leave resets them."""
+
+    active: int = 0
+    previous: int = 0  # the set-aside before the first block
+    granted: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_blocks = _ActiveBlocks()
+
+
 class Persist:
     """A persisting window over one buffer on one stream, for the duration of a ``with`` block. Made by
     ``persist`` (which checks everything first); entering reserves the set-aside and sets the window,
@@ -190,9 +206,13 @@ class Persist:
     def __enter__(self) -> "Persist":
         if self.active:
             raise RuntimeError("this persist() block is already active; make another persist() for a second one")
-        previous = get_set_aside()
-        self.set_aside = set_set_aside(self.requested_set_aside, self.caps)
-        self._previous = previous
+        with _blocks.lock:  # the set-aside belongs to the context: the first block takes it, the last gives it back
+            if _blocks.active == 0:
+                _blocks.previous = get_set_aside()
+                _blocks.granted = set_set_aside(self.requested_set_aside, self.caps)
+            _blocks.active += 1
+            self.set_aside = _blocks.granted
+            self._previous = _blocks.previous
         try:
             ratio = self.requested_hit_ratio
             if ratio is None:
@@ -224,11 +244,14 @@ class Persist:
             self._restore()
 
     def _restore(self) -> None:
-        previous, self._previous = self._previous, None
-        reset_persisting_lines()
-        if previous is not None:
-            check(driver().cuCtxSetLimit(_limit(), previous), "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
+        self._previous = None
         self.set_aside = 0
+        with _blocks.lock:
+            _blocks.active -= 1
+            if _blocks.active:  # another block (another stream, another thread) still uses the set-aside
+                return
+            reset_persisting_lines()
+            check(driver().cuCtxSetLimit(_limit(), _blocks.previous), "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
 
     def __repr__(self) -> str:
         return (f"Persist(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, stream=0x{self.stream:x}, "

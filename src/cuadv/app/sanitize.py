@@ -42,7 +42,8 @@ def find_sanitizer() -> str | None:
 
 
 def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckOutcome:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    src_dir = Path(__file__).resolve().parents[2]  # src/, which holds the cuadv package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src_dir),
                                                        os.environ.get("PYTHONPATH", "")]),
                CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist

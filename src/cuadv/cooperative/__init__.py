@@ -354,7 +354,7 @@ def _check_two_phase(x, rounds: int, mode: str) -> None:
 
 def enqueue_two_phase(x, partials, rounds: int, mode: str, grid: int, block: int, stream: Any = None,
                       backend: str = "auto") -> None:
-    n = x.size
+    n = device_array(x).size  # torch's .size is a method
     smem = block * 4
     if mode == "grid_sync":
         _launch(kernel("two_phase"), LaunchConfig(grid=grid, block=block, shared_mem=smem, cooperative=True),
@@ -379,14 +379,7 @@ def two_phase(x, rounds: int = 1, *, mode: str = "grid_sync", grid: int | None =
     fit on the GPU at once: LaunchConfigError names the maximum); 'two_kernels': two launches per
     round. grid: blocks (default the co-resident maximum).
     """
-    _check_two_phase(x, rounds, mode)
-    k = kernel("two_phase")
-    smem = block * 4
-    grid = grid or co_resident_max(k, block, smem)
-    handle = stream_handle(stream, x)
-    library = device_array(x, stream=handle).library
-    partials = zeros(library, (2 * grid,), np.uint32, like=x, stream=handle)
-    enqueue_two_phase(x, partials, rounds, mode, grid, block, handle)
+    prepare_two_phase(x, rounds, mode=mode, grid=grid, block=block)(x, stream=stream)  # every check, then one run
 
 
 @dataclass

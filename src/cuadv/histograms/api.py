@@ -138,10 +138,13 @@ class Scratch:
             check(driver().cuMemFreeAsync(self.ptr, stream), "cuMemFreeAsync")
             self.ptr = 0
 
-    def __del__(self):
-        if getattr(self, "ptr", 0) and self.keep:
+    def __del__(self):  # also what frees a one-shot call's scratch when the call raised half-way
+        if getattr(self, "ptr", 0):
             try:
-                driver().cuMemFree(self.ptr)
+                if self.keep:
+                    driver().cuMemFree(self.ptr)
+                else:
+                    driver().cuMemFreeAsync(self.ptr, self.stream)
             except Exception:
                 pass
 

@@ -187,10 +187,10 @@ class HistogramEngine:
         if src.size > MAX_ELEMENTS:
             raise ValueError(f"x has {src.size} elements; the uint32 counters allow at most {MAX_ELEMENTS}")
         plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort)
-        if out is None:
-            import cupy as cp
+        if out is None:  # in x's library, on the stream the count will run on
+            from ..interop import empty, stream_handle
 
-            out = cp.empty(bins, dtype=cp.uint32)
+            out = empty(src.library, (bins,), np.uint32, like=x, stream=stream_handle(stream, x))
         dst = device_array(out, "out")
         if dst.dtype != np.uint32 or dst.size != bins:
             raise KernelArgumentError(f"out must be a uint32 array of {bins} elements, got {dst.dtype} x {dst.size}")
@@ -235,7 +235,7 @@ class PreparedHistogram:
         from ..interop import stream_handle
         from ..launch import LaunchConfig
 
-        self._stream = stream_handle(self.stream)
+        self._stream = stream_handle(self.stream, self.out)  # None: the current stream of the arrays' library
         cluster = self.plan.cluster if self.plan.clustered else None
         self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
                                     shared_mem=self.plan.shared_bytes)

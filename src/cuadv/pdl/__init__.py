@@ -139,7 +139,9 @@ class Chain:
         self._like = tuple(a for s in self.steps for a in s.args)  # what stream=None follows
         self.graph: Graph | None = None
         if graph:
-            self.graph = Graph.capture(_capture_stream(), lambda: self.enqueue(_capture_stream()))
+            stream = _capture_stream()
+            with _one_capture:  # the capture stream is shared: two threads must not capture on it at once
+                self.graph = Graph.capture(stream, lambda: self.enqueue(stream))
 
     def enqueue(self, stream: int) -> None:
         """Launch every link on ``stream`` (a raw handle), in order."""
@@ -205,6 +207,7 @@ def _caps() -> dict:
 
 _capture_streams: dict[int, int] = {}
 _capture_lock = threading.Lock()
+_one_capture = threading.Lock()
 
 
 def _capture_stream() -> int:

@@ -32,7 +32,8 @@ def unsupported_features(caps: dict | None) -> list[tuple[Feature, str]]:
     out = []
     for f in FEATURES:
         if not f.present(caps):
-            out.append((f, f"needs {f.needs}; {caps.get('name', 'this GPU')} has compute capability {cc_text(caps)}"))
+            out.append((f, f"needs {f.needs}; {caps.get('name', 'this GPU')} has compute capability {cc_text(caps)}"
+                           + ("" if f.have(caps) == cc_text(caps) else f" and {f.have(caps)}")))
     return out
 
 

@@ -15,7 +15,7 @@ from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, volume
 from ..errors import LaunchConfigError
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launch import LaunchConfig, launch
+from ..launch import LaunchConfig, launch, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, check_quantum,
                        check_tiles, policy_for_arch, resolve_policy)
@@ -208,6 +208,9 @@ class TileKernel:
         if volume(t) == 0:
             return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         handle = stream_handle(stream, *args)
+        min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
+        config = self.launch_config(kernel, concrete, t, priority, min_units)
+        prepare(kernel, config)  # the device checks, before a trace buffer or a state slot is taken
         trace_buf = None
         if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
@@ -215,12 +218,10 @@ class TileKernel:
         state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
         if quantum and self._report is None:
             self._report, self._report_ptr = _reports.take()
-        min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
                             state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
                             order_ptr=order.buffer.ptr if order else 0, count_exits=captured, min_units=min_units,
                             report_ptr=self._report_ptr if quantum else 0)
-        config = self.launch_config(kernel, concrete, t, priority, min_units)
         launch(kernel, config, schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
