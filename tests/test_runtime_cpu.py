@@ -31,6 +31,8 @@ def test_device_array_reads_shape_strides_and_type():
     b = device_array(FakeArray((10, 7), "<u2", strides=(32, 2)))
     assert b.strides == (32, 2) and not b.contiguous and b.type_name == "uint16"
     assert device_array(FakeArray((0, 3))).contiguous  # an empty array is contiguous whatever its strides say
+    assert device_array(FakeArray((1, 7), strides=(999, 4))).contiguous  # an extent-1 dimension's stride is free
+    assert not device_array(FakeArray((2, 7), strides=(32, 4))).contiguous  # pitched rows
 
 
 def test_c_strides_give_extent_one_and_zero_dimensions_a_stride():

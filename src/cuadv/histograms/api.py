@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from .._cuda import check, driver
-from .launcher import DeviceArray, HistogramEngine, device_array, engine
+from ..interop import DeviceArray
+from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
 
 # Input element types: NumPy name -> C type of the binning kernels.

@@ -8,7 +8,6 @@ built on it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,20 +16,10 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
+from ..interop import DeviceArray
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
                     EXCHANGE_VECTORS, MAX_ELEMENTS, HistogramPlan, _counter_bytes, hot_max, kernel_expressions,
                     plan_histogram)
-
-
-@dataclass(frozen=True)
-class DeviceArray:
-    """What the histogram needs of an input or output array."""
-
-    ptr: int
-    size: int
-    dtype: np.dtype
-    library: str = "other"  # 'cupy', 'torch', 'cuda.core' or 'other' (interop.library_of)
-    shape: tuple[int, ...] = ()
 
 
 def device_array(obj: Any, what: str) -> DeviceArray:
@@ -46,20 +35,12 @@ def device_array(obj: Any, what: str) -> DeviceArray:
     dtype = arr.dtype
     if dtype is None:
         raise ValueError(f"{what} has element type {arr.type_name}, which NumPy does not know")
-    shape, strides = arr.shape, arr.strides
-    size = math.prod(shape)
-    if size > 1:
-        expected, step = [], dtype.itemsize
-        for dim in reversed(shape):
-            expected.append(step)
-            step *= dim
-        if tuple(s for s, d in zip(strides, shape) if d > 1) != tuple(
-                s for s, d in zip(reversed(expected), shape) if d > 1):
-            raise KernelArgumentError(f"{what} must be C-contiguous (strides {strides} for shape {shape})")
-    ptr = arr.ptr
-    if size and ptr % dtype.itemsize:
-        raise KernelArgumentError(f"{what} at address {ptr:#x} is not aligned to its {dtype.itemsize}-byte elements")
-    return DeviceArray(ptr, size, dtype, arr.library, shape)
+    if not arr.contiguous:
+        raise KernelArgumentError(f"{what} must be C-contiguous (strides {arr.strides} for shape {arr.shape})")
+    if arr.size and arr.ptr % dtype.itemsize:
+        raise KernelArgumentError(f"{what} at address {arr.ptr:#x} is not aligned to its {dtype.itemsize}-byte "
+                                  "elements")
+    return arr
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -40,7 +40,7 @@ from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm
 from ..launch import LaunchConfig, Launcher, prepare
 from ..params import StructArgument, c_struct
-from ..work_stealing import StatePool
+from ..state_pool import StatePool
 
 WARP = 32
 DEFAULT_BLOCK = 128

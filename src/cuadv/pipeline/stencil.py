@@ -20,7 +20,7 @@ from ..errors import LaunchConfigError
 from ..interop import stream_handle
 from ..launch import LaunchConfig, launch
 from ..tma.tensormap import TensorMap, TensorMapError, TiledLayout
-from ..work_stealing import StatePool
+from ..state_pool import StatePool
 
 # Mirrors pipeline.cu (beside this file).
 THREADS = 256

@@ -28,7 +28,7 @@ counters), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units
-from .state import STATE_BYTES, StatePool, _is_capturing, _pool
+from ..state_pool import STATE_BYTES, StatePool, _is_capturing  # noqa: F401 (re-exported)
 from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
 from .trace import TRACE_DTYPE, TileOrder, Trace
 

@@ -20,7 +20,7 @@ from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, check_quantum,
                        check_tiles, policy_for_arch, resolve_policy)
 from .schedule import Schedule, SliceReport, learned_min_units
-from .state import _pool
+from ..state_pool import StatePool
 from .trace import TRACE_DTYPE, TileOrder, Trace
 
 _reports = HostWords()  # page-locked words steal launches report their spent slices to (one per TileKernel)
@@ -40,6 +40,8 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
   }}
 }}
 """
+
+_pool = StatePool("work stealing")  # the TileKernel scheduler's counters
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
-"""Per-launch scheduler counters in device memory: one slot per stream, a fresh one per graph capture."""
+"""Per-launch counters in device memory for kernels that coordinate their blocks (work stealing, ticket
+claims, persistent queues): one slot per stream, a fresh one per graph capture."""
 
 from __future__ import annotations
 
 import threading
 
-from .._cuda import check, driver
-from ..errors import LaunchConfigError
-from ..memory import DeviceBuffer
+from ._cuda import check, driver
+from .errors import LaunchConfigError
+from .memory import DeviceBuffer
 
 STATE_BYTES = 16  # sizeof(cuadv::ws::StealState)
 
@@ -46,8 +47,6 @@ class StatePool:
                 self._by_stream[stream] = address
             return address, capturing
 
-
-_pool = StatePool("work stealing")  # the TileKernel scheduler's counters
 
 
 def _is_capturing(stream: int) -> bool:
