@@ -183,3 +183,26 @@ def test_header_is_included_by_pipeline_cu():
     assert '#include "cuadv/pipeline.cuh"' in kernel_source("pipeline.cu")
     path = pathlib.Path(pipeline.header_path()) / "cuadv" / "pipeline.cuh"
     assert path.is_file() and "run_stages" in path.read_text()
+
+
+def test_parameter_structs_pack_the_bytes_pipeline_cu_asserts():
+    """StencilParams (72 B) and StencilTmaParams (384 B: the chunk at 72, the ticket address at 80, the maps
+    at 128 and 256) through cuadv.params, byte for byte what the kernels read."""
+    import struct
+
+    from cuadv.pipeline.stencil import StencilParams, StencilTmaParams
+
+    class Map:
+        def __init__(self, byte):
+            self.byte = byte
+
+        def kernel_param_bytes(self):
+            return bytes([self.byte]) * 128
+
+    p = StencilParams(0x1111, 0x2222, 1000, 999, 1024, 1008, 0.5, 0.125, 0x3333, 77, 5)
+    params = struct.pack("<QQqqqqffQII", 0x1111, 0x2222, 1000, 999, 1024, 1008, 0.5, 0.125, 0x3333, 77, 5)
+    assert p.kernel_param_bytes() == params
+    for out_map, tail in ((None, bytes(128)), (Map(9), bytes([9]) * 128)):
+        head = params + struct.pack("<I4xQ", 3, 0xABCDEF)
+        want = head + bytes(128 - len(head)) + bytes([7]) * 128 + tail
+        assert StencilTmaParams(p, Map(7), out_map, chunk=3, tickets=0xABCDEF).kernel_param_bytes() == want

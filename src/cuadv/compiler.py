@@ -3,6 +3,11 @@
 Compiling needs no GPU when the target is given (``arch="sm_90a"``); with ``arch=None`` the target is
 taken from the current device. The ptxas resource report (registers, shared memory, stack, spills) is
 parsed from the NVRTC log and kept with the module.
+
+Why NVRTC through cuda.bindings and not cuda.core's Program: one compilation here yields the cubin, the
+PTX (tests and ``cuadv build`` read both), the ptxas log and the lowered names of every name expression,
+and the result is cached on disk keyed on the contents of every header; cuda.core's program cache
+refuses include paths, and its Program would need a second compilation for the PTX.
 """
 
 from __future__ import annotations

@@ -91,34 +91,32 @@ class Device:
 
     @cached_property
     def caps(self) -> DeviceCaps:
-        a = self.attribute
-        drv = driver()
-        cc = (a("COMPUTE_CAPABILITY_MAJOR"), a("COMPUTE_CAPABILITY_MINOR"))
-        name = check(drv.cuDeviceGetName(256, self.ordinal), "cuDeviceGetName").split(b"\x00")[0].decode()
-        low, high = check(drv.cuCtxGetStreamPriorityRange(), "cuCtxGetStreamPriorityRange")
-        cluster = bool(a("CLUSTER_LAUNCH"))
+        p = self.core.properties  # cuda.core's device attributes, read once each
+        cc = (int(p.compute_capability_major), int(p.compute_capability_minor))
+        low, high = check(driver().cuCtxGetStreamPriorityRange(), "cuCtxGetStreamPriorityRange")
+        cluster = bool(p.cluster_launch)
         portable, nonportable = self._largest_clusters() if cluster else (0, 0)
         return DeviceCaps(
             ordinal=self.ordinal,
-            name=name,
+            name=self.core.name,
             compute_capability=cc,
             arch=arch_for(cc),
-            sm_count=a("MULTIPROCESSOR_COUNT"),
-            l2_cache_bytes=a("L2_CACHE_SIZE"),
-            persisting_l2_max_bytes=a("MAX_PERSISTING_L2_CACHE_SIZE"),
-            access_policy_max_window_bytes=a("MAX_ACCESS_POLICY_WINDOW_SIZE"),
-            shared_mem_per_block_optin=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-            shared_mem_per_sm=a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
-            max_threads_per_sm=a("MAX_THREADS_PER_MULTIPROCESSOR"),
-            max_blocks_per_sm=a("MAX_BLOCKS_PER_MULTIPROCESSOR"),
+            sm_count=int(p.multiprocessor_count),
+            l2_cache_bytes=int(p.l2_cache_size),
+            persisting_l2_max_bytes=int(p.max_persisting_l2_cache_size),
+            access_policy_max_window_bytes=int(p.max_access_policy_window_size),
+            shared_mem_per_block_optin=int(p.max_shared_memory_per_block_optin),
+            shared_mem_per_sm=int(p.max_shared_memory_per_multiprocessor),
+            max_threads_per_sm=int(p.max_threads_per_multiprocessor),
+            max_blocks_per_sm=int(p.max_blocks_per_multiprocessor),
             cluster_launch=cluster,
             max_cluster_size_portable=portable,
             max_cluster_size_nonportable=nonportable,
-            cooperative_launch=bool(a("COOPERATIVE_LAUNCH")),
+            cooperative_launch=bool(p.cooperative_launch),
             stream_priority_low=int(low),
             stream_priority_high=int(high),
-            mem_sync_domain_count=a("MEM_SYNC_DOMAIN_COUNT"),
-            tma=cc >= (9, 0) and bool(a("TENSOR_MAP_ACCESS_SUPPORTED")),
+            mem_sync_domain_count=int(p.mem_sync_domain_count),
+            tma=cc >= (9, 0) and bool(p.tensor_map_access_supported),
             pdl=cc >= (9, 0),
             clc=cc >= (10, 0),
             driver_version=driver_version(),

@@ -9,6 +9,11 @@ Example::
 
     graph = Graph.capture(stream, lambda: [launch(k, cfg, x, stream=stream) for _ in range(100)])
     graph.launch(stream)
+
+Why the driver and not cuda.core's GraphBuilder: the launches captured here go through
+``cuLaunchKernelEx`` with attributes cuda.core's launch cannot set (priority, memory sync domain,
+access-policy window), captures must be relaxed (see above), graphs may be instantiated for device
+launch, and the edge types of a captured graph are read back (PDL's programmatic edges).
 """
 
 from __future__ import annotations

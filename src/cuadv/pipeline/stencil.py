@@ -8,9 +8,8 @@ the ``tma`` variants.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,8 +18,9 @@ from ..compiler import shipped
 from ..errors import LaunchConfigError
 from ..interop import stream_handle
 from ..launch import LaunchConfig, launch
-from ..tma.tensormap import TensorMap, TensorMapError, TiledLayout
+from ..params import StructArgument, c_struct
 from ..state_pool import StatePool
+from ..tma.tensormap import TensorMap, TensorMapError, TiledLayout
 
 # Mirrors pipeline.cu (beside this file).
 THREADS = 256
@@ -204,9 +204,21 @@ def stencil_expressions(arch: str = "sm_90a") -> list[str]:
     return list(seen)
 
 
+PARAMS_LAYOUT = c_struct("StencilParams", [
+    ("in_ptr", "<u8"), ("out_ptr", "<u8"), ("rows", "<i8"), ("cols", "<i8"), ("in_pitch", "<i8"), ("out_pitch", "<i8"),
+    ("c_center", "<f4"), ("c_neighbour", "<f4"), ("trace_ptr", "<u8"), ("trace_capacity", "<u4"), ("flags", "<u4"),
+], size=72)
+TMA_PARAMS_LAYOUT = c_struct("StencilTmaParams", [
+    ("params", "V72"), ("chunk", "<u4"), ("tickets", "<u8"), ("_to_maps", f"V{TMA_MAP_OFFSET - 88}"),
+    ("map", "V128"), ("out_map", "V128"),  # the output's map stays zeros where the variant stores with threads
+], size=TMA_PARAMS_BYTES)
+
+
 @dataclass(frozen=True)
-class StencilParams:
+class StencilParams(StructArgument):
     """The kernels' parameter struct (72 bytes; the layout is asserted in pipeline.cu)."""
+
+    LAYOUT: ClassVar[np.dtype] = PARAMS_LAYOUT
 
     in_ptr: int
     out_ptr: int
@@ -220,28 +232,20 @@ class StencilParams:
     trace_capacity: int = 0
     flags: int = 0
 
-    def kernel_param_bytes(self) -> bytes:
-        return struct.pack("<QQqqqqffQII", self.in_ptr, self.out_ptr, self.rows, self.cols, self.in_pitch,
-                           self.out_pitch, self.c_center, self.c_neighbour, self.trace_ptr, self.trace_capacity,
-                           self.flags)
 
 
 @dataclass(frozen=True)
-class StencilTmaParams:
+class StencilTmaParams(StructArgument):
     """The tma kernels' parameter struct (384 bytes: StencilParams, the chunk, the ticket counter's address at
     offset 80 (0: the static split), then the input's 128-byte tensor map at offset 128 and the output's at 256,
     zeros where the variant stores with threads; asserted in pipeline.cu)."""
 
+    LAYOUT: ClassVar[np.dtype] = TMA_PARAMS_LAYOUT
     params: StencilParams
     map: Any  # a TensorMap (anything with the 128-byte kernel_param_bytes())
     out_map: Any = None
     chunk: int = 1
     tickets: int = 0
-
-    def kernel_param_bytes(self) -> bytes:
-        head = self.params.kernel_param_bytes() + struct.pack("<I4xQ", self.chunk, self.tickets)
-        out = self.out_map.kernel_param_bytes() if self.out_map is not None else bytes(128)
-        return head + bytes(TMA_MAP_OFFSET - len(head)) + self.map.kernel_param_bytes() + out
 
 
 @dataclass(frozen=True)

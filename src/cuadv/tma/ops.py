@@ -39,7 +39,7 @@ from ..features import require
 from ..interop import device_array, empty, library_of, stream_handle
 from ..launch import Launcher, prepare
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
-from .tensormap import STRIDE_ALIGN, TensorMapError, TiledLayout, describe_array, element_size
+from .tensormap import TensorMapError, TiledLayout, describe_array, element_size, pitch_elements
 
 # The lab's best float32 copy on the H200 (8 x 256 float32 = 8 KiB boxes): other element types keep the box's
 # bytes and ring (rows scale as 32 / itemsize, 256 columns), so the shared memory per block is the same.
@@ -72,10 +72,10 @@ def empty_pitched(shape: Sequence[int], dtype: Any, *, like: Any = None, stream:
     if lib == "torch" and type(dtype).__module__.startswith("torch"):  # a torch dtype (bfloat16 has no NumPy one)
         torch = sys.modules["torch"]
         itemsize = torch.empty((), dtype=dtype).element_size()
-        return torch.empty((rows, _pitch(cols, itemsize)), dtype=dtype, device=like.device)[:, :cols]
+        return torch.empty((rows, pitch_elements(cols, itemsize)), dtype=dtype, device=like.device)[:, :cols]
     itemsize = np.dtype(dtype).itemsize
     h = stream_handle(stream, *(() if like is None else (like,)))
-    return empty(lib if lib == "torch" else "cupy", (rows, _pitch(cols, itemsize)), dtype, like=like,
+    return empty(lib if lib == "torch" else "cupy", (rows, pitch_elements(cols, itemsize)), dtype, like=like,
                  stream=h)[:, :cols]
 
 
@@ -264,12 +264,6 @@ def _shape2(value: Any, what: str) -> tuple[int, int]:
     return rows, cols
 
 
-def _pitch(cols: int, itemsize: int) -> int:
-    """Elements per row of a pitched allocation: the smallest multiple of 16 bytes >= cols elements."""
-    per = STRIDE_ALIGN // math.gcd(STRIDE_ALIGN, itemsize)
-    return -(-cols // per) * per
-
-
 def _tma_view(array: Any) -> tuple[Any, str | None]:
     """What a tensor map is built over: a torch bfloat16 tensor as int16 (the CUDA Array Interface has no
     bfloat16), anything else as it is."""
@@ -310,7 +304,7 @@ def _check_transpose_boxes(src: _Operand, dst: _Operand | None, box: tuple[int, 
         return
     rows, cols = src.shape
     try:
-        TiledLayout(0, src.dtype, (cols, rows), (_pitch(rows, src.itemsize) * src.itemsize, src.itemsize),
+        TiledLayout(0, src.dtype, (cols, rows), (pitch_elements(rows, src.itemsize) * src.itemsize, src.itemsize),
                     (box[1], box[0]))
     except TensorMapError as exc:
         raise TensorMapError(f"dst (the transposed box {box[1]} x {box[0]}): {exc}") from None
@@ -329,11 +323,13 @@ def _allocate(src: _Operand, shape: tuple[int, int], stream: Any) -> _Operand:
     """A pitched output like src (its library, its element type; on the op's stream)."""
     rows, cols = shape
     if library_of(src.array) == "torch":
-        out = src.array.new_empty((rows, _pitch(cols, src.itemsize)))[:, :cols]  # keeps dtype (bfloat16) and device
+        pitch = pitch_elements(cols, src.itemsize)
+        out = src.array.new_empty((rows, pitch))[:, :cols]  # keeps the dtype (bfloat16) and the device
     else:
         arr = device_array(src.view)
         np_dtype = arr.dtype if arr.dtype is not None else np.dtype(f"u{arr.itemsize}")
-        out = empty("cupy", (rows, _pitch(cols, src.itemsize)), np_dtype, stream=stream_handle(stream, src.array))
+        out = empty("cupy", (rows, pitch_elements(cols, src.itemsize)), np_dtype,
+                    stream=stream_handle(stream, src.array))
         out = out[:, :cols]
     view, _ = _tma_view(out)
     _, _, _, strides = describe_array(view, src.dtype)

@@ -77,9 +77,10 @@ def element_size(dtype: str) -> int:
     return DTYPES[dtype][0]
 
 
-def pitch_elements(cols: int, dtype: str) -> int:
-    """The smallest row length (in elements) >= cols whose byte size is a multiple of 16: a legal row pitch."""
-    per = STRIDE_ALIGN // math.gcd(STRIDE_ALIGN, element_size(dtype))
+def pitch_elements(cols: int, dtype: str | int) -> int:
+    """The smallest row length (in elements) >= cols whose byte size is a multiple of 16: a legal row pitch.
+    ``dtype``: a TMA element type name, or the element size in bytes."""
+    per = STRIDE_ALIGN // math.gcd(STRIDE_ALIGN, dtype if isinstance(dtype, int) else element_size(dtype))
     return -(-cols // per) * per
 
 
