@@ -1,9 +1,14 @@
 """Keep a hot lookup table in L2 while a large array streams past it (cuadv.l2.persist).
 
 Every element of a 1 GiB array is read once and written once; for each float4 of it, two floats are
-read from a 32 MiB table at pseudo-random positions (the access pattern of the `l2` lab). Without a window the streamed lines push the table out of
-L2; inside ``cuadv.l2.persist(table)`` the table's lines persist in the set-aside (37.5 MiB on an
-H200), so its reads hit L2. The kernel is the same either way: the window is a stream attribute.
+read from a 32 MiB table at pseudo-random positions (the access pattern of the `l2` lab). Inside
+``cuadv.l2.persist(table)`` the table's lines are marked persisting in the set-aside (37.5 MiB on an
+H200); the kernel is the same either way: the window is a stream attribute.
+
+Whether the window pays depends on the kernel: on an H200 (2026-12-01, 22:15 UTC) this example ran
+15.9% slower with the window (1.81 ms against 1.52 ms), while the `l2` lab's kernel with a table of
+the same size ran 59% faster (docs/l2.md). Why this kernel loses has not been established; measure
+your own kernel with and without the window, as this example does.
 
     PYTHONPATH=src python examples/l2_persist.py [table_mib] [stream_mib]
 
