@@ -6,7 +6,7 @@ import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.histograms import bincount, histogram, prepare_bincount, prepare_histogram
-from cuadv.histograms.checks import zipf_cdf
+from cuadv.testing.histograms import zipf_cdf
 
 pytestmark = pytest.mark.gpu
 

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..errors import LaunchConfigError, ValidationError
 from ..histograms import occupancy as _occupancy
-from ..histograms.checks import (check_variant, host_data, make_data, on_device, reference_counts, validate,
+from ..testing.histograms import (check_variant, host_data, make_data, on_device, reference_counts, validate,
                                  validate_packed_wraps, zipf_cdf)
 from ..histograms.launcher import (DeviceArray, HistogramEngine, PreparedHistogram, _dtype_name, build_module,
                                    count_bins as histogram, device_array, engine)

@@ -9,8 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ValidationError
-from .launcher import count_bins as histogram, engine
-from .plans import DTYPES, EXCHANGE_VECTORS
+from ..histograms.launcher import count_bins as histogram, engine
+from ..histograms.plans import DTYPES, EXCHANGE_VECTORS
 
 ZIPF_A = 1.3
 
