@@ -7,6 +7,8 @@ attributes, and an argument buffer with a packing plan per tuple of argument typ
 the kernel. Calling the launcher packs the arguments and makes one ``cuLaunchKernelEx`` call; that
 is what ``launch`` does too, so a configuration is checked once however often it is launched.
 ``backend="core"`` launches through cuda.core instead (a cross-check; plain configurations only).
+The driver path is the default because cuda.core's LaunchConfig has no priority, memory sync domain
+or access-policy window, and one path for every configuration keeps the checks and the host cost alike.
 
 Example::
 

@@ -219,7 +219,10 @@ def describe_array(array: Any, dtype: str | None = None) -> tuple[int, str, tupl
     try:
         arr = device_array(array)
     except KernelArgumentError as exc:
-        raise TensorMapError(f"cannot describe {type(array).__name__}: {exc} (or use from_pointer)") from None
+        if hasattr(array, "__cuda_array_interface__") or hasattr(array, "__dlpack__"):  # a host array
+            raise TensorMapError(f"cannot describe {type(array).__name__}: {exc}") from None
+        raise TensorMapError(f"cannot describe {type(array).__name__}: it has neither __cuda_array_interface__ "
+                             "nor __dlpack__ (pass a CuPy / PyTorch / cuda.core array, or use from_pointer)") from None
     address, shape, strides, typestr, itemsize = arr.ptr, arr.shape, arr.strides, arr.typestr, arr.itemsize
     name = _TYPESTRS.get(typestr) or (arr.type_name if arr.type_name in DTYPES else None)
     if dtype is not None:
