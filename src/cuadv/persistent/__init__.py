@@ -2,7 +2,7 @@
 
 Launching one kernel per small task costs microseconds each (about 6 us from Python, 1 us as a CUDA
 graph node on an H200); a persistent kernel pays one launch and then one atomic per ticket. The user
-writes the task body once; cuadv wraps it in the queue protocol of ``persistent_queue.cuh``:
+writes the task body once; cuadv wraps it in the queue protocol of ``<cuadv/persistent_queue.cuh>``:
 
 - the grid is the SMs x the blocks of this kernel that fit on an SM at once (its own occupancy), capped
   at what the tasks need; every warp is a worker;
@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..args import PackedArguments
-from ..compiler import CompiledModule, compile_source, kernel_source
+from ..compiler import CompiledModule, compile_source
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm
@@ -46,7 +46,7 @@ WARP = 32
 DEFAULT_BLOCK = 128
 MAX_TASKS = 2**62  # tickets and the overshoot of the last tickets fit the 64-bit counter (persistent_queue.cuh)
 MAX_TASKS_PER_TICKET = 2**31
-HEADER = "cuadv/persistent_queue.cuh"
+HEADER = "cuadv/persistent_queue.cuh"  # a public header: user kernels may include it too
 QUEUE_LAYOUT = c_struct("cuadv::persistent::Queue", [("state", "<u8"), ("n", "<u8"), ("per_ticket", "<u4"),
                                                       ("reserved", "<u4")], size=24)
 
@@ -173,8 +173,7 @@ class PersistentKernel:
     def compile(self, arch: str) -> CompiledModule:
         """Compile for a target (no GPU needed)."""
         if arch not in self._modules:
-            self._modules[arch] = compile_source(self.source(), name=self.name, arch=arch,
-                                                 headers={HEADER: kernel_source("persistent_queue.cuh")})
+            self._modules[arch] = compile_source(self.source(), name=self.name, arch=arch)
         return self._modules[arch]
 
     def kernel(self) -> Kernel:
