@@ -20,17 +20,17 @@ def cuadv(*args, cwd=None):
 
 
 @pytest.mark.skipif(GPU_REASON is None, reason="this machine has a GPU")
-def test_caps_without_gpu_is_one_line_and_exit_2():
+def test_caps_without_gpu_is_one_line_and_exit_3():
     r = cuadv("caps")
-    assert r.returncode == 2
+    assert r.returncode == 3
     assert r.stderr.startswith("cuadv: no CUDA GPU") and len(r.stderr.strip().splitlines()) == 1
     assert "Traceback" not in r.stderr + r.stdout
 
 
 @pytest.mark.skipif(GPU_REASON is None, reason="this machine has a GPU")
-def test_bench_without_gpu_is_one_line_and_exit_2():
+def test_bench_without_gpu_is_one_line_and_exit_3():
     r = cuadv("bench", "vecscale")
-    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_build_both_targets(tmp_path):
@@ -63,3 +63,334 @@ def test_unknown_lab_is_a_clear_error():
 def test_peer_applies_to_domains_only():
     r = cuadv("bench", "vecscale", "--peer")
     assert r.returncode == 1 and "--peer applies to lab domains only" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- issue 19, item 1: the CLI (version, help, exit codes, JSON without a GPU, pipes, progress, cache) ---
+
+import io
+
+from cuadv.app import cli
+from cuadv.errors import NoGpuError
+from cuadv.report.results import LabResult, Table
+
+NO_GPU = "no CUDA GPU: (test) no driver"
+
+
+def _no_gpu(monkeypatch):
+    """Make every GPU lookup of the CLI fail as on a machine without a GPU (also on a GPU machine)."""
+    import cuadv.app.runner as runner
+    import cuadv.device as device
+
+    def raise_no_gpu(*args, **kwargs):
+        raise NoGpuError(NO_GPU)
+
+    monkeypatch.setattr(device, "current_device", raise_no_gpu)
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: NO_GPU)
+
+
+def _gpu_running(monkeypatch, *results):
+    """A GPU is present and run_labs returns these results (no lab runs, nothing is built)."""
+    import cuadv.app.runner as runner
+    from cuadv.report.writer import Report
+
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)
+    monkeypatch.setattr(runner, "run_labs", lambda labs, *a, **k: Report(caps=None, results=list(results)))
+
+
+def test_exit_codes_are_distinct_and_in_the_readme():
+    codes = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_NO_GPU, cli.EXIT_NOTHING_RAN]
+    assert codes == [0, 1, 2, 3, 4] and sorted(cli.EXIT_CODES) == codes
+    readme = (ROOT / "README.md").read_text()
+    for code in codes:
+        assert f"\n| {code} | " in readme
+    assert "--version" in readme and "--require-gpu" in readme
+
+
+def test_version(capsys):
+    from cuadv import __version__
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"cuadv {__version__}\n"
+
+
+def test_version_from_the_command_line():
+    r = cuadv("--version")
+    assert r.returncode == 0 and r.stdout.strip().startswith("cuadv ") and r.stdout.split()[1][0].isdigit()
+
+
+def test_usage_errors_exit_2(capsys):
+    assert cli.main(["bench"]) == cli.EXIT_USAGE  # the lab is missing
+    assert cli.main(["no-such-command"]) == cli.EXIT_USAGE
+    assert cli.main(["run", "--no-such-option"]) == cli.EXIT_USAGE
+    assert "usage: cuadv" in capsys.readouterr().err
+
+
+def test_every_command_help_has_a_description_and_an_example(capsys):
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert {"caps", "build", "run", "bench", "check", "simulate", "cache"} <= set(commands)
+    for name, parser in commands.items():
+        assert parser.description and len(parser.description) > 40, name
+        assert cli.main([name, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert parser.description.splitlines()[0] in out, name
+        assert "example:" in out and f"cuadv {name}" in out.split("example:")[1], name
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "exit codes:" in out
+    for code, meaning in cli.EXIT_CODES.items():
+        assert f"  {code}  {meaning}" in out
+
+
+def test_bench_help_lists_every_lab_one_line_each(capsys):
+    from cuadv.labs import all_labs
+
+    assert cli.main(["bench", "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for lab in all_labs():
+        assert sum(1 for line in lines if line.split()[:1] == [lab.name] and line.rstrip().endswith(lab.title)) == 1
+
+
+def test_labs_are_imported_only_for_bench_help():
+    # Building the parser (every command line) must not import the labs; `bench --help` does.
+    code = ("import sys; from cuadv.app.cli import build_parser; build_parser(); "
+            "print(any(m.startswith('cuadv.labs.') and m != 'cuadv.labs.base' for m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_caps_json_without_gpu_prints_json_and_exits_3(monkeypatch, capsys):
+    _no_gpu(monkeypatch)
+    assert cli.main(["caps", "--json"]) == cli.EXIT_NO_GPU
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"gpu": None, "reason": NO_GPU}
+    assert err.strip() == f"cuadv: {NO_GPU}"
+
+
+def test_caps_without_gpu_exits_3_with_nothing_on_stdout(monkeypatch, capsys):
+    _no_gpu(monkeypatch)
+    assert cli.main(["caps"]) == cli.EXIT_NO_GPU
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"cuadv: {NO_GPU}"
+
+
+@pytest.mark.skipif(GPU_REASON is None, reason="this machine has a GPU")
+def test_caps_json_without_gpu_from_the_command_line():
+    r = cuadv("caps", "--json")
+    assert r.returncode == 3
+    data = json.loads(r.stdout)
+    assert data["gpu"] is None and data["reason"].startswith("no CUDA GPU")
+    assert r.stderr.startswith("cuadv: no CUDA GPU") and "Traceback" not in r.stderr
+
+
+def test_bench_without_gpu_exits_3(monkeypatch, capsys, tmp_path):
+    _no_gpu(monkeypatch)
+    assert cli.main(["bench", "vecscale", "--out", str(tmp_path / "rep")]) == cli.EXIT_NO_GPU
+    assert NO_GPU in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+
+
+def test_run_require_gpu_without_gpu_exits_3_before_building(monkeypatch, capsys, tmp_path):
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr(cli, "_build", lambda *a, **k: pytest.fail("--require-gpu must not build"))
+    assert cli.main(["run", "--quick", "--require-gpu", "--out", str(tmp_path / "rep")]) == cli.EXIT_NO_GPU
+    assert NO_GPU in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+
+
+def test_bench_of_a_skipped_lab_exits_4(monkeypatch, capsys, tmp_path):
+    _gpu_running(monkeypatch, LabResult("vecscale", "t", status="skipped", reason="needs compute capability 10.0"))
+    assert cli.main(["bench", "vecscale", "--out", str(tmp_path)]) == cli.EXIT_NOTHING_RAN
+    assert "nothing ran" in capsys.readouterr().err
+
+
+def test_run_where_every_lab_was_skipped_exits_4(monkeypatch, capsys, tmp_path):
+    _gpu_running(monkeypatch, LabResult("vecscale", "t", status="skipped", reason="x"),
+                 LabResult("tma", "t", status="skipped", reason="y"))
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [])
+    assert cli.main(["run", "--quick", "--only", "vecscale", "--only", "tma", "--out", str(tmp_path)]) == 4
+
+
+def test_bench_exit_0_when_the_lab_ran_and_1_when_it_failed(monkeypatch, capsys, tmp_path):
+    _gpu_running(monkeypatch, LabResult("vecscale", "t"))
+    assert cli.main(["bench", "vecscale", "--out", str(tmp_path / "a")]) == cli.EXIT_OK
+    _gpu_running(monkeypatch, LabResult("vecscale", "t", status="failed", reason="boom"))
+    assert cli.main(["bench", "vecscale", "--out", str(tmp_path / "b")]) == cli.EXIT_FAILED
+
+
+def test_check_exit_codes_without_gpu_or_sanitizer(monkeypatch, capsys):
+    from cuadv.app import sanitize
+
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: None)
+    assert cli.main(["check"]) == cli.EXIT_NOTHING_RAN  # nothing checked
+    assert cli.main(["check", "--require-gpu"]) == cli.EXIT_NO_GPU  # the missing GPU is named first
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/opt/cuda/bin/compute-sanitizer")
+    assert cli.main(["check"]) == cli.EXIT_NO_GPU
+    out = capsys.readouterr().out
+    assert NO_GPU in out and "Traceback" not in out
+
+
+def _long_table() -> Table:
+    cells = ["fixed_blocks with a long name that would not fit in eighty columns " * 2,
+             "steal Q=50us, quantum learned from the previous launch", 123456789.5]
+    return Table("a wide table", ["policy " * 4, "what it does " * 3, "value"], [cells, cells[::-1]],
+                 note="a note that is long enough to be wrapped at eighty columns, which must not happen " * 2)
+
+
+def test_print_table_to_a_file_crops_no_cell():
+    from cuadv.report.console import make_console, print_table
+
+    buf = io.StringIO()
+    console = make_console(file=buf)
+    assert not console.is_terminal
+    table = _long_table()
+    print_table(console, table)
+    text = buf.getvalue()
+    assert "…" not in text
+    for cell in [table.columns[0].strip(), table.columns[1].strip(), table.rows[0][0].strip(), table.rows[0][1],
+                 table.note.strip()]:
+        assert cell in text
+
+
+def test_simulate_in_a_pipe_crops_no_cell():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("COLUMNS", None)
+    r = subprocess.run([sys.executable, "-m", "cuadv", "simulate", "--tiles", "2000", "--sweep", "20", "--out", ""],
+                       capture_output=True, text=True, env=env, timeout=600)  # stdout is a pipe
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "…" not in r.stdout
+    for cell in ("fixed_blocks", "steal Q=50us", "steal Q=inf", "heavy prologue (100 us): makespan / ideal",
+                 "speed-up vs fixed_work", "high-priority kernel latency us"):
+        assert cell in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) > 80  # the tables were not squeezed into 80 columns
+    assert r.stderr == ""  # no progress bar or status where stderr is not a terminal
+
+
+def test_progress_goes_to_stderr_and_only_on_a_terminal():
+    from cuadv.report.console import make_console, progress_bar
+
+    bar = progress_bar(make_console(file=io.StringIO()))
+    assert bar.console.stderr and bar.disable  # pytest's stderr is not a terminal
+
+
+def test_build_all_reports_each_lab_done_per_arch(monkeypatch):
+    from cuadv.app.buildcheck import build_all
+
+    class FakeLab:
+        def __init__(self, name):
+            self.name = name
+
+        def build(self, arch):
+            if self.name == "bad":
+                raise RuntimeError("no such target")
+            return []
+
+    started, done = [], []
+    rows = build_all(["sm_90a", "sm_100a"], [FakeLab("a"), FakeLab("bad")], progress=started.append,
+                     done=lambda lab, arch, rows: done.append((lab, arch, len(rows))))
+    assert started == ["a for sm_90a", "a for sm_100a", "bad for sm_90a", "bad for sm_100a"]
+    assert done == [("a", "sm_90a", 0), ("a", "sm_100a", 0), ("bad", "sm_90a", 1), ("bad", "sm_100a", 1)]
+    assert [(r.lab, r.arch) for r in rows] == [("bad", "sm_90a"), ("bad", "sm_100a")] and rows[0].error
+
+
+def test_build_command_prints_the_table_with_progress_callbacks(monkeypatch, capsys, tmp_path):
+    from cuadv.app import buildcheck
+    from cuadv.compiler import KernelResources
+
+    calls = []
+
+    def fake_build_all(archs, labs=None, progress=lambda m: None, jobs=1, done=lambda lab, arch, rows: None):
+        rows = []
+        for arch in archs:
+            progress(f"vecscale for {arch}")
+            chunk = [buildcheck.BuildRow("vecscale", arch, "kernel_with_a_rather_long_name<true, 256>",
+                                         KernelResources("k", registers=32))]
+            done("vecscale", arch, chunk)
+            calls.append(arch)
+            rows += chunk
+        return rows
+
+    monkeypatch.setattr(buildcheck, "build_all", fake_build_all)
+    assert cli.main(["build", "--arch", "sm_90a", "--json", str(tmp_path / "b.json")]) == 0
+    out, err = capsys.readouterr()
+    assert calls == ["sm_90a"] and "kernel_with_a_rather_long_name<true, 256>" in out and "…" not in out
+    assert err == ""
+
+
+def test_run_labs_prints_one_line_per_lab_on_stdout(monkeypatch, tmp_path):
+    import cuadv.device as device
+    import cuadv.timing as timing
+    from cuadv.app.runner import run_labs
+    from cuadv.report.console import make_console
+
+    class Caps:
+        name, sm_count = "Fake GPU", 2
+
+        def cc_string(self):
+            return "9.0"
+
+        def as_dict(self):
+            return {"name": self.name}
+
+    class Dev:
+        caps = Caps()
+
+    class Ceiling:
+        tb_per_s = 1.0
+
+    class SkippedLab:
+        name, title = "needs_blackwell", "t"
+
+        def supported(self, caps):
+            return "needs compute capability 10.0 (got 9.0)"
+
+    monkeypatch.setattr(device, "current_device", lambda: Dev())
+    monkeypatch.setattr(timing, "copy_ceiling", lambda: Ceiling())
+    buf = io.StringIO()
+    report = run_labs([SkippedLab(), SkippedLab()], tmp_path, True, make_console(file=buf))
+    assert [r.status for r in report.results] == ["skipped", "skipped"]
+    lines = [line for line in buf.getvalue().splitlines() if line.startswith("needs_blackwell: skipped in")]
+    assert len(lines) == 2 and lines[0].endswith("(needs compute capability 10.0 (got 9.0))")
+
+
+class _FakeUsage:
+    def __init__(self, path, entries, bytes, limit_bytes):
+        self.path, self.entries, self.bytes, self.limit_bytes = path, entries, bytes, limit_bytes
+
+
+def test_cache_command_shows_and_clears(monkeypatch, capsys, tmp_path):
+    import cuadv.cache as cache
+
+    cleared = []
+    monkeypatch.setattr(cache, "usage", lambda: _FakeUsage(tmp_path, 3, 5 * 2**20, 2 * 2**30), raising=False)
+    monkeypatch.setattr(cache, "clear", lambda: cleared.append(1) or 3, raising=False)
+    assert cli.main(["cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"path": str(tmp_path), "entries": 3, "bytes": 5 * 2**20,
+                                                    "limit_bytes": 2 * 2**30}
+    assert cli.main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and "5.0 MiB" in out and "2.0 GiB" in out and not cleared
+    assert cli.main(["cache", "--clear"]) == 0
+    assert cleared == [1] and f"removed 3 entries from {tmp_path}" in capsys.readouterr().out
+    assert cli.main(["cache", "--clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"path": str(tmp_path), "removed": 3}
+
+
+def test_cache_command_when_disabled(monkeypatch, capsys):
+    import cuadv.cache as cache
+
+    monkeypatch.setattr(cache, "usage", lambda: _FakeUsage(None, 0, 0, 2 * 2**30), raising=False)
+    assert cli.main(["cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] is None
+    assert cli.main(["cache"]) == 0
+    assert "disabled (CUADV_CACHE=0)" in capsys.readouterr().out
+
+
+def test_cache_command_on_a_real_cache_dir(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUADV_CACHE", raising=False)
+    assert cli.main(["cache", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["path"] == str(tmp_path) and data["entries"] == 0 and data["bytes"] == 0

@@ -3,7 +3,20 @@
 Entries are keyed by a SHA-256 over everything that decides the machine code (target, options,
 NVRTC version, source, the contents of cuadv's headers and the identity of the CCCL/cudart headers,
 and a format version). Writes are atomic (temporary file, then rename); a corrupt entry is detected
-by its checksum and ignored. ``CUADV_CACHE_DIR`` moves the cache, ``CUADV_CACHE=0`` disables it.
+by its checksum and ignored.
+
+Where it lives: the platform's user cache directory, subfolder ``cuadv`` (Linux and other Unixes:
+``$XDG_CACHE_HOME/cuadv`` or ``~/.cache/cuadv``; macOS: ``~/Library/Caches/cuadv``; Windows:
+``%LOCALAPPDATA%\\cuadv``). ``CUADV_CACHE_DIR`` moves the cache, ``CUADV_CACHE=0`` disables it.
+
+Size bound: ``CUADV_CACHE_MAX_BYTES`` (default 2 GiB; a byte count, or with a ``K``/``M``/``G``
+suffix in powers of 1024, e.g. ``500M``). After a store that takes the cache over the bound, the
+least recently used entries are removed until it holds at most 90% of the bound (so the next
+stores do not each trigger a scan). "Used" is the entry's modification time, which every load
+refreshes. The total is tracked from the sizes this process stores and the directory is scanned
+only when that total may exceed the bound, so stores stay cheap however big the tree is. Several
+processes may share the cache: a file that vanishes under a load or an eviction is a miss, never
+an error. ``usage()`` and ``clear()`` back the ``cuadv cache`` command.
 """
 
 from __future__ import annotations
@@ -11,11 +24,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sys
 import tempfile
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 _MAGIC = b"CUADV1\n"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+_LOW_WATER = 0.9  # eviction empties the cache down to this fraction of the bound
+_STALE_TMP_S = 3600  # a temporary file this old belongs to a writer that died
+_ENTRY = re.compile(r"[0-9a-f]{64}\.bin")  # only cuadv's own files are ever counted or removed
+_SIZE = re.compile(r"(\d+)\s*([kmg]?)(?:i?b)?", re.IGNORECASE)
+
+_lock = threading.Lock()
+_tracked: dict[Path, int] = {}  # per cache root: this process's upper estimate of its total bytes
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    path: Path | None  # None when the cache is disabled
+    entries: int
+    bytes: int
+    limit_bytes: int
 
 
 def cache_dir() -> Path | None:
@@ -24,8 +58,30 @@ def cache_dir() -> Path | None:
     root = os.environ.get("CUADV_CACHE_DIR")
     if root:
         return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuadv"
+    return _platform_cache_home() / "cuadv"
+
+
+def _platform_cache_home() -> Path:
+    home = Path(os.path.expanduser("~"))
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches"
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return Path(local) if local else home / "AppData" / "Local"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg else home / ".cache"
+
+
+def max_bytes() -> int:
+    """The size bound from ``CUADV_CACHE_MAX_BYTES`` (default 2 GiB)."""
+    raw = os.environ.get("CUADV_CACHE_MAX_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    m = _SIZE.fullmatch(raw)
+    if m is None:
+        raise ValueError("CUADV_CACHE_MAX_BYTES must be a byte count, optionally with a K, M or G "
+                         f"suffix (powers of 1024), e.g. 2G or 500M (got {raw!r})")
+    return int(m.group(1)) * 1024 ** " kmg".index((m.group(2) or " ").lower())
 
 
 def make_key(*parts: str | bytes) -> str:
@@ -38,15 +94,73 @@ def make_key(*parts: str | bytes) -> str:
 
 
 def load(key: str) -> tuple[dict, bytes] | None:
-    """Return (metadata, payload) for a key, or None if absent, unreadable or corrupt."""
+    """Return (metadata, payload) for a key, or None if absent, unreadable or corrupt.
+
+    A hit refreshes the entry's modification time, which is what eviction orders by.
+    """
     root = cache_dir()
     if root is None:
         return None
     path = root / f"{key}.bin"
     try:
         blob = path.read_bytes()
-    except OSError:
+    except OSError:  # absent, or evicted by another process a moment ago
         return None
+    entry = _decode(blob)
+    if entry is not None:
+        _touch(path)
+    return entry
+
+
+def store(key: str, meta: dict, payload: bytes) -> None:
+    root = cache_dir()
+    if root is None:
+        return
+    limit = max_bytes()
+    meta_bytes = json.dumps(meta, sort_keys=True).encode()
+    body = len(meta_bytes).to_bytes(8, "little") + meta_bytes + payload
+    blob = _MAGIC + hashlib.sha256(body).digest() + body
+    path = root / f"{key}.bin"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        except OSError:
+            _unlink(Path(tmp))
+            raise
+    except OSError:
+        # A read-only or full cache directory must not break compilation.
+        return
+    _account(root, len(blob), limit)
+
+
+def usage() -> CacheUsage:
+    """Where the cache is, how many entries and bytes it holds, and its bound."""
+    root = cache_dir()
+    limit = max_bytes()
+    if root is None:
+        return CacheUsage(None, 0, 0, limit)
+    entries = _scan(root)
+    return CacheUsage(root, len(entries), sum(size for _, size, _ in entries), limit)
+
+
+def clear() -> int:
+    """Remove every entry (and dead writers' temporary files); return the number of entries removed."""
+    root = cache_dir()
+    if root is None:
+        return 0
+    with _lock:
+        removed = sum(_unlink(path) for _, _, path in _scan(root))
+        _tracked[root] = 0
+    return removed
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _decode(blob: bytes) -> tuple[dict, bytes] | None:
     if not blob.startswith(_MAGIC):
         return None
     body = blob[len(_MAGIC):]
@@ -61,19 +175,62 @@ def load(key: str) -> tuple[dict, bytes] | None:
     return meta, body[8 + meta_len:]
 
 
-def store(key: str, meta: dict, payload: bytes) -> None:
-    root = cache_dir()
-    if root is None:
-        return
-    meta_bytes = json.dumps(meta, sort_keys=True).encode()
-    body = len(meta_bytes).to_bytes(8, "little") + meta_bytes + payload
-    blob = _MAGIC + hashlib.sha256(body).digest() + body
+def _touch(path: Path) -> None:
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, root / f"{key}.bin")
-    except OSError:
-        # A read-only or full cache directory must not break compilation.
+        os.utime(path)
+    except OSError:  # evicted meanwhile, or a read-only cache: still a hit
         pass
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except OSError:  # already gone (another process), or in use (Windows)
+        return False
+
+
+def _scan(root: Path) -> list[tuple[int, int, Path]]:
+    """(mtime_ns, size, path) of every entry; removes temporary files left by dead writers."""
+    found = []
+    now = time.time()
+    try:
+        it = os.scandir(root)
+    except OSError:
+        return found
+    with it:
+        for e in it:
+            try:
+                if _ENTRY.fullmatch(e.name):
+                    st = e.stat(follow_symlinks=False)
+                    found.append((st.st_mtime_ns, st.st_size, Path(e.path)))
+                elif e.name.startswith(".tmp-") and now - e.stat(follow_symlinks=False).st_mtime > _STALE_TMP_S:
+                    _unlink(Path(e.path))
+            except OSError:  # vanished between listing and stat
+                continue
+    return found
+
+
+def _account(root: Path, added: int, limit: int) -> None:
+    """Add a store's size to the tracked total; scan and evict only when it may exceed the bound."""
+    with _lock:
+        total = _tracked.get(root)
+        if total is None:  # first store of this process into this root: one scan
+            total = sum(size for _, size, _ in _scan(root))
+        else:
+            total += added  # an overestimate when the store replaced an entry: errs towards a scan
+        if total > limit:
+            total = _evict(root, int(limit * _LOW_WATER))
+        _tracked[root] = total
+
+
+def _evict(root: Path, target: int) -> int:
+    """Remove least recently used entries until at most ``target`` bytes remain; return the total."""
+    entries = sorted(_scan(root), key=lambda e: (e[0], e[2].name))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= target:
+            break
+        if _unlink(path) or not path.exists():  # removed here, or by another process meanwhile
+            total -= size
+    return total

@@ -16,23 +16,33 @@ class BuildRow:
     error: str = ""
 
 
-def build_all(archs: list[str], labs=None, progress=lambda message: None, jobs: int = 1) -> list[BuildRow]:
+def build_all(archs: list[str], labs=None, progress=lambda message: None, jobs: int = 1,
+              done=lambda lab, arch, rows: None) -> list[BuildRow]:
     """Compile every lab's kernels for every target; ``jobs`` > 1 compiles labs in parallel processes
-    (each result lands in the shared disk cache, so later runs and processes load instead of compile)."""
+    (each result lands in the shared disk cache, so later runs and processes load instead of compile).
+    ``progress(message)`` is called as a lab starts compiling, ``done(lab, arch, rows)`` as it ends
+    (in completion order); the rows returned are in lab order either way."""
     from ..labs import all_labs
 
-    work = [(lab.name, arch) for lab in (labs or all_labs()) for arch in archs]
+    labs = labs or all_labs()
+    work = [(lab.name, arch) for lab in labs for arch in archs]
     if jobs > 1 and len(work) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            chunks = list(pool.map(_build_one_by_name, work))
+            futures = {pool.submit(_build_one_by_name, job): job for job in work}
+            progress(f"{len(work)} lab builds, {jobs} at a time")
+            for future in as_completed(futures):
+                done(*futures[future], future.result())
+            chunks = [future.result() for future in futures]  # dicts keep insertion (lab) order
         return [row for chunk in chunks for row in chunk]
-    lab_objects = {lab.name: lab for lab in (labs or all_labs())}
+    lab_objects = {lab.name: lab for lab in labs}
     rows: list[BuildRow] = []
     for name, arch in work:
         progress(f"{name} for {arch}")
-        rows += _build_one(lab_objects[name], arch)
+        chunk = _build_one(lab_objects[name], arch)
+        done(name, arch, chunk)
+        rows += chunk
     return rows
 
 

@@ -1,4 +1,4 @@
-"""The cuadv command: caps, build, run, bench (and check, simulate where present)."""
+"""The cuadv command: caps, build, run, bench, check, simulate and cache."""
 
 from __future__ import annotations
 
@@ -10,16 +10,23 @@ from pathlib import Path
 from rich.console import Console
 
 from ..errors import CuadvError, NoGpuError
-from ..report.console import print_table
+from .exit_codes import EXIT_CODES, EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK, EXIT_USAGE
+from ..report.console import make_console, print_table, progress_bar
 from ..report.results import Table
 
 DEFAULT_ARCHS = ["sm_90a", "sm_100a"]
 
-
 def cmd_caps(args, console: Console) -> int:
     from ..device import current_device
 
-    caps = current_device().caps
+    try:
+        caps = current_device().caps
+    except NoGpuError as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"gpu": None, "reason": str(exc)}, indent=2))  # stdout: JSON only
+        print(f"cuadv: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
     occupancy = _occupancy_table(caps) if getattr(args, "occupancy", False) else None
     features = _features_table(caps.as_dict())
     if args.json:
@@ -34,7 +41,7 @@ def cmd_caps(args, console: Console) -> int:
         print_table(console, features)
         if occupancy is not None:
             print_table(console, occupancy)
-    return 0
+    return EXIT_OK
 
 
 def _features_table(caps: dict) -> Table:
@@ -58,11 +65,8 @@ def _occupancy_table(caps) -> Table:
 
 
 def cmd_build(args, console: Console) -> int:
-    from .buildcheck import build_all
-
     archs = args.arch or DEFAULT_ARCHS
-    with console.status("compiling") as status:
-        rows = build_all(archs, progress=lambda m: status.update(f"compiling {m}"), jobs=args.jobs)
+    rows = _build(console, archs, args.jobs)
     failed = [r for r in rows if r.error]
     table = Table(f"kernels compiled for {', '.join(archs)}",
                   ["lab", "target", "kernel", "registers", "static smem B", "stack B", "spill st/ld B"],
@@ -76,7 +80,32 @@ def cmd_build(args, console: Console) -> int:
         Path(args.json).write_text(json.dumps([{"lab": r.lab, "arch": r.arch, "kernel": r.kernel, "error": r.error,
                                                 "resources": r.resources.__dict__ if r.resources else None}
                                                for r in rows], indent=2))
-    return 1 if failed else 0
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _build(console: Console, archs: list[str], jobs: int = 1):
+    """build_all with a progress bar on stderr: labs compiled of total and kernels so far, per target."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from ..labs import all_labs
+    from .buildcheck import build_all
+
+    labs = all_labs()
+    with progress_bar(console, TextColumn("[bold]{task.fields[arch]}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("labs, {task.fields[kernels]} kernels"), TimeElapsedColumn(),
+                      TextColumn("{task.description}")) as bar:
+        tasks = {arch: bar.add_task("", total=len(labs), arch=arch, kernels=0) for arch in archs}
+
+        def started(message: str) -> None:  # "LAB for ARCH" (one process), or a line for all targets (--jobs)
+            for arch, task in tasks.items():
+                if message.endswith(f" for {arch}") or not any(message.endswith(f" for {a}") for a in tasks):
+                    bar.update(task, description=message)
+
+        def done(lab: str, arch: str, rows) -> None:
+            kernels = bar.tasks[tasks[arch]].fields["kernels"] + sum(1 for r in rows if not r.error)
+            bar.update(tasks[arch], advance=1, kernels=kernels)
+
+        return build_all(archs, labs, progress=started, jobs=jobs, done=done)
 
 
 def _select_labs(names):
@@ -93,14 +122,16 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     labs = _select_labs(args.only)
     command = "cuadv " + " ".join(sys.argv[1:])
     reason = gpu_or_reason()
-    if reason is not None and not gpu_free:
+    if reason is not None and (not gpu_free or getattr(args, "require_gpu", False)):
         raise NoGpuError(reason)
     if reason is None:
         report = run_labs(labs, out, args.quick, console, command=command, peer=getattr(args, "peer", False))
+        nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
         console.print(f"{reason}: running what needs no GPU (build check, simulator)")
         report = Report(caps=None, results=[], command=command)
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
+        nothing_ran = False  # the GPU-free parts run (--require-gpu makes this exit EXIT_NO_GPU above)
     if gpu_free:
         report.results += _gpu_free_results(console, out)
     _add_selection_matrix(report)  # without a GPU its rows say which lab would have measured each and why not
@@ -112,15 +143,18 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     failed = [r.lab for r in report.results if r.status == "failed"]
     if failed:
         console.print(f"[red]failed: {', '.join(failed)}[/]")
-    return 1 if failed else 0
+        return EXIT_FAILED
+    if nothing_ran:
+        print("cuadv: nothing ran: every selected lab was skipped on this GPU", file=sys.stderr)
+        return EXIT_NOTHING_RAN
+    return EXIT_OK
 
 
 def _gpu_free_results(console: Console, out: Path | None = None):
     """Build check for sm_90a and sm_100a and the scheduling simulator: these need no GPU."""
-    from .buildcheck import build_all
     from ..report.results import LabResult
 
-    rows = build_all(DEFAULT_ARCHS)
+    rows = _build(console, DEFAULT_ARCHS)
     failed = [r for r in rows if r.error]
     result = LabResult("build", "Build check: every kernel for sm_90a and sm_100a",
                        status="failed" if failed else "ok",
@@ -149,52 +183,166 @@ def cmd_bench(args, console: Console) -> int:
     return cmd_run(args, console, gpu_free=False)
 
 
+def cmd_cache(args, console: Console) -> int:
+    from .. import cache
+
+    if args.clear:
+        where = cache.usage().path
+        removed = cache.clear()
+        if args.json:
+            print(json.dumps({"path": _path_or_none(where), "removed": removed}, indent=2))
+        else:
+            console.print(f"removed {removed} entries from {_where(where)}")
+        return EXIT_OK
+    u = cache.usage()
+    if args.json:
+        print(json.dumps({"path": _path_or_none(u.path), "entries": u.entries, "bytes": u.bytes,
+                          "limit_bytes": u.limit_bytes}, indent=2))
+    else:
+        print_table(console, Table("compile cache", ["what", "value"], [
+            ["where", _where(u.path)], ["entries", u.entries], ["size", _size(u.bytes)],
+            ["limit", _size(u.limit_bytes) if u.limit_bytes else "none"]],
+            note="CUADV_CACHE_DIR moves the cache, CUADV_CACHE=0 disables it, CUADV_CACHE_MAX_BYTES bounds it; "
+                 "`cuadv cache --clear` empties it"))
+    return EXIT_OK
+
+
+def _path_or_none(path) -> str | None:
+    return None if path is None else str(path)
+
+
+def _where(path) -> str:
+    return "disabled (CUADV_CACHE=0)" if path is None else str(path)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n:,} bytes)"
+    return f"{n} bytes"
+
+
+# --- the parser: every command has a description and an example (epilog) ---------------------------
+
+_EXIT_TEXT = "exit codes:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
+
+_TOP_EPILOG = f"""examples:
+  cuadv caps                      what this GPU can do, feature by feature
+  cuadv build --arch sm_90a       compile every kernel for Hopper (no GPU needed)
+  cuadv run --quick               every lab at small sizes, report in cuadv-report/
+  cuadv bench histogram           one lab, its tables printed
+  cuadv run --require-gpu         in CI: exit {EXIT_NO_GPU} where no GPU is present
+
+{_EXIT_TEXT}
+"""
+
+_LABS_PLACEHOLDER = "@LABS@"
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and examples; fills in the lab list only when help is shown
+    (importing every lab costs about half a second, which no other command line should pay)."""
+
+    def _format_text(self, text: str) -> str:
+        if _LABS_PLACEHOLDER in text:
+            text = text.replace(_LABS_PLACEHOLDER, _labs_listing())
+        return super()._format_text(text)
+
+
+def _labs_listing() -> str:
+    from ..labs import all_labs
+
+    labs = all_labs()
+    width = max(len(lab.name) for lab in labs)
+    return "\n".join(f"  {lab.name:<{width}}  {lab.title}" for lab in labs)
+
+
+def _command(sub, name: str, help: str, description: str, example: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description, epilog=f"example:\n{example}",
+                          formatter_class=_HelpFormatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cuadv", description=__doc__)
+    from .. import __version__
+
+    p = argparse.ArgumentParser(prog="cuadv", description=__doc__, epilog=_TOP_EPILOG,
+                                formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"cuadv {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    caps = sub.add_parser("caps", help="print what this GPU can do")
+    caps = _command(sub, "caps", "print what this GPU can do",
+                    "Print what this GPU can do (compute capability, SMs, L2, shared memory, clusters, cooperative "
+                    "launch, TMA, PDL, CLC, ...)\nand, for each feature cuadv uses, whether it is available here or "
+                    f"what it needs and the fallback. Without a GPU: exit {EXIT_NO_GPU} (with --json, "
+                    '{"gpu": null, "reason": ...} on stdout).',
+                    "  cuadv caps --json --occupancy > caps.json")
     caps.add_argument("--json", action="store_true", help="print JSON instead of a table")
     caps.add_argument("--occupancy", action="store_true",
                       help="also query cluster occupancy (largest cluster, active clusters per size and shared memory)")
-    build = sub.add_parser("build", help="compile every kernel for the given targets (no GPU needed)")
+    build = _command(sub, "build", "compile every kernel for the given targets (no GPU needed)",
+                     "Compile every kernel cuadv ships for the given targets with NVRTC (no GPU needed) and print "
+                     "registers,\nshared memory, stack and spills per kernel. Compiled modules land in the compile "
+                     "cache (`cuadv cache`).",
+                     "  cuadv build --arch sm_90a --arch sm_100a --jobs 8 --json build.json")
     build.add_argument("--arch", action="append", help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
     build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")
     build.add_argument("--jobs", type=int, default=1, help="compile labs in this many processes (default 1)")
-    run = sub.add_parser("run", help="run every lab, validate, measure and write the report")
+    run = _command(sub, "run", "run every lab, validate, measure and write the report",
+                   "Run every lab (or those given with --only): validate, measure, and write results.json, "
+                   "report.md and index.html.\nWithout a GPU it says so and runs what needs none (the build check "
+                   f"and the simulator), unless --require-gpu\n(exit {EXIT_NO_GPU}). With a GPU, exit "
+                   f"{EXIT_NOTHING_RAN} if every selected lab was skipped.",
+                   "  cuadv run --quick --only histogram --only tma --out report/")
     run.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     run.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
     run.add_argument("--only", action="append", metavar="LAB", help="run only this lab (repeatable)")
-    bench = sub.add_parser("bench", help="run one lab and print its tables")
-    bench.add_argument("lab", help="lab name (see `cuadv run --help`)")
-    bench.add_argument("--quick", action="store_true")
-    bench.add_argument("--out", default="cuadv-report")
+    run.add_argument("--require-gpu", action="store_true",
+                     help=f"exit {EXIT_NO_GPU} without a GPU instead of running only what needs none (for CI)")
+    bench = _command(sub, "bench", "run one lab and print its tables",
+                     "Run one lab on this GPU, print its tables and write its report. Without a GPU: exit "
+                     f"{EXIT_NO_GPU}; if the lab\nis skipped on this GPU: exit {EXIT_NOTHING_RAN}.\n\n"
+                     f"labs:\n{_LABS_PLACEHOLDER}",
+                     "  cuadv bench scheduling --quick\n  cuadv bench domains --peer     (2 GPUs)")
+    bench.add_argument("lab", help="lab name (listed below)")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    bench.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
     bench.add_argument("--peer", action="store_true",
                        help="domains: also run the writer into a second GPU's memory over peer access (needs 2 GPUs)")
+    cache = _command(sub, "cache", "show where the compile cache is and its size, or clear it",
+                     "Show the compile cache: where it is, its entries, its size and its size limit; --clear "
+                     "removes every entry.\nCUADV_CACHE_DIR moves it, CUADV_CACHE=0 disables it.",
+                     "  cuadv cache --json\n  cuadv cache --clear")
+    cache.add_argument("--clear", action="store_true", help="remove every entry")
+    cache.add_argument("--json", action="store_true", help="print JSON instead of a table")
     from .. import simulate
     from . import sanitize
 
     sanitize.register(sub)  # cuadv check
     simulate.register(sub)  # cuadv simulate
+    for parser in sub.choices.values():
+        parser.formatter_class = _HelpFormatter
     return p
 
 
-
 PEER_LABS = ("domains",)
-COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_bench}
+COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_bench, "cache": cmd_cache}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    console = Console()
+    """Run one cuadv command; returns its exit code (EXIT_CODES), also for --help, --version and usage errors."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
+    console = make_console()
     handler = COMMANDS.get(args.command) or getattr(args, "handler", None)
     try:
         return handler(args, console)
     except NoGpuError as exc:
         print(f"cuadv: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_NO_GPU
     except CuadvError as exc:
         print(f"cuadv: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from ..errors import NoGpuError
+from ..report.console import progress_bar
 from ..report.writer import Report
 from ..report.results import LabResult
 
@@ -27,19 +28,21 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     from ..labs.base import RunContext
 
     report = Report(caps=caps.as_dict(), results=[], ceiling_tb_s=ceiling.tb_per_s, command=command)
-    with Progress(TextColumn("[bold]{task.fields[lab]}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console, transient=False) as bar:
+    # The bar goes to stderr (shown only on a terminal): lab i of n, and the lab's current step.
+    with progress_bar(console, TextColumn("[bold]{task.fields[lab]}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), transient=False) as bar:
         task = bar.add_task("", total=len(labs), lab="")
-        for lab in labs:
-            bar.update(task, lab=lab.name, description="")
+        for i, lab in enumerate(labs, 1):
+            bar.update(task, lab=f"lab {i} of {len(labs)}: {lab.name}", description="")
             ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling,
                              progress=lambda msg, t=task: bar.update(t, description=msg), peer=peer)
             started = time.perf_counter()
             result = run_one(lab, ctx)
             report.results.append(result)
-            # A line per lab also where no terminal shows the bar (logs, CI).
-            bar.console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"
-                              + (f" ({result.reason})" if result.reason else ""))
+            # A line per lab on stdout, also where no terminal shows the bar (logs, CI).
+            console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"
+                          + (f" ({result.reason})" if result.reason else ""))
             bar.advance(task)
     return report
 

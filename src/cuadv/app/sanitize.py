@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +29,67 @@ class CheckOutcome:
     log: str
 
 
+SANITIZER_WHEEL = "nvidia-cuda-sanitizer-api"
+SANITIZER_MISSING = ("compute-sanitizer not found: pip install 'cuadv[sanitize]' "
+                     f"(the {SANITIZER_WHEEL} wheel) or install the CUDA toolkit")
+# Inside the wheel (verified on 13.0.48 and 13.5.25): 13.0 ships the executable as
+# nvidia/cu13/bin/compute-sanitizer; 13.5 makes that a shell script that execs
+# nvidia/cu13/compute-sanitizer/compute-sanitizer, the executable beside its libraries.
+_WHEEL_PATHS = ("nvidia/cu13/bin/compute-sanitizer", "nvidia/cu13/compute-sanitizer/compute-sanitizer")
+
+
 def find_sanitizer() -> str | None:
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
+    """compute-sanitizer from the nvidia-cuda-sanitizer-api wheel, else PATH, else the CUDA toolkit
+    (CUDA_HOME / CUDA_PATH), else wherever cuda.pathfinder finds one (conda, other wheel layouts)."""
+    for lookup in (_sanitizer_in_wheel, _sanitizer_on_path, _sanitizer_in_toolkit, _sanitizer_by_pathfinder):
+        found = lookup()
+        if found:
+            return str(found)
+    return None
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _sanitizer_in_wheel() -> str | None:
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(SANITIZER_WHEEL)
+    except metadata.PackageNotFoundError:
+        return None
+    suffix = ".exe" if sys.platform == "win32" else ""
+    for rel in _WHEEL_PATHS:
+        path = Path(dist.locate_file(rel + suffix))
+        if _executable(path):
+            return str(path)
+    return None
+
+
+def _sanitizer_on_path() -> str | None:
+    return shutil.which("compute-sanitizer")
+
+
+def _sanitizer_in_toolkit() -> str | None:
+    suffix = ".exe" if sys.platform == "win32" else ""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if not root:
+            continue
+        for rel in ("bin/compute-sanitizer", "compute-sanitizer/compute-sanitizer"):
+            path = Path(root) / (rel + suffix)
+            if _executable(path):
+                return str(path)
+    return None
+
+
+def _sanitizer_by_pathfinder() -> str | None:
     try:
         from cuda.pathfinder import find_nvidia_binary_utility
 
         return find_nvidia_binary_utility("compute-sanitizer")
-    except Exception:
+    except Exception:  # older cuda-pathfinder: no binary-utility lookup, or no compute-sanitizer in it
         return None
 
 
@@ -82,16 +134,22 @@ def cmd_check(args, console) -> int:
     from ..labs import all_labs
     from ..report.results import Table
     from .runner import gpu_or_reason
-    from ..report.console import print_table
+    from ..report.console import print_table, progress_bar
+    from .exit_codes import EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK
 
+    if getattr(args, "require_gpu", False):  # say "no GPU" (exit 3) before "no sanitizer" where both are missing
+        reason = gpu_or_reason()
+        if reason:
+            console.print(f"cuadv check: {reason}")
+            return EXIT_NO_GPU
     sanitizer = find_sanitizer()
     if sanitizer is None:
-        console.print("cuadv check: compute-sanitizer not found (it ships with the CUDA toolkit); nothing checked")
-        return 2
+        console.print(f"cuadv check: {SANITIZER_MISSING}; nothing checked", markup=False)
+        return EXIT_NOTHING_RAN
     reason = gpu_or_reason()
     if reason:
         console.print(f"cuadv check: {reason}")
-        return 2
+        return EXIT_NO_GPU
     from ..device import current_device
 
     caps = current_device().caps
@@ -99,10 +157,23 @@ def cmd_check(args, console) -> int:
             and lab.supported(caps) is None]
     tools = args.tool or list(TOOLS)
     jobs = [(lab.name, tool) for lab in labs for tool in tools]
+    if not jobs:
+        console.print("cuadv check: no lab to check on this GPU; nothing checked")
+        return EXIT_NOTHING_RAN
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
     # Sanitizer runs are mostly host-side instrumentation: several at once share the GPU well.
-    with console.status(f"compute-sanitizer: {len(jobs)} runs, {args.jobs} at a time"):
+    # The bar (stderr, terminals only) counts runs done of total.
+    with progress_bar(console, TextColumn("compute-sanitizer"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn(f"runs, {args.jobs} at a time"), TimeElapsedColumn(),
+                      TextColumn("{task.description}")) as bar:
+        task = bar.add_task("", total=len(jobs))
         with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-            outcomes = list(pool.map(lambda job: run_check(job[0], job[1], sanitizer, args.timeout), jobs))
+            futures = [pool.submit(run_check, lab, tool, sanitizer, args.timeout) for lab, tool in jobs]
+            for future in as_completed(futures):
+                o = future.result()
+                bar.update(task, advance=1, description=f"{o.lab} / {o.tool}: {o.status}")
+        outcomes = [future.result() for future in futures]
     rows = [[o.lab, o.tool, o.status, o.hazards] for o in outcomes]
     print_table(console, Table(f"compute-sanitizer over every lab's kernels ({caps.name})",
                                 ["lab", "tool", "result", "hazards/errors"], rows))
@@ -111,18 +182,27 @@ def cmd_check(args, console) -> int:
     bad = [o for o in outcomes if o.status != "clean"]
     for o in bad:
         console.print(f"[red]{o.lab} / {o.tool}: {o.status}[/]\n{o.log[-3000:]}")
-    return 1 if bad else 0
+    return EXIT_FAILED if bad else EXIT_OK
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="run every lab's kernels under compute-sanitizer")
+    import argparse
+
+    p = sub.add_parser("check", help="run every lab's kernels under compute-sanitizer",
+                       description="Run every lab's kernels once at a small size under compute-sanitizer "
+                                   "(memcheck, racecheck, synccheck, initcheck)\nand summarise the hazards. Needs "
+                                   "a GPU (exit 3 without one) and compute-sanitizer (exit 4 without it:\nnothing "
+                                   "checked); exit 1 on any hazard or failure.",
+                       epilog="example:\n  cuadv check --lab histogram --tool racecheck --log check.log",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tool", action="append", choices=TOOLS, help="sanitizer tool (repeatable; default all four)")
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
     p.add_argument("--log", metavar="FILE", help="write the full sanitizer output here")
     p.add_argument("--jobs", type=int, default=4, help="sanitizer processes at once (default 4)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per sanitizer run (default 600)")
+    p.add_argument("--require-gpu", action="store_true",
+                   help="report a missing GPU (exit 3) before a missing compute-sanitizer (check always needs a GPU)")
     p.set_defaults(handler=cmd_check)
-
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--smoke":

@@ -43,8 +43,18 @@ def cmd_simulate(args, console) -> int:
 
 
 def register(sub) -> None:
+    import argparse
+
     p = sub.add_parser("simulate", help="predict the work-stealing trade-off with a model of the block scheduler "
-                                        "(no GPU needed)")
+                                        "(no GPU needed)",
+                       description="Predict the work-stealing trade-off without a GPU: a discrete-event model of the "
+                                   "block scheduler\n(SMs x resident block slots, launch, claim, cancel and exit "
+                                   "costs) runs a workload of tiles under each\nscheduling policy (fixed_work, "
+                                   "fixed_blocks, clc, steal) and prints the trade-off table; with --out it\nalso "
+                                   "writes per-SM timelines (PNG) and simulate.json.",
+                       epilog="example:\n  cuadv simulate --workload periodic:64:8 --tiles 100000 --sweep 20 "
+                              "--sweep 100 --sweep inf --out sim/",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="pareto:1.5",
                    help="uniform | pareto[:alpha] | triangular | periodic[:period[:factor]] | FILE.npy/.txt of "
                         "per-tile microseconds (default pareto:1.5)")

@@ -22,7 +22,7 @@ Example::
 Modules (this file only re-exports): ``policies`` (policy names, resolution, input checks),
 ``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``state`` (per-launch scheduler
 counters), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
-(the per-SM plot of a trace).
+(the per-SM plot of a trace), ``perfetto`` (a trace as Chrome / Perfetto JSON).
 """
 
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
@@ -31,8 +31,9 @@ from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learne
 from ..state_pool import STATE_BYTES, StatePool, _is_capturing  # noqa: F401 (re-exported)
 from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
 from .trace import TRACE_DTYPE, TileOrder, Trace
+from .perfetto import to_chrome_trace
 
 __all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
            "MAX_TILES", "POLICIES", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
            "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
-           "policy_for_arch", "resolve_policy"]
+           "policy_for_arch", "resolve_policy", "to_chrome_trace"]

@@ -76,3 +76,11 @@ class Trace:
 
         plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count,
                          highlight=highlight)
+
+    def to_chrome_trace(self, path=None, name: str | None = None) -> dict:
+        """This trace as a Chrome / Perfetto trace (one track per SM and resident slot, one slice per
+        tile), written as JSON to ``path`` when given; open it in https://ui.perfetto.dev. To put
+        kernels that ran together on one time base, use ``cuadv.work_stealing.to_chrome_trace``."""
+        from .perfetto import to_chrome_trace
+
+        return to_chrome_trace([self], path, names=None if name is None else [name])

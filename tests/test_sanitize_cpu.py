@@ -1,0 +1,112 @@
+"""Finding compute-sanitizer for `cuadv check` without a GPU: wheel, then PATH, then the toolkit."""
+
+import io
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from cuadv.app import sanitize
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fake executables are POSIX files")
+
+
+def _exe(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+class _FakeDist:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def locate_file(self, rel):
+        return self.root / rel
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """Every place a compute-sanitizer can come from, each holding one; a test removes some."""
+    wheel_root = tmp_path / "site-packages"
+    wheel = _exe(wheel_root / "nvidia/cu13/bin/compute-sanitizer")
+    on_path = _exe(tmp_path / "path-bin/compute-sanitizer")
+    toolkit = _exe(tmp_path / "cuda/bin/compute-sanitizer")
+    by_pathfinder = str(tmp_path / "conda/bin/compute-sanitizer")
+
+    def distribution(name):
+        if name == "nvidia-cuda-sanitizer-api" and wheel_root.exists():
+            return _FakeDist(wheel_root)
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    pathfinder = SimpleNamespace(result=by_pathfinder)
+    monkeypatch.setattr(sanitize, "_sanitizer_by_pathfinder", lambda: pathfinder.result)
+    return SimpleNamespace(wheel_root=wheel_root, wheel=wheel, on_path=on_path, toolkit=toolkit,
+                           pathfinder=pathfinder)
+
+
+def test_discovery_order(places, monkeypatch):
+    assert sanitize.find_sanitizer() == str(places.wheel)
+    places.wheel.unlink()
+    assert sanitize.find_sanitizer() == str(places.on_path)
+    places.on_path.unlink()
+    assert sanitize.find_sanitizer() == str(places.toolkit)
+    places.toolkit.unlink()
+    assert sanitize.find_sanitizer() == places.pathfinder.result
+    places.pathfinder.result = None
+    assert sanitize.find_sanitizer() is None
+
+
+def test_wheel_layouts(places):
+    # 13.5: bin/compute-sanitizer is a shell script beside the real executable; either is found.
+    real = _exe(places.wheel_root / "nvidia/cu13/compute-sanitizer/compute-sanitizer")
+    assert sanitize.find_sanitizer() == str(places.wheel)
+    places.wheel.unlink()
+    assert sanitize.find_sanitizer() == str(real)
+    real.chmod(0o644)  # not executable: not a candidate
+    assert sanitize.find_sanitizer() == str(places.on_path)
+
+
+def test_toolkit_from_cuda_path(places, monkeypatch, tmp_path):
+    places.wheel.unlink()
+    places.on_path.unlink()
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
+    assert sanitize.find_sanitizer() == str(places.toolkit)
+
+
+def test_pathfinder_failure_is_not_found(monkeypatch, tmp_path):
+    import cuda.pathfinder
+
+    def broken(name):
+        raise RuntimeError("no such utility")
+
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_binary_utility", broken)
+    assert sanitize._sanitizer_by_pathfinder() is None
+
+
+def test_missing_sanitizer_message_names_the_wheel_and_extra(monkeypatch):
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: None)
+    out = io.StringIO()
+    console = Console(file=out, width=300)
+    args = SimpleNamespace(lab=None, tool=None, jobs=1, timeout=1, log=None, require_gpu=False, json=False)
+    assert sanitize.cmd_check(args, console) != 0  # nothing checked is not a success
+    text = out.getvalue()
+    assert ("compute-sanitizer not found: pip install 'cuadv[sanitize]' (the nvidia-cuda-sanitizer-api wheel) "
+            "or install the CUDA toolkit") in text  # the [sanitize] survives rich markup
+    assert "ships with the CUDA toolkit" not in text
+
+
+def test_sanitize_extra_declared():
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["optional-dependencies"]["sanitize"] == ["nvidia-cuda-sanitizer-api>=13.0,<14"]
