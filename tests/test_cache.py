@@ -203,3 +203,18 @@ def test_platform_default(tmp_path, monkeypatch, platform, env, expected):
     monkeypatch.setattr(cache.os.path, "expanduser", lambda p: str(tmp_path) if p == "~" else p)
     monkeypatch.setattr(cache.sys, "platform", platform)
     assert cache.cache_dir() == Path(str(expected).replace("HOME", str(tmp_path)))
+
+
+def test_zero_bound_keeps_everything(root, monkeypatch):
+    monkeypatch.setenv("CUADV_CACHE_MAX_BYTES", "0")
+    cache._tracked.clear()
+    keys = [_store(f"z{i}", 4 * KIB) for i in range(4)]
+    assert _keys(root) == set(keys) and all(cache.load(k) is not None for k in keys)
+
+
+def test_a_mistyped_bound_warns_once_and_keeps_caching(root, monkeypatch):
+    monkeypatch.setenv("CUADV_CACHE_MAX_BYTES", "1.5G")
+    monkeypatch.setattr(cache, "_warned_bound", [])
+    with pytest.warns(UserWarning, match="CUADV_CACHE_MAX_BYTES.*'1.5G'.*default bound"):
+        key = _store("w")
+    assert cache.load(key) is not None

@@ -10,7 +10,8 @@ Where it lives: the platform's user cache directory, subfolder ``cuadv`` (Linux 
 ``%LOCALAPPDATA%\\cuadv``). ``CUADV_CACHE_DIR`` moves the cache, ``CUADV_CACHE=0`` disables it.
 
 Size bound: ``CUADV_CACHE_MAX_BYTES`` (default 2 GiB; a byte count, or with a ``K``/``M``/``G``
-suffix in powers of 1024, e.g. ``500M``). After a store that takes the cache over the bound, the
+suffix in powers of 1024, e.g. ``500M``; 0 means no bound; a value that is neither warns once and
+keeps the default). After a store that takes the cache over the bound, the
 least recently used entries are removed until it holds at most 90% of the bound (so the next
 stores do not each trigger a scan). "Used" is the entry's modification time, which every load
 refreshes. The total is tracked from the sizes this process stores and the directory is scanned
@@ -29,12 +30,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 _MAGIC = b"CUADV1\n"
 DEFAULT_MAX_BYTES = 2 * 1024**3
+_warned_bound: list[bool] = []  # the invalid-bound warning is given once per process
 _LOW_WATER = 0.9  # eviction empties the cache down to this fraction of the bound
 _STALE_TMP_S = 3600  # a temporary file this old belongs to a writer that died
 _ENTRY = re.compile(r"[0-9a-f]{64}\.bin")  # only cuadv's own files are ever counted or removed
@@ -116,7 +119,13 @@ def store(key: str, meta: dict, payload: bytes) -> None:
     root = cache_dir()
     if root is None:
         return
-    limit = max_bytes()
+    try:
+        limit = max_bytes()
+    except ValueError as exc:  # a mistyped bound must not break compilation: say so once, keep the default
+        if not _warned_bound:
+            warnings.warn(f"{exc}; using the default bound of {DEFAULT_MAX_BYTES} bytes", stacklevel=2)
+            _warned_bound.append(True)
+        limit = DEFAULT_MAX_BYTES
     meta_bytes = json.dumps(meta, sort_keys=True).encode()
     body = len(meta_bytes).to_bytes(8, "little") + meta_bytes + payload
     blob = _MAGIC + hashlib.sha256(body).digest() + body
@@ -219,7 +228,7 @@ def _account(root: Path, added: int, limit: int) -> None:
             total = sum(size for _, size, _ in _scan(root))
         else:
             total += added  # an overestimate when the store replaced an entry: errs towards a scan
-        if total > limit:
+        if limit and total > limit:  # 0: no bound
             total = _evict(root, int(limit * _LOW_WATER))
         _tracked[root] = total
 

@@ -11,10 +11,14 @@ default stream unless the caller made another current), else the legacy default 
 Ordering with the producer: where the CUDA Array Interface names a stream (CAI v3) other than the
 one cuadv works on, cuadv makes its stream wait for that stream (an event, no host wait). DLPack
 producers are asked for their data on cuadv's stream, which the DLPack protocol makes them order.
+PyTorch's interface (v2) names no stream: with ``stream=None`` cuadv works on torch's current stream,
+which orders the tensor's producers; pass another stream and ordering it is the caller's business.
+Nothing is ordered while cuadv's stream is being captured into a graph.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -101,7 +105,7 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         strides = tuple(int(v) for v in strides) if strides is not None else c_strides(shape, itemsize)
         producer = cai.get("stream")
         if stream is not None and producer is not None and _legacy_as_one(int(producer)) != _legacy_as_one(stream) \
-                and not _capturing(stream):
+                and not capturing(stream):
             wait_for_stream(stream, int(producer))  # 1 and 2 are the driver's legacy and per-thread handles too
         return DeviceArray(int(cai["data"][0]), shape, strides, typestr, itemsize, library, _type_name(typestr), obj)
     if hasattr(obj, "__dlpack__"):
@@ -109,7 +113,7 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
 
         from_dlpack = getattr(StridedMemoryView, "from_dlpack", None)  # cuda.core >= 1.2; the constructor is deprecated
         # DLPack's stream argument: -1 asks for no ordering, 1 names the legacy default stream (never 0).
-        consumer = -1 if stream is None or _capturing(stream) else _legacy_as_one(stream)
+        consumer = -1 if stream is None or capturing(stream) else _legacy_as_one(stream)
         view = from_dlpack(obj, stream_ptr=consumer) if from_dlpack else StridedMemoryView(obj, stream_ptr=consumer)
         if not view.is_device_accessible:
             raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory")
@@ -128,12 +132,12 @@ def _legacy_as_one(handle: int) -> int:
     return 1 if handle == 0 else handle
 
 
-def _capturing(stream: int) -> bool:
+def capturing(stream: int) -> bool:
     """True while ``stream`` is being captured into a graph: then no event may be recorded on another
     stream (it would invalidate the capture), and ordering the inputs is the capturing code's business."""
     drv = driver()
-    status = check(drv.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
-    return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
 def _type_name(typestr: str) -> str:
@@ -201,13 +205,8 @@ def empty(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, s
     """A new uninitialised array in ``library`` ('torch' on ``like``'s device; anything else gives CuPy)."""
     if library == "torch":
         torch = sys.modules["torch"]
-        # torch's caching allocator ties a block to the stream current at allocation: allocate on the
-        # stream that will write the array, so the block is not handed out again while it works.
-        dtype = getattr(torch, np.dtype(dtype).name)
-        if stream == torch.cuda.current_stream(like.device).cuda_stream:
-            return torch.empty(tuple(shape), dtype=dtype, device=like.device)
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=like.device)):
-            return torch.empty(tuple(shape), dtype=dtype, device=like.device)
+        with torch_allocation_stream(like, stream):
+            return torch.empty(tuple(shape), dtype=getattr(torch, np.dtype(dtype).name), device=like.device)
     import cupy as cp
 
     if stream == cp.cuda.get_current_stream().ptr:
@@ -226,6 +225,16 @@ def _cupy_stream(cp: Any, handle: int) -> Any:
         except TypeError:  # another signature than the one assumed: the older class still works
             pass
     return cp.cuda.ExternalStream(handle)
+
+
+def torch_allocation_stream(like: Any, stream: int) -> Any:
+    """A context in which torch allocates for work on ``stream``: torch's caching allocator ties a block to
+    the stream current at allocation, so allocating on the stream that writes the array keeps the block
+    from being handed out again while that stream still works on it."""
+    torch = sys.modules["torch"]
+    if stream == torch.cuda.current_stream(like.device).cuda_stream:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=like.device))
 
 
 def zeros(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, stream: int = 0) -> Any:

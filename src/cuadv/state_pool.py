@@ -7,6 +7,7 @@ import threading
 
 from ._cuda import check, driver
 from .errors import LaunchConfigError
+from .interop import capturing as is_capturing
 from .memory import DeviceBuffer
 
 STATE_BYTES = 16  # sizeof(cuadv::ws::StealState)
@@ -31,7 +32,7 @@ class StatePool:
     def slot_for(self, stream: int) -> tuple[int, bool]:
         """The state's address for a launch on ``stream``, and whether that launch is being captured."""
         with self._lock:
-            capturing = _is_capturing(stream)
+            capturing = is_capturing(stream)
             if self._buffer is None:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
                 if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
@@ -46,10 +47,3 @@ class StatePool:
             if not capturing:
                 self._by_stream[stream] = address
             return address, capturing
-
-
-
-def _is_capturing(stream: int) -> bool:
-    drv = driver()
-    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
-    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)

@@ -186,6 +186,11 @@ def cmd_bench(args, console: Console) -> int:
 def cmd_cache(args, console: Console) -> int:
     from .. import cache
 
+    try:
+        cache.max_bytes()
+    except ValueError as exc:  # a mistyped CUADV_CACHE_MAX_BYTES
+        print(f"cuadv cache: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.clear:
         where = cache.usage().path
         removed = cache.clear()

@@ -137,19 +137,14 @@ def cmd_check(args, console) -> int:
     from ..report.console import print_table, progress_bar
     from .exit_codes import EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK
 
-    if getattr(args, "require_gpu", False):  # say "no GPU" (exit 3) before "no sanitizer" where both are missing
-        reason = gpu_or_reason()
-        if reason:
-            console.print(f"cuadv check: {reason}")
-            return EXIT_NO_GPU
+    reason = gpu_or_reason()  # no GPU is exit 3 whatever else is missing
+    if reason:
+        console.print(f"cuadv check: {reason}")
+        return EXIT_NO_GPU
     sanitizer = find_sanitizer()
     if sanitizer is None:
         console.print(f"cuadv check: {SANITIZER_MISSING}; nothing checked", markup=False)
         return EXIT_NOTHING_RAN
-    reason = gpu_or_reason()
-    if reason:
-        console.print(f"cuadv check: {reason}")
-        return EXIT_NO_GPU
     from ..device import current_device
 
     caps = current_device().caps
@@ -200,8 +195,6 @@ def register(sub) -> None:
     p.add_argument("--log", metavar="FILE", help="write the full sanitizer output here")
     p.add_argument("--jobs", type=int, default=4, help="sanitizer processes at once (default 4)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per sanitizer run (default 600)")
-    p.add_argument("--require-gpu", action="store_true",
-                   help="report a missing GPU (exit 3) before a missing compute-sanitizer (check always needs a GPU)")
     p.set_defaults(handler=cmd_check)
 
 if __name__ == "__main__":

@@ -96,9 +96,10 @@ def _launch(k: Kernel, config: LaunchConfig, *args, stream: Any = None, backend:
 # Input checks shared by the ops (all before anything is launched).
 
 
-def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int):
+def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int | None):
     """The DeviceArray of a 1-D contiguous device array of one of ``dtypes`` (KernelArgumentError /
-    TypeError / ValueError naming the argument otherwise)."""
+    TypeError / ValueError naming the argument otherwise). ``stream``: where the data will be used (its
+    producer is ordered before it); None only checks."""
     if isinstance(x, np.ndarray):
         raise KernelArgumentError(f"{name}: a NumPy array lives in host memory; copy it to the GPU (cupy.asarray "
                                   "or torch.as_tensor(..., device='cuda'))")
@@ -425,7 +426,7 @@ def prepare_two_phase(x: Any, rounds: int = 1, *, mode: str = "grid_sync", grid:
                       block: int = PHASE_BLOCK) -> TwoPhase:
     """Check ``x`` and the launch (co-residency for 'grid_sync') once; the TwoPhase runs it."""
     _check_two_phase(x, rounds, mode)
-    arr = _vector(x, "x", ("uint32",), 0)
+    arr = _vector(x, "x", ("uint32",), None)  # checks only: the call orders the data on its own stream
     return TwoPhase(arr.size, rounds, mode, grid, block)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..device import current_device
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import device_array, empty, library_of, stream_handle
+from ..interop import device_array, empty, library_of, stream_handle, torch_allocation_stream
 from ..launch import Launcher, prepare
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import TensorMapError, TiledLayout, describe_array, element_size, pitch_elements
@@ -69,12 +69,13 @@ def empty_pitched(shape: Sequence[int], dtype: Any, *, like: Any = None, stream:
     (a torch tensor gives torch on its device; anything else, CuPy on ``stream``)."""
     rows, cols = _shape2(shape, "shape")
     lib = library_of(like) if like is not None else "cupy"
+    h = stream_handle(stream, *(() if like is None else (like,)))
     if lib == "torch" and type(dtype).__module__.startswith("torch"):  # a torch dtype (bfloat16 has no NumPy one)
         torch = sys.modules["torch"]
         itemsize = torch.empty((), dtype=dtype).element_size()
-        return torch.empty((rows, pitch_elements(cols, itemsize)), dtype=dtype, device=like.device)[:, :cols]
+        with torch_allocation_stream(like, h):
+            return torch.empty((rows, pitch_elements(cols, itemsize)), dtype=dtype, device=like.device)[:, :cols]
     itemsize = np.dtype(dtype).itemsize
-    h = stream_handle(stream, *(() if like is None else (like,)))
     return empty(lib if lib == "torch" else "cupy", (rows, pitch_elements(cols, itemsize)), dtype, like=like,
                  stream=h)[:, :cols]
 
@@ -324,7 +325,8 @@ def _allocate(src: _Operand, shape: tuple[int, int], stream: Any) -> _Operand:
     rows, cols = shape
     if library_of(src.array) == "torch":
         pitch = pitch_elements(cols, src.itemsize)
-        out = src.array.new_empty((rows, pitch))[:, :cols]  # keeps the dtype (bfloat16) and the device
+        with torch_allocation_stream(src.array, stream_handle(stream, src.array)):
+            out = src.array.new_empty((rows, pitch))[:, :cols]  # keeps the dtype (bfloat16) and the device
     else:
         arr = device_array(src.view)
         np_dtype = arr.dtype if arr.dtype is not None else np.dtype(f"u{arr.itemsize}")

@@ -20,15 +20,15 @@ Example::
     scale(tiles=ceil_div(n, 256), data, np.int32(n), np.float32(2.0))
 
 Modules (this file only re-exports): ``policies`` (policy names, resolution, input checks),
-``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``state`` (per-launch scheduler
-counters), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
-(the per-SM plot of a trace), ``perfetto`` (a trace as Chrome / Perfetto JSON).
+``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
+(the per-SM plot of a trace), ``perfetto`` (a trace as Chrome / Perfetto JSON). The per-launch
+scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 """
 
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units
-from ..state_pool import STATE_BYTES, StatePool, _is_capturing  # noqa: F401 (re-exported)
+from ..state_pool import STATE_BYTES, StatePool  # noqa: F401 (re-exported)
 from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
 from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
