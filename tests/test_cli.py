@@ -393,3 +393,19 @@ def test_cache_command_on_a_real_cache_dir(monkeypatch, capsys, tmp_path):
     assert cli.main(["cache", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["path"] == str(tmp_path) and data["entries"] == 0 and data["bytes"] == 0
+
+
+def test_json_commands_print_only_json_on_stdout(monkeypatch, capsys, tmp_path):
+    """run --json (no GPU: the GPU-free parts, here stubbed) and simulate --json: stdout parses as JSON,
+    the tables and messages went to stderr."""
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [
+        LabResult("build", "Build check", tables=[Table("kernels", ["kernel"], [["k"]])])])
+    assert cli.main(["run", "--quick", "--json", "--out", str(tmp_path / "rep")]) == cli.EXIT_OK
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert [r["lab"] for r in data["results"]] == ["build"] and "kernels" in err
+    assert cli.main(["simulate", "--tiles", "500", "--policy", "steal", "--out", "", "--json"]) == cli.EXIT_OK
+    out, err = capsys.readouterr()
+    tables = json.loads(out)
+    assert tables and all({"title", "columns", "rows"} <= set(t) for t in tables) and "simulator" in err.lower()

@@ -140,6 +140,8 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
             print_table(console, t)
     paths = write_report(report, out)
     console.print("report: " + ", ".join(str(p) for p in paths))
+    if getattr(args, "json", False):
+        print(json.dumps(report.as_dict(), indent=2, default=str))  # stdout: JSON only (the rest went to stderr)
     failed = [r.lab for r in report.results if r.status == "failed"]
     if failed:
         console.print(f"[red]failed: {', '.join(failed)}[/]")
@@ -300,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     run.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
     run.add_argument("--only", action="append", metavar="LAB", help="run only this lab (repeatable)")
+    run.add_argument("--json", action="store_true",
+                     help="print the results (results.json) on stdout; tables and messages go to stderr")
     run.add_argument("--require-gpu", action="store_true",
                      help=f"exit {EXIT_NO_GPU} without a GPU instead of running only what needs none (for CI)")
     bench = _command(sub, "bench", "run one lab and print its tables",
@@ -310,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("lab", help="lab name (listed below)")
     bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     bench.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
+    bench.add_argument("--json", action="store_true",
+                       help="print the results (results.json) on stdout; tables and messages go to stderr")
     bench.add_argument("--peer", action="store_true",
                        help="domains: also run the writer into a second GPU's memory over peer access (needs 2 GPUs)")
     cache = _command(sub, "cache", "show where the compile cache is and its size, or clear it",
@@ -338,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
-    console = make_console()
+    # --json (a flag; build's --json names a file): stdout carries the JSON alone, the console goes to stderr.
+    console = make_console(stderr=True) if getattr(args, "json", None) is True else make_console()
     handler = COMMANDS.get(args.command) or getattr(args, "handler", None)
     try:
         return handler(args, console)

@@ -177,6 +177,11 @@ def cmd_check(args, console) -> int:
     bad = [o for o in outcomes if o.status != "clean"]
     for o in bad:
         console.print(f"[red]{o.lab} / {o.tool}: {o.status}[/]\n{o.log[-3000:]}")
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps([{"lab": o.lab, "tool": o.tool, "status": o.status, "hazards": o.hazards} for o in outcomes],
+                         indent=2))  # stdout: JSON only
     return EXIT_FAILED if bad else EXIT_OK
 
 
@@ -195,6 +200,7 @@ def register(sub) -> None:
     p.add_argument("--log", metavar="FILE", help="write the full sanitizer output here")
     p.add_argument("--jobs", type=int, default=4, help="sanitizer processes at once (default 4)")
     p.add_argument("--timeout", type=int, default=600, help="seconds per sanitizer run (default 600)")
+    p.add_argument("--json", action="store_true", help="print each run's result as JSON on stdout (the rest on stderr)")
     p.set_defaults(handler=cmd_check)
 
 if __name__ == "__main__":

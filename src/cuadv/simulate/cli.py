@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from .model import POLICIES, Machine, SimulationError
@@ -15,30 +18,30 @@ def cmd_simulate(args, console) -> int:
     try:
         quantum = float(args.quantum_us)  # "inf" parses to math.inf
     except ValueError:
-        console.print(f"[red]cuadv simulate: --quantum-us must be a number of microseconds or inf, got "
-                      f"{args.quantum_us!r}[/]")
-        return 2
+        print(f"cuadv simulate: --quantum-us must be a number of microseconds or inf, got {args.quantum_us!r}",
+              file=sys.stderr)
+        return 2  # a usage error
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
         with console.status("simulating"):
             s = study(machine, args.workload, args.tiles, args.tile_us, args.prologue_us, args.heavy_prologue_us,
                       quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed)
     except SimulationError as exc:
-        console.print(f"[red]cuadv simulate: {exc}[/]")
-        return 2
+        print(f"cuadv simulate: {exc}", file=sys.stderr)
+        return 2  # the workload or machine given cannot be simulated: a usage error
     tables = [parameters_table(s), workload_table(s), tradeoff_table(s), seed_table(s)]
     if s.sweep:
         tables.append(sweep_table(s))
     for t in tables:
         print_table(console, t)
+    data = json.dumps([asdict(t) for t in tables], indent=2, default=str)
     if args.out:
         out = Path(args.out)
         names = write_timelines(s, out)
-        import json
-        from dataclasses import asdict
-
-        (out / "simulate.json").write_text(json.dumps([asdict(t) for t in tables], indent=2, default=str))
+        (out / "simulate.json").write_text(data)
         console.print(f"timelines and tables: {', '.join(str(out / n) for n in names)}, {out / 'simulate.json'}")
+    if args.json:
+        print(data)  # stdout: JSON only (the tables and messages above went to stderr)
     return 0
 
 
@@ -77,4 +80,5 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
+    p.add_argument("--json", action="store_true", help="print the tables as JSON on stdout (everything else on stderr)")
     p.set_defaults(handler=cmd_simulate)
