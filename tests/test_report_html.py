@@ -1,7 +1,7 @@
-"""The report: every table and plot in index.html (parsed), self-contained, a working table of
-contents, the same content in report.md and results.json; and a real headless-browser render."""
+"""The report: every table and plot in index.html and the lab pages (parsed), self-contained (no
+external asset), working links, the same content in report.md and results.json; and a real
+headless-browser render. tests/test_report_pages.py checks every link of every page and the CSVs."""
 
-import base64
 import importlib.util
 import json
 import sys
@@ -58,6 +58,7 @@ class Page(HTMLParser):
     def __init__(self):
         super().__init__()
         self.tables, self.images, self.ids, self.hrefs, self.external, self.h2 = 0, [], set(), [], [], []
+        self.scripts = 0
         self._in_h2 = False
 
     def handle_starttag(self, tag, attrs):
@@ -70,8 +71,10 @@ class Page(HTMLParser):
             self.images.append(a.get("src", ""))
         elif tag == "a" and "href" in a:
             self.hrefs.append(a["href"])
-        elif tag in ("link", "script", "iframe"):
+        elif tag in ("link", "iframe") or (tag == "script" and a.get("src")):
             self.external.append(tag)
+        elif tag == "script":
+            self.scripts += 1  # inline: the sorting of a lab page's tables
         elif tag == "h2":
             self._in_h2 = True
             self.h2.append("")
@@ -92,21 +95,41 @@ def written(tmp_path):
     return report, {p.name: p for p in paths}
 
 
+def _pages(out: Path) -> dict[str, Page]:
+    pages = {}
+    for f in sorted(out.glob("*.html")):
+        pages[f.name] = Page()
+        pages[f.name].feed(f.read_text())
+    return pages
+
+
 def test_html_has_every_table_and_image_and_is_self_contained(written):
+    # Issue 19: index.html is one screen linking to a page per lab (it was one page holding every
+    # table and every plot as base64). The same checks, now over index.html and the lab pages.
     report, paths = written
-    page = Page()
-    page.feed(paths["index.html"].read_text())
+    out = paths["index.html"].parent
+    pages = _pages(out)
+    page = pages.pop("index.html")
+    assert sorted(pages) == ["lab-pdl.html", "lab-scheduling.html", "lab-tma.html"]
     lab_tables = sum(len(r.tables) for r in report.results)
     cell_tables = sum(1 for r in report.results if r.selection)
-    # summary + capabilities + extra tables (selection matrix) + unsupported features + labs' + cells
-    assert page.tables == 1 + 1 + len(report.extra_tables) + 1 + lab_tables + cell_tables
-    assert len(page.images) == sum(len(r.plots) for r in report.results) == 2
-    for src in page.images:
-        assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
-    assert page.external == []  # no stylesheet links, scripts or frames: one file is the whole report
-    for href in page.hrefs:
-        assert href.startswith("#") and href[1:] in page.ids, f"table of contents link {href} has no target"
+    # index: summary + capabilities + extra tables (selection matrix) + unsupported features + environment
+    assert page.tables == 1 + 1 + len(report.extra_tables) + 1 + 1
+    # lab pages: the labs' tables + their selection cells
+    assert sum(p.tables for p in pages.values()) == lab_tables + cell_tables
+    images = [src for p in pages.values() for src in p.images]
+    assert len(images) == sum(len(r.plots) for r in report.results) == 2
+    assert len(page.images) == 1  # one headline figure per lab that has plots
+    for src in images + page.images:
+        assert not src.startswith("data:") and "/" not in src  # a file beside the page, not embedded
+        assert (out / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for p in [page, *pages.values()]:
+        assert p.external == []  # no stylesheet links, script files or frames: the directory works offline
+    assert page.scripts == 0 and all(p.scripts == (1 if p.tables else 0) for p in pages.values())  # inline sorting
+    for name, p in [("index.html", page), *pages.items()]:
+        for href in p.hrefs:
+            target, _, frag = href.partition("#")
+            assert (out / target).is_file() if target else frag in p.ids, f"{name}: link {href} has no target"
     assert len(page.hrefs) >= 3 + len(report.results)
 
 

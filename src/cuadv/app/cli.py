@@ -116,7 +116,7 @@ def _select_labs(names):
 
 def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     from ..report.writer import Report, write_report
-    from .runner import gpu_or_reason, run_labs
+    from .runner import collect_environment, gpu_or_reason, run_labs
 
     out = Path(args.out)
     labs = _select_labs(args.only)
@@ -129,7 +129,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
         nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
         console.print(f"{reason}: running what needs no GPU (build check, simulator)")
-        report = Report(caps=None, results=[], command=command)
+        report = Report(caps=None, results=[], command=command, environment=collect_environment(None))
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
         nothing_ran = False  # the GPU-free parts run (--require-gpu makes this exit EXIT_NO_GPU above)
     if gpu_free:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import platform
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -27,7 +32,8 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     console.print(f"copy ceiling: {ceiling.tb_per_s:.2f} TB/s (device-to-device, read + write)")
     from ..labs.base import RunContext
 
-    report = Report(caps=caps.as_dict(), results=[], ceiling_tb_s=ceiling.tb_per_s, command=command)
+    report = Report(caps=caps.as_dict(), results=[], ceiling_tb_s=ceiling.tb_per_s, command=command,
+                    environment=collect_environment(caps.as_dict()))
     # The bar goes to stderr (shown only on a terminal): lab i of n, and the lab's current step.
     with progress_bar(console, TextColumn("[bold]{task.fields[lab]}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -68,3 +74,92 @@ def gpu_or_reason() -> str | None:
     except NoGpuError as exc:
         return str(exc)
     return None
+
+
+# ------------------------------------------------------------------------------------ environment
+
+# Distributions whose version the report shows (None: not installed). CuPy ships under several names.
+_PACKAGES = {"cuda-core": ("cuda-core",), "cuda-bindings": ("cuda-bindings",),
+             "nvrtc wheel": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"),
+             "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"), "torch": ("torch",),
+             "numpy": ("numpy",)}
+_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem")
+_ACCELERATORS = {1: "cub", 2: "cutensor", 3: "cutensornet"}  # cupy._core's ACCELERATOR_* numbers
+
+
+def collect_environment(caps: dict | None = None, ordinal: int = 0) -> dict:
+    """What ran this report: GPU, driver and clocks (nvidia-smi), Python, package versions, NVRTC,
+    and whether CuPy has CUB. Best effort: every part that cannot be read says why; never raises."""
+    env: dict = {"gpu": (caps or {}).get("name"), "driver_version": None, "cuda_driver_api": None, "clocks": None,
+                 "nvidia_smi": None, "python": platform.python_version(), "platform": platform.platform(),
+                 "nvrtc": None, "packages": {name: _version(dists) for name, dists in _PACKAGES.items()},
+                 "cupy_cub": None}
+    if caps and caps.get("driver_version"):
+        v = int(caps["driver_version"])
+        env["cuda_driver_api"] = f"{v // 1000}.{v % 1000 // 10}"
+    for key, part in (("nvrtc", _nvrtc), ("cupy_cub", _cupy_cub)):
+        try:
+            env[key] = part(caps)
+        except Exception as exc:  # best effort: say what failed, never fail the run
+            env[key] = f"unavailable ({type(exc).__name__}: {exc})"
+    smi = _nvidia_smi(ordinal)
+    if isinstance(smi, str):
+        env["nvidia_smi"] = smi
+    else:
+        env["nvidia_smi"] = "ok"
+        env["gpu"] = env["gpu"] or smi.get("name")
+        env["driver_version"] = smi.get("driver_version")
+        env["clocks"] = {k: smi[f] for k, f in (("sm MHz", "clocks.sm"), ("memory MHz", "clocks.mem"),
+                                                ("max sm MHz", "clocks.max.sm"), ("max memory MHz", "clocks.max.mem"))
+                         if smi.get(f)}
+    return env
+
+
+def _version(dists: tuple[str, ...]) -> str | None:
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _nvrtc(caps: dict | None) -> str:
+    if caps and caps.get("nvrtc_version"):
+        major, minor = caps["nvrtc_version"]
+    else:
+        from .._cuda import nvrtc_version
+
+        major, minor = nvrtc_version()
+    return f"{major}.{minor}"
+
+
+def _cupy_cub(caps: dict | None) -> dict | str:
+    """Whether CuPy was built with CUB (cupy.cuda.cub imports) and which accelerators it uses."""
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed"
+    from cupy import _core  # private, but where CuPy keeps its accelerator lists (CUPY_ACCELERATORS)
+
+    def names(get) -> list[str]:
+        return [_ACCELERATORS.get(a, str(a)) for a in get()]
+
+    built = importlib.util.find_spec("cupy.cuda.cub") is not None  # the CUB extension module was built
+    return {"built with CUB": built, "routine accelerators": names(_core.get_routine_accelerators),
+            "reduction accelerators": names(_core.get_reduction_accelerators)}
+
+
+def _nvidia_smi(ordinal: int) -> dict | str:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return "not found on PATH"
+    try:
+        out = subprocess.run([exe, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits",
+                              "-i", str(ordinal)], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"failed ({type(exc).__name__}: {exc})"
+    if out.returncode != 0:
+        return f"failed (exit {out.returncode}: {(out.stderr or out.stdout).strip()[:200]})"
+    values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")] if out.stdout.strip() else []
+    if len(values) != len(_SMI_FIELDS):
+        return f"unexpected output: {out.stdout.strip()[:200]!r}"
+    return {f: v for f, v in zip(_SMI_FIELDS, values) if v and not v.startswith("[")}

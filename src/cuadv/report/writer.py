@@ -1,22 +1,34 @@
-"""The report of a run: results.json, report.md and a self-contained index.html (plots embedded).
+"""The report of a run: results.json, report.md, index.html and one HTML page per lab.
 
-Layout (both formats): a summary of the labs, the GPU's capabilities, the summary tables (the
-selection matrix first), the features this GPU lacks with their reason and fallback, then every lab
-(status, checks, notes, tables, plots, the selection cells it supplied) and what was skipped.
-The HTML needs nothing but itself: CSS inline, plots as base64 PNG.
+report.md (one document): a summary of the labs, the GPU's capabilities, the summary tables (the
+selection matrix first), the features this GPU lacks with their reason and fallback, the
+environment, then every lab (status, checks, notes, tables, plots, the selection cells it
+supplied) and what was skipped.
+
+HTML (``html_pages``): index.html fits one screen (labs with a headline each, the GPU, the
+selection matrix, unsupported features, the environment, one thumbnail per lab) and links to
+lab-<name>.html, which holds the lab's tables (collapsible, sortable, each with a CSV beside it)
+and plots. Images and CSVs are files beside the pages, referenced by relative path; CSS and
+JavaScript are inline, so the directory works offline.
+
+results.json: everything in ``Report.as_dict``; ``environment`` (what the runner recorded) and
+``pages`` (the page and CSV files of each lab) were added beside the original keys.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import html
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .environment import environment_line, environment_table
+from .html_pages import (LabPage, document, esc, labs_table_html, missing_plots_html,
+                         selection_cells, table_html, thumbnails_html, url, write_lab_page)
 from .results import LabResult, Table, fmt
+
+__all__ = ["Report", "write_report", "write_markdown", "write_html", "table_markdown", "table_html", "slug"]
 
 
 @dataclass
@@ -28,6 +40,7 @@ class Report:
     created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     command: str = ""
     extra_tables: list[Table] = field(default_factory=list)  # e.g. the selection matrix
+    environment: dict | None = None  # GPU, driver, clocks, versions: recorded by the runner (app.runner)
 
     def as_dict(self) -> dict:
         from .selection import unsupported_features
@@ -37,7 +50,11 @@ class Report:
                 "extra_tables": [asdict(t) for t in self.extra_tables],
                 "unsupported_features": [{"feature": f.name, "reason": why, "fallback": f.fallback}
                                          for f, why in unsupported_features(self.caps)],
-                "results": [r.as_dict() for r in self.results]}
+                "results": [r.as_dict() for r in self.results],
+                "environment": self.environment,
+                "pages": {"index": "index.html",
+                          "labs": [{"lab": lp.result.lab, "page": lp.page, "csv": lp.csv_names()}
+                                   for lp in lab_pages(self)]}}
 
 
 # ---------------------------------------------------------------------------------- shared content
@@ -93,11 +110,12 @@ class _Outline:
     gpu: _Section
     extra: list[_Section]  # one per report.extra_tables
     unsupported: _Section
+    environment: _Section
     labs: list[_Section]  # one per report.results
     skipped: _Section | None
 
     def all(self) -> list[_Section]:
-        return [self.summary, self.gpu, *self.extra, self.unsupported, *self.labs] + ([self.skipped] if self.skipped else [])
+        return [self.summary, self.gpu, *self.extra, self.unsupported, self.environment, *self.labs] + ([self.skipped] if self.skipped else [])
 
 
 def _outline(report: Report) -> _Outline:
@@ -112,7 +130,7 @@ def _outline(report: Report) -> _Outline:
 
     return _Outline(section("summary", "Summary"), section("gpu", "GPU capabilities" if report.caps else "GPU: none"),
                     [section(f"t-{slug(t.title)}", t.title) for t in report.extra_tables],
-                    section("unsupported", "Unsupported features"),
+                    section("unsupported", "Unsupported features"), section("environment", "Environment"),
                     [section(f"lab-{slug(r.lab)}", r.title) for r in report.results],
                     section("skipped", "Skipped") if report.skipped else None)
 
@@ -147,9 +165,11 @@ def write_markdown(report: Report, path: Path) -> None:
     for table, section in zip(report.extra_tables, o.extra):
         out += _md_heading(2, section) + [table_markdown(table), ""]
     out += _md_heading(2, o.unsupported) + [table_markdown(_unsupported(report)), ""]
+    out += _md_heading(2, o.environment) + [table_markdown(environment_table(report.environment)), ""]
     for r, section in zip(report.results, o.labs):
         out += _md_heading(2, section)
         out += [f"Lab `{r.lab}`: **{r.status}**" + (f" ({r.reason})" if r.reason else ""), ""]
+        out += [f"Page: [{section.anchor}.html]({section.anchor}.html) (sortable tables, a CSV per table)", ""]
         out += [f"- check: {c}" for c in r.checks]
         out += [f"- note: {n}" for n in r.notes]
         out.append("")
@@ -157,107 +177,93 @@ def write_markdown(report: Report, path: Path) -> None:
             out += [table_markdown(t), ""]
         out += [f"![{Path(p).name}]({p})" for p in r.plots]
         if r.selection:
-            out += ["", table_markdown(_selection_cells(r)), ""]
+            out += ["", table_markdown(selection_cells(r)), ""]
         out.append("")
     if o.skipped:
         out += _md_heading(2, o.skipped) + [f"- {w}: {y}" for w, y in report.skipped] + [""]
     path.write_text("\n".join(out))
 
 
-def _selection_cells(r: LabResult) -> Table:
-    return Table(f"Selection-matrix cells from {r.lab}", ["scenario", "choice", "evidence", "fallback"],
-                 [[c.scenario, c.choice, c.evidence, c.fallback or "-"] for c in r.selection])
-
-
 # -------------------------------------------------------------------------------------------- HTML
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#222;background:#fafafa}
-main{max-width:1200px;margin:0 auto;padding:1.5em 2em;background:#fff}
-h1{margin:.2em 0}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h4{margin:1.2em 0 .3em}
-nav{background:#f4f6f8;border:1px solid #dde;padding:.5em 1.2em;columns:2;font-size:.95em}
-nav ol{margin:.3em 0}
-.scroll{overflow-x:auto}
-table{border-collapse:collapse;margin:.3em 0 .4em;font-size:.9em}
-td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}
-th{background:#eef1f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.text{text-align:left;max-width:38em}
-tr:nth-child(even) td{background:#fbfbfb}
-.ok{color:#080;font-weight:600}.failed{color:#b00;font-weight:600}.skipped{color:#a60;font-weight:600}
-.unsupported td{background:#fff4f0}
-img{max-width:100%;border:1px solid #ddd;margin:.4em 0}.note{color:#555;font-style:italic;margin:.2em 0 1em}
-.meta{color:#555}
-"""
+
+def lab_pages(report: Report) -> list[LabPage]:
+    """One page per lab, named after its unique section anchor (lab-<slug>.html)."""
+    return [LabPage(r, s.anchor) for r, s in zip(report.results, _outline(report).labs)]
 
 
-def _cell_html(value) -> str:
-    text = html.escape(fmt(value))
-    cls = "num" if isinstance(value, (int, float)) and not isinstance(value, bool) else "text"
-    if isinstance(value, str) and value in ("ok", "failed", "skipped"):
-        return f"<td class='text {value}'>{text}</td>"
-    return f"<td class='{cls}'>{text}</td>"
+def _gpu_line(report: Report) -> str:
+    caps = report.caps
+    if not caps:
+        return "no GPU"
+    bits = [f"compute capability {_human('compute_capability', caps.get('compute_capability'))}"]
+    if caps.get("sm_count"):
+        bits.append(f"{caps['sm_count']} SMs")
+    if caps.get("l2_cache_bytes"):
+        bits.append(f"L2 {caps['l2_cache_bytes'] / 2**20:.0f} MiB")
+    if report.ceiling_tb_s:
+        bits.append(f"copy ceiling {report.ceiling_tb_s:.2f} TB/s (read + write)")
+    return f"{caps.get('name', '')}: " + ", ".join(bits)
 
 
-def table_html(table: Table, css_class: str = "", title: bool = True) -> str:
-    """A table with its title (an h4, unless ``title`` is False: the section heading says it) and note."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(_cell_html(c) for c in row) + "</tr>" for row in table.rows)
-    note = f"<p class='note'>{html.escape(table.note)}</p>" if table.note else ""
-    cls = f" class='{css_class}'" if css_class else ""
-    heading = f"<h4>{html.escape(table.title)}</h4>" if title else ""
-    return f"{heading}<div class='scroll'><table{cls}><tr>{head}</tr>{body}</table></div>{note}"
-
-
-def _img_html(path: Path, name: str) -> str:
-    img = path.parent / name
-    if not img.exists():
-        return f"<p class='note'>plot {html.escape(name)} is missing</p>"
-    data = base64.b64encode(img.read_bytes()).decode()
-    return f"<p><img alt='{html.escape(Path(name).name)}' src='data:image/png;base64,{data}'></p>"
+def _meta(report: Report) -> str:
+    caps = report.caps
+    gpu = (f"{caps.get('name', '')}, compute capability {_human('compute_capability', caps.get('compute_capability'))}"
+           if caps else "no GPU")
+    return (f"{esc(gpu)}. Created {esc(report.created)}"
+            + (f" by <code>{esc(report.command)}</code>" if report.command else ""))
 
 
 def _h2(section: _Section) -> str:
-    return f"<h2 id='{html.escape(section.anchor)}'>{html.escape(section.title)}</h2>"
+    return f"<h2 id='{esc(section.anchor)}'>{esc(section.title)}</h2>"
 
 
-def write_html(report: Report, path: Path) -> None:
-    o = _outline(report)
-    gpu = (f"{report.caps.get('name', '')}, compute capability {_human('compute_capability', report.caps.get('compute_capability'))}"
-           if report.caps else "no GPU")
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>cuadv report</title>"
-             f"<style>{_CSS}</style></head><body><main><h1>cuadv report</h1>",
-             f"<p class='meta'>{html.escape(gpu)}. Created {html.escape(report.created)}"
-             + (f" by <code>{html.escape(report.command)}</code>" if report.command else "") + "</p>",
-             "<nav><b>Contents</b><ol>" + "".join(f"<li><a href='#{html.escape(s.anchor)}'>{html.escape(s.title)}</a></li>"
-                                                  for s in o.all()) + "</ol></nav>"]
-    parts += [_h2(o.summary), table_html(_summary_table(report)), _h2(o.gpu)]
+def index_html(report: Report, out_dir: Path) -> str:
+    """The one-screen index: labs and headlines beside their thumbnails, the GPU, the selection
+    matrix, then unsupported features beside the environment (capabilities and environment folded)."""
+    o, pages = _outline(report), lab_pages(report)
+    gpu = _gpu_line(report)
     if report.caps:
-        parts.append(table_html(_caps_table(report)))
+        gpu_body = (f"<p>{esc(gpu)}</p><details><summary>every capability</summary>"
+                    + table_html(_caps_table(report), title=False) + "</details>")
     else:
-        parts.append("<p>No GPU was used: what needs none (build check, simulator) ran; the labs are listed as "
-                     "skipped, with the reason.</p>")
-    for table, section in zip(report.extra_tables, o.extra):
-        parts += [_h2(section), table_html(table, title=False)]
-    parts += [_h2(o.unsupported), table_html(_unsupported(report), css_class="unsupported")]
-    for r, section in zip(report.results, o.labs):
-        parts.append(_h2(section))
-        parts.append(f"<p>Lab <code>{html.escape(r.lab)}</code>: <span class='{html.escape(r.status)}'>"
-                     f"{html.escape(r.status)}</span> {html.escape(r.reason)}</p>")
-        if r.checks or r.notes:
-            parts.append("<ul>" + "".join(f"<li>check: {html.escape(c)}</li>" for c in r.checks)
-                         + "".join(f"<li>note: {html.escape(n)}</li>" for n in r.notes) + "</ul>")
-        parts += [table_html(t) for t in r.tables]
-        parts += [_img_html(path, p) for p in r.plots]
-        if r.selection:
-            parts.append(table_html(_selection_cells(r)))
-    if o.skipped:
-        parts.append(_h2(o.skipped) + "<ul>" + "".join(
-            f"<li>{html.escape(w)}: {html.escape(y)}</li>" for w, y in report.skipped) + "</ul>")
-    parts.append("</main></body></html>")
-    path.write_text("".join(parts))
+        gpu_body = ("<p>No GPU was used: what needs none (build check, simulator) ran; the labs are listed as "
+                    "skipped, with the reason.</p>")
+    env = report.environment
+    env_body = (f"<p>{esc(environment_line(env) or 'not recorded')}</p><details><summary>versions and clocks</summary>"
+                + table_html(environment_table(env), title=False) + "</details>")
+    extra = "".join(f"<section class='sel'>{_h2(s)}{table_html(t, title=False)}</section>"
+                    for t, s in zip(report.extra_tables, o.extra))
+    parts = [
+        "<h1>cuadv report</h1>", f"<p class='meta'>{_meta(report)}</p>",
+        "<nav class='labs'>Lab pages: " + " ".join(f"<a href='{url(lp.page)}'>{esc(lp.result.lab)}</a>" for lp in pages)
+        + "</nav>" if pages else "",
+        "<div class='top'>",
+        f"<section class='sum'>{_h2(o.summary)}{labs_table_html(pages, report.skipped)}</section>",
+        f"<section class='gpu'>{_h2(o.gpu)}{gpu_body}</section>",
+        extra,
+        f"<section class='uns'>{_h2(o.unsupported)}"
+        f"{table_html(_unsupported(report), css_class='unsupported', title=False)}</section>",
+        f"<section class='env'>{_h2(o.environment)}{env_body}</section>",
+        f"<section class='fig'><h2 id='figures'>Figures</h2>{thumbnails_html(pages, out_dir)}"
+        f"{missing_plots_html(pages, out_dir)}</section>",
+        "</div>",
+    ]
+    return document("cuadv report", "".join(parts))
+
+
+def write_html(report: Report, path: Path) -> list[Path]:
+    """index.html at ``path`` and, beside it, every lab's page and CSVs; returns the lab files written."""
+    out_dir = path.parent
+    meta, env_line = _meta(report), environment_line(report.environment)
+    written = [f for lp in lab_pages(report) for f in write_lab_page(lp, out_dir, meta, env_line)]
+    path.write_text(index_html(report, out_dir))
+    return written
 
 
 def write_report(report: Report, out_dir: Path) -> list[Path]:
+    """Write the report into ``out_dir``; returns the entry points (results.json, report.md,
+    index.html). The lab pages and their CSVs lie beside them (listed in results.json's ``pages``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "results.json", out_dir / "report.md", out_dir / "index.html"]
     paths[0].write_text(json.dumps(report.as_dict(), indent=2, default=str))
