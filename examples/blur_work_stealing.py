@@ -1,6 +1,6 @@
 """A Gaussian blur written once and run under every scheduling policy (cuadv.TileKernel).
 
-The seed's motivating case for a prologue: a convolution whose coefficients do not depend on the
+The CUDA Programming Guide's motivating case for a prologue: a convolution whose coefficients do not depend on the
 tile. Here the prologue computes the Gaussian weights into shared memory once per running block;
 each tile is a 32 x 32 patch of output, loaded with its halo into shared memory.
 

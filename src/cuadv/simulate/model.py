@@ -1,7 +1,7 @@
 """The discrete-event model of the GPU block scheduler: the machine, a kernel launch, the event loop
 and its records (``simulate``), and the ideal bound.
 
-The model (it mirrors ``kernels/cuadv/work_stealing.cuh`` and ``work_stealing.py``):
+The model (it mirrors ``include/cuadv/work_stealing.cuh`` and ``cuadv.work_stealing``):
 
 
 - The GPU has ``sms`` SMs with ``slots_per_sm`` block slots each (the kernel's occupancy).
