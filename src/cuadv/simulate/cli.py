@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,8 +17,8 @@ def cmd_simulate(args, console) -> int:
     try:
         quantum = float(args.quantum_us)  # "inf" parses to math.inf
     except ValueError:
-        print(f"cuadv simulate: --quantum-us must be a number of microseconds or inf, got {args.quantum_us!r}",
-              file=sys.stderr)
+        console.print(f"[red]cuadv simulate: --quantum-us must be a number of microseconds or inf, got "
+                      f"{args.quantum_us!r}[/]")
         return 2  # a usage error
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
@@ -27,7 +26,7 @@ def cmd_simulate(args, console) -> int:
             s = study(machine, args.workload, args.tiles, args.tile_us, args.prologue_us, args.heavy_prologue_us,
                       quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed)
     except SimulationError as exc:
-        print(f"cuadv simulate: {exc}", file=sys.stderr)
+        console.print(f"[red]cuadv simulate: {exc}[/]")
         return 2  # the workload or machine given cannot be simulated: a usage error
     tables = [parameters_table(s), workload_table(s), tradeoff_table(s), seed_table(s)]
     if s.sweep:
