@@ -113,7 +113,8 @@ def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
 # The binning kernels and their scratch memory.
 
 
-def _aux_module(arch: str):
+def binning_module(arch: str):
+    """The build of binning.cu (min/max, NumPy's bin index, narrowing, the skew sample, widening) for ``arch``."""
     from ..compiler import shipped
 
     exprs = [f"hist_minmax<{c}>" for c in INPUT_TYPES.values()]
@@ -155,7 +156,7 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     from ..launch import LaunchConfig, launch
 
     blocks = grid or max(1, min(-(-n // AUX_THREADS), 8 * sm_count))
-    launch(_aux_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
+    launch(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
 
 
 def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int) -> np.ndarray:

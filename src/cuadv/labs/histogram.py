@@ -62,6 +62,7 @@ import numpy as np
 
 from ..errors import LaunchConfigError, ValidationError
 from ..histograms import occupancy as _occupancy
+from ..histograms.api import binning_module
 from ..testing.histograms import (check_variant, host_data, make_data, on_device, reference_counts, validate,
                                  validate_packed_wraps, zipf_cdf)
 from ..histograms.launcher import (DeviceArray, HistogramEngine, PreparedHistogram, _dtype_name, build_module,
@@ -118,7 +119,7 @@ class HistogramLab:
         return None
 
     def build(self, arch: str):
-        return [build_module(arch)]
+        return [build_module(arch), binning_module(arch)]  # the count kernels and the public calls' binning passes
 
     def smoke(self) -> None:
         import cupy as cp
