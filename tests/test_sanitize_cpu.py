@@ -94,6 +94,9 @@ def test_pathfinder_failure_is_not_found(monkeypatch, tmp_path):
 
 
 def test_missing_sanitizer_message_names_the_wheel_and_extra(monkeypatch):
+    import cuadv.app.runner as runner
+
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)  # a GPU is there: check names the missing sanitizer
     monkeypatch.setattr(sanitize, "find_sanitizer", lambda: None)
     out = io.StringIO()
     console = Console(file=out, width=300)
