@@ -28,3 +28,39 @@ def test_sm_timeline_with_highlight_and_window(tmp_path):
     plot_sm_timeline(Trace("steal", (5000, 1, 1), records=rec), path, "t", sm_count=132,
                      highlight=[(100.0, 150.0, "high-priority kernel")], window_us=(0.0, 400.0))
     assert path.stat().st_size > 1000
+
+
+def test_every_plot_has_its_data_beside_it(tmp_path):
+    import csv
+
+    from cuadv.figures import save_figure
+    from cuadv.report.html_pages import figure_html
+
+    fig, (lines, boxes) = _pyplot().subplots(1, 2)
+    lines.plot([1, 2, 3], [4.0, 5.0, 6.0], "o-", label="steal")
+    lines.bar([0, 1], [2, 3], 0.4, label="fixed_blocks")
+    lines.axhline(1.0)  # a reference line in axes coordinates: not data
+    lines.set_title("makespan")
+    boxes.broken_barh([(0, 1), (2, 3)], (0, 0.9), label="SM 0")
+    boxes.axvspan(1, 2, alpha=0.2, label="held SMs")
+    data = save_figure(fig, tmp_path / "demo.png")
+    assert data == tmp_path / "demo.csv"
+    rows = list(csv.DictReader(data.open()))
+    assert [(r["series"], r["kind"], float(r["x"]), float(r["y"])) for r in rows if r["axes"] == "makespan"] == [
+        ("fixed_blocks", "bar", -0.2, 0.0), ("fixed_blocks", "bar", 0.8, 0.0),
+        ("steal", "line", 1.0, 4.0), ("steal", "line", 2.0, 5.0), ("steal", "line", 3.0, 6.0)]
+    spans = [(r["series"], float(r["x"]), float(r["width"])) for r in rows if r["kind"] == "box"]
+    assert spans == [("SM 0", 0.0, 1.0), ("SM 0", 2.0, 3.0), ("held SMs", 1.0, 1.0)]
+    assert "href='demo.csv'>data</a>" in figure_html(tmp_path, "demo.png")
+
+
+def test_a_large_plot_gets_a_gzipped_csv(tmp_path):
+    import gzip
+
+    from cuadv.figures import GZIP_ROWS, save_figure
+
+    fig, ax = _pyplot().subplots()
+    ax.plot(np.arange(GZIP_ROWS + 1), np.arange(GZIP_ROWS + 1))
+    data = save_figure(fig, tmp_path / "big.png")
+    assert data.name == "big.csv.gz"
+    assert len(gzip.decompress(data.read_bytes()).decode().splitlines()) == GZIP_ROWS + 2  # header + rows

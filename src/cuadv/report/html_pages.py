@@ -171,8 +171,19 @@ def figure_html(out_dir: Path, name: str, href: str | None = None, css_class: st
     if not (out_dir / name).is_file():
         return f"<p class='note'>plot {esc(name)} is missing</p>"
     cls = f" class='{css_class}'" if css_class else ""
+    data = plot_data(out_dir, name)
+    link = f" (<a href='{url(data)}'>data</a>)" if data else ""
     return (f"<figure{cls}><a href='{url(href or name)}'><img src='{url(name)}' alt='{esc(Path(name).name)}' "
-            f"loading='lazy'></a><figcaption>{esc(Path(name).name)}</figcaption></figure>")
+            f"loading='lazy'></a><figcaption>{esc(Path(name).name)}{link}</figcaption></figure>")
+
+
+def plot_data(out_dir: Path, name: str) -> str | None:
+    """The CSV that ``cuadv.figures.save_figure`` wrote beside a plot (relative path), if there is one."""
+    for suffix in (".csv", ".csv.gz"):
+        data = str(Path(name).with_suffix(suffix))
+        if (out_dir / data).is_file():
+            return data
+    return None
 
 
 def document(title: str, body: str, script: str = "") -> str:
