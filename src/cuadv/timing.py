@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ._cuda import check, driver
+from . import nvtx
 from .interop import stream_handle
 
 
@@ -94,6 +95,7 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
     counted in the timing; 0 turns it off (then launch overhead is part of what is measured).
     """
     handle = stream_handle(stream)
+    label = f"cuadv timed {getattr(fn, '__qualname__', 'call')}"
     for _ in range(warmup):
         if setup:
             setup()
@@ -106,7 +108,8 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
         if queue_ahead_us:
             queue_ahead(queue_ahead_us, handle)
         ev.record_start(handle)
-        fn()
+        with nvtx.annotate(label):  # each timed launch is a range in Nsight Systems
+            fn()
         ev.record_stop(handle)
     samples = [ev.elapsed_ms() for ev in events]
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))

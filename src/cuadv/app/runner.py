@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+from .. import nvtx
 from ..errors import NoGpuError
 from ..report.console import progress_bar
 from ..report.writer import Report
@@ -41,10 +42,19 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
         task = bar.add_task("", total=len(labs), lab="")
         for i, lab in enumerate(labs, 1):
             bar.update(task, lab=f"lab {i} of {len(labs)}: {lab.name}", description="")
-            ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling,
-                             progress=lambda msg, t=task: bar.update(t, description=msg), peer=peer)
+            steps = nvtx.Steps()  # each progress message opens a range in Nsight Systems, ending the last one
+
+            def progress(msg: str, t=task, steps=steps) -> None:
+                bar.update(t, description=msg)
+                steps.step(f"{lab.name}: {msg}")
+
+            ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling, progress=progress, peer=peer)
             started = time.perf_counter()
-            result = run_one(lab, ctx)
+            with nvtx.annotate(f"cuadv lab {lab.name}"):
+                try:
+                    result = run_one(lab, ctx)
+                finally:
+                    steps.close()
             report.results.append(result)
             # A line per lab on stdout, also where no terminal shows the bar (logs, CI).
             console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"

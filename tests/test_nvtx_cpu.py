@@ -1,0 +1,35 @@
+"""NVTX ranges without a GPU or a profiler: the backend is pluggable, ranges stay balanced."""
+
+import pytest
+
+from cuadv import nvtx
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(nvtx, "_calls", lambda: (lambda m: calls.append(f"push {m}"), lambda: calls.append("pop")))
+    return calls
+
+
+def test_annotate_pops_also_when_the_block_raises(recorder):
+    with pytest.raises(ValueError):
+        with nvtx.annotate("cuadv lab demo"):
+            raise ValueError("boom")
+    assert recorder == ["push cuadv lab demo", "pop"]
+
+
+def test_steps_end_the_previous_range(recorder):
+    steps = nvtx.Steps()
+    steps.step("a")
+    steps.step("b")
+    steps.close()
+    steps.close()  # closing twice pops once
+    assert recorder == ["push a", "pop", "push b", "pop"]
+
+
+def test_without_a_backend_the_calls_do_nothing(monkeypatch):
+    monkeypatch.setattr(nvtx, "_calls", lambda: None)
+    with nvtx.annotate("nothing"):
+        nvtx.push("x")
+        nvtx.pop()
