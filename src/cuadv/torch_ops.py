@@ -1,0 +1,119 @@
+"""cuadv's operations as ``torch.library`` custom ops, so ``torch.compile`` keeps a model that calls
+them in one graph (a plain Python call into cuadv is opaque to Dynamo and breaks the graph there).
+
+    import cuadv.torch_ops
+    cuadv.torch_ops.register()                      # defines torch.ops.cuadv.histogram / .bincount
+    counts = torch.ops.cuadv.histogram(x, 4096, 0.0, 1.0)
+
+    scale = cuadv.torch_ops.tile_op("mylib::scale", kernel, "(Tensor(a!) v, float alpha) -> ()",
+                                    lambda v, alpha: (v.numel() // 1024, (v, v.numel(), alpha)))
+    scale(v, 2.0)                                   # or torch.ops.mylib.scale(v, 2.0), also under torch.compile
+
+Each op runs on torch's current stream (cuadv's ``stream=None`` rule) and has a fake (meta) kernel that
+gives torch.compile the output's shape and dtype without running it. Needs torch with CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .errors import CuadvError
+
+NAMESPACE = "cuadv"
+_libraries: dict[str, Any] = {}  # namespace -> torch.library.Library: an op lives as long as its library
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise CuadvError("cuadv.torch_ops needs PyTorch (pip install torch); without it call cuadv.histogram / "
+                         "TileKernel directly") from exc
+    return torch
+
+
+def _library(namespace: str):
+    torch = _torch()
+    if namespace not in _libraries:
+        _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    return _libraries[namespace]
+
+
+def _defined(qualname: str) -> bool:
+    torch = _torch()
+    namespace, name = qualname.split("::")
+    return hasattr(getattr(torch.ops, namespace), name)
+
+
+def register() -> None:
+    """Define ``torch.ops.cuadv.histogram(Tensor x, int bins, float? lo=None, float? hi=None) -> Tensor`` (int64
+    counts, ``cuadv.histogram``'s semantics; the edges are not returned, as ``torch.histc``) and
+    ``torch.ops.cuadv.bincount(Tensor x, int minlength=0) -> Tensor``. Calling it again does nothing."""
+    torch = _torch()
+    if _defined(f"{NAMESPACE}::histogram"):
+        return
+    from .histograms.api import bincount, histogram
+
+    lib = _library(NAMESPACE)
+    lib.define("histogram(Tensor x, int bins, float? lo=None, float? hi=None) -> Tensor")
+    lib.define("bincount(Tensor x, int minlength=0) -> Tensor")
+
+    def histogram_cuda(x, bins, lo=None, hi=None):
+        if (lo is None) != (hi is None):
+            raise ValueError("give both lo and hi, or neither (the range is then x.min(), x.max())")
+        counts, _ = histogram(x, bins=bins, range=None if lo is None else (lo, hi))
+        return counts
+
+    def bincount_cuda(x, minlength=0):
+        return bincount(x, minlength=minlength)
+
+    lib.impl("histogram", histogram_cuda, "CUDA")
+    lib.impl("bincount", bincount_cuda, "CUDA")
+
+    def histogram_fake(x, bins, lo=None, hi=None):
+        return x.new_empty((bins,), dtype=torch.int64)
+
+    def bincount_fake(x, minlength=0):
+        length = torch.library.get_ctx().new_dynamic_size()  # max(x.max() + 1, minlength): known only from the data
+        return x.new_empty((length,), dtype=torch.int64)
+
+    torch.library.register_fake(f"{NAMESPACE}::histogram", histogram_fake, lib=lib)
+    torch.library.register_fake(f"{NAMESPACE}::bincount", bincount_fake, lib=lib)
+
+
+def tile_op(qualname: str, kernel: Any, schema: str, launch: Callable[..., tuple[Any, tuple]]) -> Callable[..., None]:
+    """Make a ``TileKernel`` a torch custom op that writes its outputs in place.
+
+    qualname: "namespace::name" (not "cuadv::..."); schema: the op's arguments in torch's schema language, the
+    tensors it writes marked ``(a!)``, ``(b!)``, ..., returning ``()``, e.g. ``"(Tensor(a!) v, float alpha) -> ()"``.
+    launch(*op_args) -> (tiles, kernel_args): the tile grid and the kernel's arguments (after the schedule) for one
+    call. Returns a callable that calls ``torch.ops.namespace.name``."""
+    torch = _torch()
+    if qualname.count("::") != 1 or not all(qualname.split("::")):
+        raise ValueError(f"qualname must look like 'mylib::name', got {qualname!r}")
+    namespace, name = qualname.split("::")
+    if namespace == NAMESPACE:
+        raise ValueError(f"the namespace {NAMESPACE!r} is cuadv's own; use your project's name")
+    if not schema.replace(" ", "").endswith("->()"):
+        raise ValueError(f"a tile op writes its outputs in place and returns nothing (schema '... -> ()'); got {schema!r}")
+    if "!" not in schema:
+        raise ValueError("mark the tensors the kernel writes with (a!), (b!), ... in the schema, so torch.compile "
+                         f"orders them; got {schema!r}")
+    if _defined(qualname):
+        raise ValueError(f"torch.ops.{namespace}.{name} is already defined")
+    lib = _library(namespace)
+    lib.define(name + schema.strip())
+
+    def run(*args):
+        tiles, kernel_args = launch(*args)
+        kernel(tiles, *kernel_args)
+
+    lib.impl(name, run, "CUDA")
+    torch.library.register_fake(qualname, lambda *args: None, lib=lib)  # writes in place: no new tensors
+    op = getattr(getattr(torch.ops, namespace), name)
+
+    def call(*args) -> None:
+        op(*args)
+
+    call.__name__, call.__doc__ = name, f"torch.ops.{namespace}.{name}{schema}"
+    return call
