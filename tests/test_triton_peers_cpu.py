@@ -71,14 +71,15 @@ def test_interpreted_copies_are_exact(interpreted):
 
 
 def test_interpreted_gather_stencil_equals_numpy(interpreted):
-    check = triton_peers.validate_stencils([("gather", (16, 32)), ("gather", (32, 64))])
-    assert "gather 16x32, gather 32x64" in check
+    configs = [("gather", (16, 32)), ("gather", (32, 64))]
+    check, passed = triton_peers.validate_stencils(configs)
+    assert "gather 16x32, gather 32x64" in check and passed == configs
 
 
 def test_interpreter_refuses_the_shifted_stencil(interpreted):
     # Its column offsets c - 1 and c + 1 are not 16-byte multiples: outside Triton's documented descriptor rule,
     # which the interpreter enforces (the GPU test checks what the TMA unit does with them).
     result = LabResult("x", "x")
-    check = triton_peers.validate_stencils([("shifted", (16, 32))], result)
-    assert check.endswith(": none") and "16-byte aligned" in result.notes[0]
+    check, passed = triton_peers.validate_stencils([("shifted", (16, 32))], result)
+    assert check.endswith(": none") and not passed and "16-byte aligned" in result.notes[0]
 

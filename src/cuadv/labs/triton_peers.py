@@ -49,6 +49,8 @@ STENCIL_TILES_QUICK = (("gather", (32, 128)), ("gather", (64, 128)), ("shifted",
 PER_UNIT = (((8, 256), 4), ((16, 256), 2), ((8, 256), 8))
 PER_UNIT_QUICK = (((8, 256), 4), ((16, 256), 2))
 COPY_TARGET_X, COPY_TARGET_PCT, STENCIL_TARGET_X = 1.0, 97.0, 1.0
+SIDE = {False: 16384, True: 8192}  # float32 side x side arrays; --quick: 8192
+ROUNDS = {False: 9, True: 3}  # interleaved rounds of 10 CUDA-event timings per kernel
 HALO_COLS = 4  # the narrowest descriptor box: 16 bytes of float32
 
 
@@ -250,7 +252,7 @@ def _time(ctx: RunContext, rows: list[_Row], what: str) -> None:
     from ..timing import time_gpu
 
     h = _stream()
-    rounds = 3 if ctx.quick else 9
+    rounds = ROUNDS[ctx.quick]
 
     def one(fn):
         return lambda: list(time_gpu(fn, stream=h, repeats=10).samples)
@@ -308,7 +310,7 @@ def compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] |
 
     import cuadv
 
-    side = 8192 if ctx.quick else 16384
+    side = SIDE[ctx.quick]
     ctx.progress(f"tma: Triton comparison at {side} x {side} (compiling and checking)")
     src = torch.randn(side, side, device="cuda", dtype=torch.float32)
     dst = torch.empty_like(src)
@@ -357,7 +359,7 @@ def compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] |
         if r is not None:
             f[f"tma_cuadv_{key}_x_triton_tma"] = tri.ms / r.ms
             f[f"tma_cuadv_{key}_pct_torch_copy"] = 100 * ceiling.ms / r.ms
-    rounds = 3 if ctx.quick else 9
+    rounds = ROUNDS[ctx.quick]
     result.tables.append(Table(
         f"cuadv.tma.copy vs Triton ({versions()}), float32 {side} x {side}: TMA copy through tensor descriptors, "
         "pointer copy, torch's device copy",
@@ -397,8 +399,9 @@ def compare_stencil(ctx: RunContext, result: LabResult) -> None:
 
     configs = STENCIL_TILES_QUICK if ctx.quick else STENCIL_TILES
     ctx.progress("pipeline: Triton stencils at a small odd shape (against NumPy)")
-    result.checks.append(validate_stencils(configs, result))
-    side = 8192 if ctx.quick else 16384
+    check, configs = validate_stencils(configs, result)  # a form that fails here is left out, with a note
+    result.checks.append(check)
+    side = SIDE[ctx.quick]
     ctx.progress(f"pipeline: Triton comparison at {side} x {side} (compiling and checking)")
     x = torch.randn(side, side, device="cuda", dtype=torch.float32)
     out, ref, copy_dst = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
@@ -442,7 +445,7 @@ def compare_stencil(ctx: RunContext, result: LabResult) -> None:
              "per program, enable_fp_fusion=False (the stencil's rounding order has no FMA); 'gather' keeps "
              "descriptor offsets 16-byte aligned and shifts columns with tl.gather, 'shifted' loads the tiles one "
              "column left and right directly. cuadv through its public prepare_stencil, variant 'auto'. Medians "
-             f"over {3 if ctx.quick else 9} interleaved rounds of 10 CUDA-event timings each"))
+             f"over {ROUNDS[ctx.quick]} interleaved rounds of 10 CUDA-event timings each"))
     result.notes.append(
         f"Triton stencil comparison at {side} x {side}: cuadv 'auto' ({mine.config}) "
         f"{f['pipeline_triton_stencil_cuadv_x_triton']:.3f}x the fastest Triton descriptor stencil ({tri.what}, "
@@ -451,10 +454,12 @@ def compare_stencil(ctx: RunContext, result: LabResult) -> None:
     torch.cuda.empty_cache()
 
 
-def validate_stencils(configs, result: LabResult | None = None, shape: tuple[int, int] = (37, 61)) -> str:
+def validate_stencils(configs, result: LabResult | None = None,
+                      shape: tuple[int, int] = (37, 61)) -> tuple[str, list[tuple[str, tuple[int, int]]]]:
     """Each (form, tile) Triton stencil against NumPy's float32 reference (cuadv.pipeline.reference) on a pitched
     array of ``shape`` (rows 16-byte aligned, as descriptors need), output poisoned with NaN first. A failing
-    form is left out with a note when ``result`` is given, else raises ValidationError."""
+    one is left out with a note when ``result`` is given, else raises ValidationError. Returns the check in
+    words and the configurations that passed."""
     import torch
 
     from ..pipeline.stencil import C_CENTER, C_NEIGHBOUR, reference
@@ -479,8 +484,9 @@ def validate_stencils(configs, result: LabResult | None = None, shape: tuple[int
         if not ok:
             if result is None:
                 raise ValidationError(f"Triton stencil {form} {tile} at {rows} x {cols}: {why}")
-            result.notes.append(f"Triton stencil {form} {tile} wrong at {rows} x {cols}: {why}")
+            result.notes.append(f"Triton stencil {form} {tile} left out (checked at {rows} x {cols}): {why}")
             continue
-        passed.append(f"{form} {tile[0]}x{tile[1]}")
+        passed.append((form, tile))
+    names = ", ".join(f"{form} {tile[0]}x{tile[1]}" for form, tile in passed) or "none"
     return (f"Triton descriptor stencils equal NumPy's float32 stencil bit for bit at {rows} x {cols} (pitched, "
-            f"tails both ways): {', '.join(passed) or 'none'}")
+            f"tails both ways): {names}"), passed
