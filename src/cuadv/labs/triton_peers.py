@@ -42,7 +42,7 @@ POINTER_TILES_QUICK = ((32, 256),)
 # tl.gather is lowered within a warp: rows of 256 columns, or of 128 with 16 rows, do not compile in Triton 3.6.
 STENCIL_TILES = (("gather", (64, 64)), ("gather", (32, 128)), ("gather", (64, 128)), ("gather", (128, 64)),
                  ("shifted", (32, 128)), ("shifted", (64, 128)), ("shifted", (128, 128)))
-STENCIL_TILES_QUICK = (("gather", (32, 128)), ("gather", (64, 128)), ("shifted", (64, 128)))
+STENCIL_TILES_QUICK = (("gather", (64, 128)), ("shifted", (64, 128)))
 # cuadv's tma_copy launched the way the Triton copy is: one unit of `chunk` side-by-side boxes per block, all its
 # loads issued at once, as many blocks as units (the hardware block scheduler hands them to whichever SM has room)
 # instead of a persistent grid with a static round-robin split.
@@ -302,10 +302,28 @@ def compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] |
                  best_config: Any = None) -> None:
     """The tma lab's Triton table: cuadv.tma.copy (public defaults; the lab's best configuration of this run;
     one unit per block) vs Triton TMA and pointer copies vs torch's dst.copy_(src), float32 side x side."""
+    _guarded(result, lambda: _compare_copy(ctx, result, best_box, best_config))
+
+
+def compare_stencil(ctx: RunContext, result: LabResult) -> None:
+    """The pipeline lab's Triton table: cuadv.pipeline's public stencil ('auto') vs the Triton descriptor stencils,
+    float32 side x side, with torch's dst.copy_(src) as the copy ceiling."""
+    _guarded(result, lambda: _compare_stencil(ctx, result))
+
+
+def _guarded(result: LabResult, compare: Callable[[], None]) -> None:
+    """Run a comparison where the peers can run (else a note with the reason); give torch's cached blocks back."""
     reason = missing()
     if reason is not None:
         result.notes.append(f"Triton comparison skipped: {reason}")
         return
+    compare()
+    import torch
+
+    torch.cuda.empty_cache()  # the comparison's arrays are gone: let CuPy have the memory torch kept
+
+
+def _compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] | None, best_config: Any) -> None:
     import torch
 
     import cuadv
@@ -381,17 +399,9 @@ def compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] |
         f"Triton comparison at {side} x {side}: fastest Triton TMA copy {tri.config}, "
         f"{f['tma_triton_tma_pct_torch_copy']:.1f}% of torch's copy; cuadv with its public defaults "
         f"{f['tma_cuadv_default_pct_torch_copy']:.1f}% ({f['tma_cuadv_default_x_triton_tma']:.3f}x Triton)")
-    del src, dst, op, cands, rows, fastest, mine, tri, ceiling
-    torch.cuda.empty_cache()
 
 
-def compare_stencil(ctx: RunContext, result: LabResult) -> None:
-    """The pipeline lab's Triton table: cuadv.pipeline's public stencil ('auto') vs the Triton descriptor stencils,
-    float32 side x side, with torch's dst.copy_(src) as the copy ceiling."""
-    reason = missing()
-    if reason is not None:
-        result.notes.append(f"Triton comparison skipped: {reason}")
-        return
+def _compare_stencil(ctx: RunContext, result: LabResult) -> None:
     import torch
 
     import cuadv
@@ -450,8 +460,6 @@ def compare_stencil(ctx: RunContext, result: LabResult) -> None:
         f"Triton stencil comparison at {side} x {side}: cuadv 'auto' ({mine.config}) "
         f"{f['pipeline_triton_stencil_cuadv_x_triton']:.3f}x the fastest Triton descriptor stencil ({tri.what}, "
         f"{tri.config})")
-    del x, out, ref, copy_dst, op, cands, rows, tri, mine, ceiling
-    torch.cuda.empty_cache()
 
 
 def validate_stencils(configs, result: LabResult | None = None,
