@@ -33,7 +33,9 @@ tiles in turn (longer runs of each input row from one SM). The static split is t
 stream faster than others (24 of the H200's 132, rates 1.4x apart) and sit idle at the end of their share. With
 the tiles claimed by ticket (2 side-by-side tiles a claim) the same pipeline reaches 92-93% at 16K x 16K. TMA
 stores instead of 16-byte thread stores change little.
-Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem).
+Run: ``cuadv bench pipeline`` (``--quick`` for a smaller problem). The public ``cuadv.pipeline.stencil`` is also set
+beside the same stencil written in Triton with tensor descriptors (``triton_peers``), where triton and torch are
+installed.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ..pipeline.stencil import Trace as _LibraryTrace
 from ..report.results import LabResult, Table
 from ..tma.tensormap import pitch_elements
 from .base import RunContext
+from .triton_peers import compare_stencil  # the Triton peers (lab-private; triton and torch imported only when run)
 
 TRACE_LIMIT_BYTES = 1 << 30  # the largest stamp buffer a traced launch allocates
 
@@ -340,6 +343,7 @@ class PipelineLab:
                  "timed). 'copy' is the alignment the copies claim (4 B when the row pitch is not a multiple of "
                  "16 B), or TMA"))
         self._summary(result, measured_at=f"{side}x{side}")
+        compare_stencil(ctx, result)  # the public stencil vs Triton's tensor-descriptor stencils, same rounds
         self._timeline(ctx, stencil, result)
         return result
 

@@ -18,8 +18,8 @@ one consumer, or with enough compute per byte, per-block loads are as fast and s
 Run: ``cuadv bench tma`` (``--quick`` for a smaller problem).
 
 What users call (tensor maps, ``copy``, ``transpose``, their ``prepare_*`` forms) lives in ``cuadv.tma``; the
-multicast gemv, the data generators and checks and the Nsight Compute runner in ``tma_support``. This module
-measures and reports.
+multicast gemv, data, checks and Nsight Compute runner in ``tma_support``; the Triton peers (a tensor-descriptor
+copy, a pointer copy) and their table in ``triton_peers``. This module measures and reports.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from ..errors import LaunchConfigError, ValidationError
 from ..report.results import LabResult, Selection, Table
 from ..tma.kernels import COPY_THREADS, MAX_STAGES, TmaCopyConfig, _round128, build_module, default_stages
 from ..tma.tensormap import element_size
+from ..timing import time_gpu
 from .base import RunContext
+from .triton_peers import compare_copy  # the Triton peers (lab-private; triton and torch imported only when run)
 from .tma_support import (BF16_NOTE, GEMV_VECTORS_PER_BLOCK, NCU_CONFIGS, NCU_METRICS,
                           NUMPY_TYPES, VALIDATION_CASES, TmaOps, box_for, integer_problem, ncu_worker,
                           pitched, poison_against, random_array, run_ncu, validate_copy_configs, validate_gemv,
@@ -164,18 +166,17 @@ class TmaLab:
         result.checks.append(validate_copy_configs(ops))
         ctx.progress("tma: validating the multicast gemv for clusters of 1 to 8")
         result.checks.append(validate_gemv(ops))
-        self._tile_table(ctx, ops, result)
+        best = self._tile_table(ctx, ops, result)
+        compare_copy(ctx, result, best["box"], best["config"])  # cuadv.tma.copy vs Triton and torch, same rounds
         self._dtype_table(ctx, ops, result)
         self._multicast(ctx, ops, result)
         return result
 
     def _timer(self, ctx):
-        from ..timing import time_gpu
-
         repeats = 10 if ctx.quick else 30
         return (lambda fn: time_gpu(fn, repeats=repeats)), repeats
 
-    def _tile_table(self, ctx: RunContext, ops: TmaOps, result: LabResult) -> None:
+    def _tile_table(self, ctx: RunContext, ops: TmaOps, result: LabResult) -> dict[str, Any]:
         import cupy as cp
 
         timed, repeats = self._timer(ctx)
@@ -217,8 +218,6 @@ class TmaLab:
         best = max(records, key=lambda r: r["pct"])
 
         # The winner again, with more repeats: the maximum of many medians is biased upwards.
-        from ..timing import time_gpu
-
         confirm_fn = ops.prepare_copy(src, dst, best["box"], config=best["config"])
         confirm = time_gpu(confirm_fn, repeats=repeats if ctx.quick else CONFIRM_REPEATS)
         thread_same = None
@@ -277,6 +276,7 @@ class TmaLab:
         result.checks.append(f"every timed copy and transpose at {rows} x {cols} ({len(records)} TMA copy "
                              "configurations among them) equals its source (or its transpose) element for element, "
                              "output poisoned with NaN before the checked run")
+        return best  # the fastest TMA copy configuration of this run (box, config): the Triton table measures it
 
     def _copy_sweep(self, ctx: RunContext, ops: TmaOps, src, dst, checked) -> list[dict[str, Any]]:
         """tma_copy over sweep_grid; chunks for the fastest configuration of each of the SWEEP_TOP fastest tiles;
