@@ -1,7 +1,6 @@
 """The histogram peer comparison without a GPU: the case list, the targets, the tables from fake timings,
 the CUB peer's discovery, build cache and skip reasons, and the GPU edge formula against numpy."""
 
-import os
 import shutil
 import stat
 

@@ -6,8 +6,9 @@ bins, the input type, the GPU and, where the bins do not fit one block, a 4096-e
 data) -> per chunk of the input: the bin index of every element (binning.cu; skipped where the input
 already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256), int32 with range=(0, bins),
 counted over bins + 1 slots so that v == bins lands in the closed last bin as numpy puts it), the count
-(histogram.cu, uint32 counters), the widening into the int64 output. With ``range`` given as Python numbers
-the edges are written on the GPU (numpy.linspace's arithmetic, bit for bit), not copied from the host. Everything runs on one stream: ``stream=None``
+(histogram.cu, uint32 counters), the widening into the int64 output. With ``range`` given as Python
+numbers the edges are written on the GPU (numpy.linspace's arithmetic, bit for bit), not copied from the
+host. Everything runs on one stream: ``stream=None``
 is the current stream of the input's library (CuPy's or torch's), as their own operations do.
 
 Where the host must see data: the default range of ``histogram`` (x.min(), x.max()) and the length and

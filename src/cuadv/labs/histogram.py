@@ -142,6 +142,17 @@ class HistogramLab:
         check_variant(cp, host, 70_000, variant="exchange", cluster=4, counter_bits=16, hot=1000, units=1)
         one = host_data(rng, n, 70_000, "constant", "int32", out_of_range=False)
         check_variant(cp, one, 70_000, variant="exchange", cluster=2, counter_bits=16, vectors=1, units=1)
+        # The public call's own passes: int32 over (0, bins) counted in place (edge folded), the binning
+        # pass, the edges written on the GPU.
+        from ..histograms.api import histogram as public_histogram
+
+        for r in ((0, 1000), (-3.5, 999.25)):
+            x = host_data(rng, n, 1000, "uniform", "int32", out_of_range=True)
+            x[:7] = 1000  # values on the closed right edge
+            hist, edges = public_histogram(cp.asarray(x), 1000, range=r)
+            want, want_edges = np.histogram(x, 1000, range=r)
+            if not (np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges)):
+                raise ValidationError(f"cuadv.histogram over range {r} differs from numpy.histogram")
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp

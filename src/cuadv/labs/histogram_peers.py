@@ -169,17 +169,23 @@ def _providers(cp, case: Case, data, cub, skipped: list[str]) -> tuple[dict[str,
     calls: dict[str, tuple[Callable, str]] = {CUADV: (lambda: cuadv.histogram(data, bins=case.bins, range=(lo, hi))[0],
                                                       "cuadv")}
     prepared = cuadv.prepare_histogram(data, bins=case.bins, range=(lo, hi))
-    out = cp.empty(case.bins, dtype=cp.int64)
+    out = cp.full(case.bins, -7, dtype=cp.int64)  # poisoned: the checked call must write every bin
     calls[CUADV_PREPARED] = (lambda: prepared(data, out=out)[0], "cuadv")
     facts: dict[str, Any] = {"prepared": prepared}
     if cub is not None:
-        hist32 = cp.empty(case.bins, dtype=cp.int32)
+        hist32 = cp.full(case.bins, -1, dtype=cp.int32)  # poisoned likewise
         if hasattr(cub, "run"):
-            temp = cub.temp_bytes(case.dtype, case.bins, lo, hi, n, data.data.ptr, hist32.data.ptr)
-            facts["cub_temp_bytes"] = temp
+            try:
+                temp = cub.temp_bytes(case.dtype, case.bins, lo, hi, n, data.data.ptr, hist32.data.ptr)
+            except RuntimeError as exc:  # CUB refused the case: say so in the report
+                skipped.append(f"{case.group} {case.bins} bins: {exc}")
+                temp = None
+            facts["cub_temp_bytes"] = "-" if temp is None else temp
             _free_pools(cp)
             free = cp.cuda.runtime.memGetInfo()[0]
-            if temp + MEMORY_MARGIN > free:
+            if temp is None:
+                pass
+            elif temp + MEMORY_MARGIN > free:
                 skipped.append(f"{case.group} {case.bins} bins: CUB HistogramEven needs {temp} B of workspace, "
                                f"{free} B are free (no out-of-memory: CUB not run)")
             else:
@@ -203,6 +209,8 @@ def _providers(cp, case: Case, data, cub, skipped: list[str]) -> tuple[dict[str,
                 lambda: torch.bincount(t, minlength=case.bins), "peer")
     except ImportError:
         skipped.append("torch.bincount: torch is not installed")
+    except Exception as exc:  # torch without CUDA, or refusing the DLPack capsule
+        skipped.append(f"torch: {type(exc).__name__}: {exc}")
     calls[f"cupy.histogram (CuPy {cp.__version__})"] = (lambda: cp.histogram(data, bins=case.bins, range=(lo, hi))[0],
                                                         "peer")
     if case.dtype != "float32":
