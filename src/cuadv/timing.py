@@ -1,4 +1,4 @@
-"""Timing with CUDA events: warm-up, repeats, median / min / max; the copy-bandwidth ceiling."""
+"""Timing with CUDA events: warm-up, repeats, median / min / max; the copy and read-only bandwidth ceilings."""
 
 from __future__ import annotations
 
@@ -198,3 +198,78 @@ def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
         drv.cuMemFree(dst)
     _ceiling = CopyCeiling(bytes_per_s=t.rate(2 * nbytes), nbytes=nbytes, timing=t)
     return _ceiling
+
+
+_READ_SOURCE = r"""
+// Streams n16 16-byte vectors (read-only, four loads in flight per thread) and writes one word per
+// block, so the time is that of reading the bytes: the ceiling of a kernel that only reads its input.
+extern "C" __global__ void __launch_bounds__(1024) cuadv_read_only(const uint4* __restrict__ in,
+                                                                   unsigned long long n16,
+                                                                   unsigned int* __restrict__ out) {
+  __shared__ unsigned int folded;
+  if (threadIdx.x == 0) folded = 0u;
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned int acc = 0u;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 a = __ldg(in + i), b = __ldg(in + i + stride), c = __ldg(in + i + 2 * stride),
+                d = __ldg(in + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 a = __ldg(in + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  __syncthreads();  // thread 0's zero of `folded` is visible before any thread folds into it
+  atomicXor(&folded, acc);
+  __syncthreads();  // every thread's fold is complete before thread 0 reads the word
+  if (threadIdx.x == 0) out[blockIdx.x] = folded;
+}
+"""
+
+
+@dataclass(frozen=True)
+class ReadCeiling:
+    """Read-only bandwidth: bytes read per second by a kernel that streams them with 16-byte loads."""
+
+    bytes_per_s: float
+    nbytes: int
+    timing: Timing
+
+    @property
+    def tb_per_s(self) -> float:
+        return self.bytes_per_s / 1e12
+
+    def fraction(self, bytes_per_s: float) -> float:
+        return bytes_per_s / self.bytes_per_s
+
+
+_read_ceiling: ReadCeiling | None = None
+
+
+def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
+    """Measure (once per process) the read-only ceiling over ``nbytes`` (a multiple of 16): what a kernel
+    that reads its input once (a histogram, a reduction) is divided by."""
+    global _read_ceiling
+    if _read_ceiling is not None and _read_ceiling.nbytes == nbytes:
+        return _read_ceiling
+    from .compiler import compile_source
+    from .device import current_device
+    from .launch import LaunchConfig, launch
+
+    caps = current_device().caps
+    drv = driver()
+    kernel = compile_source(_READ_SOURCE, name="cuadv_read_only").kernel("cuadv_read_only")
+    grid = 2 * caps.sm_count  # two 1024-thread blocks per SM: every thread slot of a Hopper SM
+    src = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+    out = check(drv.cuMemAlloc(4 * grid), "cuMemAlloc")
+    try:
+        check(drv.cuMemsetD8(src, 0x5A, nbytes), "cuMemsetD8")
+        config = LaunchConfig(grid=grid, block=1024)
+        t = time_gpu(lambda: launch(kernel, config, int(src), nbytes // 16, int(out), stream=0), stream=0,
+                     warmup=3, repeats=repeats)
+    finally:
+        drv.cuMemFree(src)
+        drv.cuMemFree(out)
+    _read_ceiling = ReadCeiling(bytes_per_s=t.rate(nbytes // 16 * 16), nbytes=nbytes, timing=t)
+    return _read_ceiling

@@ -4,8 +4,11 @@
 Flow of one call: check everything (pure, no GPU call) -> choose the plan (``variant="auto"``: from the
 bins, the input type, the GPU and, where the bins do not fit one block, a 4096-element sample of the
 data) -> per chunk of the input: the bin index of every element (binning.cu; skipped where the input
-already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256)), the count (histogram.cu,
-uint32 counters), the widening into the int64 output. Everything runs on one stream: ``stream=None``
+already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256), int32 with range=(0, bins),
+counted over bins + 1 slots so that v == bins lands in the closed last bin as numpy puts it), the count
+(histogram.cu, uint32 counters), the widening into the int64 output. With ``range`` given as Python
+numbers the edges are written on the GPU (numpy.linspace's arithmetic, bit for bit), not copied from the
+host. Everything runs on one stream: ``stream=None``
 is the current stream of the input's library (CuPy's or torch's), as their own operations do.
 
 Where the host must see data: the default range of ``histogram`` (x.min(), x.max()) and the length and
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._cuda import check, driver
+from ..errors import LaunchConfigError
 from ..interop import DeviceArray
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
@@ -120,6 +124,7 @@ def binning_module(arch: str):
     exprs = [f"hist_minmax<{c}>" for c in INPUT_TYPES.values()]
     exprs += [f"hist_bin_index<{c}, double>" for c in INPUT_TYPES.values()] + ["hist_bin_index<float, float>"]
     exprs += [f"hist_narrow<{INPUT_TYPES[t]}>" for t in INTEGER_TYPES]
+    exprs += ["hist_edges<float>", "hist_edges<double>"]
     return shipped("binning.cu", arch=arch, name_expressions=exprs, name="histogram_binning")
 
 
@@ -188,6 +193,7 @@ class _Counter:
     variant: str
     keep: bool
     plan: HistogramPlan | None = None
+    fold_last: bool = False  # unit-width histogram: slot bins - 1 counts v == hi, which numpy puts in the last bin
     _counts: Scratch | None = field(default=None, repr=False)
 
     def choose(self, idx_ptr: int, n: int, stream: int) -> HistogramPlan:
@@ -226,6 +232,9 @@ class _Counter:
             launch(kernel, config, idx_ptr, n, counts, plan.bins, *plan.scalar_args(), stream=stream)
         _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate)),
                     stream, self.eng.caps.arch, self.eng.caps.sm_count)
+        if self.fold_last:  # out[out_len - 1] += counts[bins - 1] (the closed right edge)
+            _aux_launch("hist_widen", 1, (counts + 4 * (self.bins - 1), 1, out_ptr + 8 * (out_len - 1), 1, 1),
+                        stream, self.eng.caps.arch, self.eng.caps.sm_count)
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
@@ -279,15 +288,50 @@ class PreparedHistogram:
         self.stream = stream
         self.x = x
         self.keep = keep
-        self._edges = None if self.range is None else self._edges_for(*self.range)
+        # Fixed edges: computed on the GPU per call where numpy's arithmetic allows (no host array, no
+        # copy: 8 MB per call at 1M bins), else by numpy once here.
+        self._edge_spec = None if self.range is None else device_edge_spec(self.src.dtype, self.bins, *self.range)
+        self._edges = None if self.range is None or self._edge_spec else self._edges_for(*self.range)
         self.eng = engine()
-        self.direct = (self.src.dtype.name == "uint8" and self.bins == 256 and self._edges is not None
-                       and np.array_equal(self._edges, np.arange(257)) and self.variant not in ("hot", "exchange"))
+        # Unit-width integer bins starting at 0 (range=(0, bins)): the bin of v is v itself, so the
+        # input is counted in place, without a binning pass.
+        unit = self.range is not None and float(self.range[0]) == 0.0 and float(self.range[1]) == float(self.bins)
+        self.direct = (unit and self.src.dtype.name == "uint8" and self.bins == 256
+                       and self.variant not in ("hot", "exchange"))
         self.counter = _Counter(self.eng, self.bins, "uint8" if self.direct else "int32", self.variant, keep)
         if self.variant != "auto":
             self.counter.plan = self.eng.plan(self.bins, self.counter.index_dtype, self.variant)
+        self.unit = self._unit_counter() if unit and self.src.dtype.name == "int32" else None
+        self._unit_ok: bool | None = None if self.unit is not None else False
         self._index: Scratch | None = None
         self._stream_of = interop.stream_handle
+
+    def _unit_counter(self) -> _Counter | None:
+        """The counter of int32 input over range=(0, bins): bins + 1 slots, the last one counting v == bins
+        (numpy's closed last bin), folded into bin bins - 1; None where bins + 1 slots have no plan of the
+        asked variant (a named variant that holds bins but not bins + 1: the binning path then)."""
+        if self.bins + 1 > MAX_BINS:
+            return None
+        counter = _Counter(self.eng, self.bins + 1, "int32", self.variant, self.keep, fold_last=True)
+        if self.variant != "auto":
+            try:
+                counter.plan = self.eng.plan(self.bins + 1, "int32", self.variant)
+            except LaunchConfigError:
+                return None
+        return counter
+
+    def _counts_in_place(self, ptr: int, n: int, stream: int) -> bool:
+        """Whether int32 input over range=(0, bins) is counted in place. With ``auto``: where the plan for
+        bins + 1 slots (the data sampled as the binning path samples its index) is the skew-aware one or
+        the same kind as for bins; not where the extra slot changes it (1M bins: 1M + 1 slots no longer
+        fit the exchange's 16-bit mailbox entries, so the binning pass and the exchange stay faster)."""
+        if self._unit_ok is None:
+            plan = self.unit.choose(ptr, n, stream)
+            usual = self.eng.plan(self.bins, "int32", self.variant)
+            self._unit_ok = plan.variant in ("hot", usual.variant)
+            if not self._unit_ok and self.counter.plan is None:
+                self.counter.plan = usual  # the sample found no skew: no second sample of the index
+        return self._unit_ok
 
     def _edges_for(self, lo: Any, hi: Any) -> np.ndarray:
         """numpy.histogram's edges for this input type (float64, or float32 for float32 input)."""
@@ -303,6 +347,49 @@ class PreparedHistogram:
         h = self._stream_of(self.stream, x)
         _order_after_producer(x, h)
         caps = self.eng.caps
+        bin_edges, edges_ptr, first, last = self._bin_edges(src, x, h)
+        hist = out if out is not None else _new_output(src, x, self.bins, np.int64, h)
+        hist_ptr = dst.ptr if dst is not None else device_array(hist, "out").ptr
+        if src.size == 0:
+            check(driver().cuMemsetD8Async(hist_ptr, 0, 8 * self.bins, h), "cuMemsetD8Async")
+            return hist, bin_edges
+        if self.direct or (self.unit is not None and self._counts_in_place(src.ptr, min(src.size, DIRECT_CHUNK), h)):
+            counter = self.counter if self.direct else self.unit
+            for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
+                m = min(DIRECT_CHUNK, src.size - start)
+                counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h)
+        else:
+            chunk = min(CHUNK, src.size)
+            if self._index is None or self._index.ptr == 0:
+                self._index = Scratch(4 * chunk, h, self.keep)
+            etype = "float" if first.dtype == np.float32 else "double"
+            ctype = INPUT_TYPES[src.dtype.name]
+            name = f"hist_bin_index<{ctype}, {etype}>"
+            lo, span = first, first.dtype.type(last - first)
+            for i, start in enumerate(builtins_range(0, src.size, chunk)):
+                m = min(chunk, src.size - start)
+                _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, edges_ptr,
+                                      self.bins, lo, span), h, caps.arch, caps.sm_count)
+                self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h)
+            if not self.keep:
+                self._index.release(h)
+                self._index = None
+        if not self.keep:
+            self.counter.release(h)
+            if self.unit is not None:
+                self.unit.release(h)
+        return hist, bin_edges
+
+    def _bin_edges(self, src: DeviceArray, x: Any, h: int) -> tuple[Any, int, np.floating, np.floating]:
+        """The returned edges array (written on the stream), its pointer, and its first and last edge."""
+        caps = self.eng.caps
+        if self._edge_spec is not None:
+            start, step, stop, dtype = self._edge_spec
+            bin_edges = _new_output(src, x, self.bins + 1, dtype, h)
+            edges_ptr = device_array(bin_edges, "bin_edges").ptr
+            kernel = f"hist_edges<{'float' if dtype == np.float32 else 'double'}>"
+            _aux_launch(kernel, self.bins + 1, (edges_ptr, self.bins, start, step, stop), h, caps.arch, caps.sm_count)
+            return bin_edges, edges_ptr, dtype.type(start), dtype.type(stop)
         edges = self._edges
         if edges is None:
             if src.size == 0:
@@ -315,39 +402,29 @@ class PreparedHistogram:
         bin_edges = _new_output(src, x, self.bins + 1, edges.dtype, h)
         edges_ptr = device_array(bin_edges, "bin_edges").ptr
         _to_device(edges_ptr, edges, h)
-        hist = out if out is not None else _new_output(src, x, self.bins, np.int64, h)
-        hist_ptr = dst.ptr if dst is not None else device_array(hist, "out").ptr
-        if src.size == 0:
-            check(driver().cuMemsetD8Async(hist_ptr, 0, 8 * self.bins, h), "cuMemsetD8Async")
-            return hist, bin_edges
-        if self.direct:
-            for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
-                m = min(DIRECT_CHUNK, src.size - start)
-                self.counter.count(src.ptr + start, m, hist_ptr, self.bins, i > 0, h)
-        else:
-            chunk = min(CHUNK, src.size)
-            if self._index is None or self._index.ptr == 0:
-                self._index = Scratch(4 * chunk, h, self.keep)
-            etype = "float" if edges.dtype == np.float32 else "double"
-            ctype = INPUT_TYPES[src.dtype.name]
-            name = f"hist_bin_index<{ctype}, {etype}>"
-            lo, span = edges.dtype.type(edges[0]), edges.dtype.type(edges[-1] - edges[0])
-            for i, start in enumerate(builtins_range(0, src.size, chunk)):
-                m = min(chunk, src.size - start)
-                _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, edges_ptr,
-                                      self.bins, lo, span), h, caps.arch, caps.sm_count)
-                self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h)
-            if not self.keep:
-                self._index.release(h)
-                self._index = None
-        if not self.keep:
-            self.counter.release(h)
-        return hist, bin_edges
+        return bin_edges, edges_ptr, edges[0], edges[-1]
 
     @property
     def plan(self) -> HistogramPlan | None:
         """The plan in use (None until the first call where ``auto`` samples the data)."""
+        if self.unit is not None and self._unit_ok:
+            return self.unit.plan
         return self.counter.plan
+
+
+def device_edge_spec(dtype: np.dtype, bins: int, lo: Any, hi: Any) -> tuple[float, float, float, np.dtype] | None:
+    """(start, step, stop, edge dtype) for which hist_edges writes exactly numpy.histogram_bin_edges(x, bins,
+    range=(lo, hi)), or None where numpy is asked instead: a range of NumPy scalars (numpy.linspace then
+    computes in their type), values beyond 2**53, or a step so close to the edges' spacing that numpy may
+    find two equal edges and raise 'Too many bins'."""
+    if not all(type(v) in (int, float) for v in (lo, hi)) or max(abs(lo), abs(hi)) >= 2**53:
+        return None
+    edtype = np.histogram_bin_edges(np.empty(0, dtype=dtype), 1, range=(lo, hi)).dtype
+    start, stop = np.float64(lo), np.float64(hi)
+    step = (stop - start) / bins  # numpy.linspace: delta / div, in float64
+    if not step > 4 * float(np.spacing(edtype.type(max(abs(start), abs(stop))))):
+        return None
+    return float(start), float(step), float(stop), edtype
 
 
 builtins_range = range

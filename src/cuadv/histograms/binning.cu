@@ -10,6 +10,7 @@
 //   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
 //   hist_sample                counts of a strided sample in [0, bins) and in [0, hot).
 //   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins).
+//   hist_edges<E>              numpy.histogram_bin_edges for even bins (numpy.linspace's arithmetic), on the GPU.
 
 #include <cuda/std/cstdint>
 
@@ -129,5 +130,19 @@ extern "C" __global__ void __launch_bounds__(256) hist_widen(const u32* __restri
        i += static_cast<u64>(gridDim.x) * blockDim.x) {
     const long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
     out[i] = accumulate ? out[i] + add : add;
+  }
+}
+
+// The bin edges numpy.histogram_bin_edges returns for even bins, without a host array: numpy.linspace
+// computes edges[i] = i * step + start in float64 (a product and a sum, each rounded: no FMA here) and sets
+// the last edge to stop exactly; E = float: the float64 value rounded once to float (numpy's astype).
+// The host chooses when this applies (step > 0 and far above the edges' spacing; else it asks numpy).
+template <typename E>
+__global__ void __launch_bounds__(256) hist_edges(E* __restrict__ edges, u32 bins, double start, double step,
+                                                  double stop) {
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i <= bins;
+       i += static_cast<u64>(gridDim.x) * blockDim.x) {
+    const double v = i == bins ? stop : __dadd_rn(__dmul_rn(static_cast<double>(i), step), start);
+    edges[i] = static_cast<E>(v);
   }
 }

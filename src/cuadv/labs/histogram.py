@@ -18,7 +18,10 @@ What it shows: one histogram, six ways, measured in one run on 1 GiB of bin indi
 - ``hot`` (int32, skew-aware): the low bins [0, hot) privatised per block (16K, or as many as one
   block holds), every other bin by a global atomic: for data whose mass sits in the low bins (the
   lab's Zipf), measured on uniform data too, where it is mostly global atomics;
-- CuPy's ``cupy.histogram`` (CUB) as the peer, and ``cupy.bincount``.
+- CuPy's ``cupy.histogram`` (CUB) as the peer, and ``cupy.bincount``;
+- then ``cuadv.histogram`` itself, called as a user calls it, against CUB's ``HistogramEven`` (built with
+  nvcc), ``torch.bincount``, ``cupy.histogram`` and ``cupy.bincount``, int32 at 256 to 16M bins, uint8,
+  float32, as ratios to CUB, to the strongest peer and to the read-only ceiling (``histogram_peers.py``).
 
 Every variant is checked element by element against ``numpy.bincount`` at sizes 0, 1, primes and
 non-multiples of the vector width, misaligned starts, out-of-range values, both dtypes, both
@@ -73,6 +76,7 @@ from ..histograms.plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUST
                                 hot_max, kernel_expressions, plan_histogram)
 from ..report.results import LabResult, Selection, Table
 from .base import RunContext
+from .histogram_peers import run_peer_comparison, start_cub
 
 # Some names above (the plans' helpers, device_array, reference_counts) are not used here: they stay
 # importable from the lab for older callers and the lab's tests.  # noqa: F401
@@ -138,11 +142,24 @@ class HistogramLab:
         check_variant(cp, host, 70_000, variant="exchange", cluster=4, counter_bits=16, hot=1000, units=1)
         one = host_data(rng, n, 70_000, "constant", "int32", out_of_range=False)
         check_variant(cp, one, 70_000, variant="exchange", cluster=2, counter_bits=16, vectors=1, units=1)
+        # The public call's own passes: int32 over (0, bins) counted in place (edge folded), the binning
+        # pass, the edges written on the GPU.
+        from ..histograms.api import histogram as public_histogram
+
+        for r in ((0, 1000), (-3.5, 999.25)):
+            x = host_data(rng, n, 1000, "uniform", "int32", out_of_range=True)
+            x[:7] = 1000  # values on the closed right edge
+            hist, edges = public_histogram(cp.asarray(x), 1000, range=r)
+            want, want_edges = np.histogram(x, 1000, range=r)
+            if not (np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges)):
+                raise ValidationError(f"cuadv.histogram over range {r} differs from numpy.histogram")
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
 
         result = LabResult(self.name, self.title)
+        cc = ctx.caps.compute_capability
+        cub = start_cub(f"sm_{cc[0]}{cc[1]}")  # nvcc builds the CUB peer while the variants are validated
         largest = ctx.caps.max_cluster_size_nonportable
         ctx.progress("histogram: validating every variant")
         bins_list = (1, 256, 4097, 70_001, 1 << 20)
@@ -181,6 +198,7 @@ class HistogramLab:
             result.tables.append(occupancy_table())
         except Exception as exc:  # the table is evidence, not a result: report why it is missing
             result.notes.append(f"occupancy table unavailable: {exc}")
+        run_peer_comparison(result, ctx, cub)  # issue 18.1: the public call against CUB, torch and CuPy
         return result
 
     # -- measuring ------------------------------------------------------------------------------
