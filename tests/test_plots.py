@@ -28,3 +28,15 @@ def test_sm_timeline_with_highlight_and_window(tmp_path):
     plot_sm_timeline(Trace("steal", (5000, 1, 1), records=rec), path, "t", sm_count=132,
                      highlight=[(100.0, 150.0, "high-priority kernel")], window_us=(0.0, 400.0))
     assert path.stat().st_size > 1000
+
+
+def test_sm_timeline_shades_held_sms(tmp_path):
+    """The shared-GPU timeline: SM rows another kernel held are shaded (Trace.plot passes them through)."""
+    rec = np.zeros(2000, TRACE_DTYPE)
+    free = np.arange(16, 132)
+    rec["smid"], rec["block"] = free[np.arange(2000) % free.size], np.arange(2000) // 4
+    rec["start_ns"] = np.arange(2000) * 100
+    rec["end_ns"] = rec["start_ns"] + 5000
+    path = tmp_path / "shared.png"
+    Trace("fixed_blocks", (2000, 1, 1), records=rec).plot(path, sm_count=132, shade_sms=range(16))
+    assert path.stat().st_size > 1000
