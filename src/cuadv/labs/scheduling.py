@@ -42,7 +42,8 @@ from .vecscale import tiles_for, vecscale_kernel
 
 class SchedulingLab:
     name = "scheduling"
-    title = "Work stealing: fixed work, fixed blocks, software CLC (steal) and the seed's trade-off table"
+    title = ("Work stealing: fixed work, fixed blocks, an atomic counter, software CLC (steal), a shared GPU and the "
+             "seed's trade-off table")
 
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (9, 0):
