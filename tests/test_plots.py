@@ -64,3 +64,14 @@ def test_a_large_plot_gets_a_gzipped_csv(tmp_path):
     data = save_figure(fig, tmp_path / "big.png")
     assert data.name == "big.csv.gz"
     assert len(gzip.decompress(data.read_bytes()).decode().splitlines()) == GZIP_ROWS + 2  # header + rows
+
+def test_sm_timeline_shades_held_sms(tmp_path):
+    """The shared-GPU timeline: SM rows another kernel held are shaded (Trace.plot passes them through)."""
+    rec = np.zeros(2000, TRACE_DTYPE)
+    free = np.arange(16, 132)
+    rec["smid"], rec["block"] = free[np.arange(2000) % free.size], np.arange(2000) // 4
+    rec["start_ns"] = np.arange(2000) * 100
+    rec["end_ns"] = rec["start_ns"] + 5000
+    path = tmp_path / "shared.png"
+    Trace("fixed_blocks", (2000, 1, 1), records=rec).plot(path, sm_count=132, shade_sms=range(16))
+    assert path.stat().st_size > 1000

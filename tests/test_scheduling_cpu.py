@@ -39,7 +39,7 @@ def test_unknown_workload():
 def test_lab_kernels_compile(arch):
     modules = SchedulingLab().build(arch)
     names = {name for m in modules for name in m.resources}
-    assert {"spin_fixed_work", "spin_fixed_blocks", "spin_steal"} <= names
+    assert {"spin_fixed_work", "spin_fixed_blocks", "spin_steal", "spin_atomic_counter", "sm_holder"} <= names
     assert ("spin_clc" in names) == (arch == "sm_100a")
 
 
@@ -48,3 +48,31 @@ def test_sm_id_ranges():
 
     assert _ranges([32, 33, 34, 40, 78, 79]) == "32-34, 40, 78-79"
     assert _ranges([5]) == "5" and _ranges([]) == "none"
+
+
+def test_ideal_is_the_larger_of_share_and_longest_tile():
+    from cuadv.labs.scheduling_shared import ideal_ms
+
+    d = np.full(1000, 10_000, dtype=np.uint32)
+    assert ideal_ms(d, 100) == pytest.approx(0.1)  # 10 tiles of 10 us per slot
+    d[0] = 5_000_000
+    assert ideal_ms(d, 100) == pytest.approx(5.0)  # one tile outlasts a slot's share
+
+
+def test_holder_params_mirror_the_device_struct():
+    """HolderParams in sm_holder.cu: seven 8-byte fields in this order (the kernel reads them by offset)."""
+    from cuadv.labs.scheduling_shared import HOLDER_DTYPE
+
+    assert HOLDER_DTYPE.itemsize == 56
+    assert list(HOLDER_DTYPE.names) == ["resident", "smids", "release", "all_in", "generation", "timeout_ns",
+                                        "timed_out"]
+    assert [HOLDER_DTYPE.fields[n][1] for n in HOLDER_DTYPE.names] == list(range(0, 56, 8))
+
+
+def test_scheduling_lab_compares_atomic_counter():
+    from cuadv.labs.scheduling_shared import COUNTER_POLICIES, SHARED_POLICIES
+    from cuadv.labs.scheduling_support import POLICIES
+
+    assert POLICIES[-1][1] == "atomic_counter" and [p[0] for p in POLICIES[:3]] == ["fixed_work", "fixed_blocks", "steal"]
+    assert COUNTER_POLICIES[0][1] == "atomic_counter" and {"steal", "fixed_blocks"} <= {p for _, p, _ in COUNTER_POLICIES}
+    assert {"fixed_work", "fixed_blocks", "steal", "atomic_counter"} <= {p for _, p, _ in SHARED_POLICIES}

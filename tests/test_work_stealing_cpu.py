@@ -117,8 +117,9 @@ def test_schedule_layout_matches_header():
 
 
 @pytest.mark.parametrize("cluster", [1, (2, 1, 1), (2, 2, 1)])
-@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
-                                            ("sm_100a", ["fixed_work", "fixed_blocks", "steal", "clc", "auto"])])
+@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto"]),
+                                            ("sm_100a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal", "clc",
+                                                         "auto"])])
 def test_every_policy_compiles(arch, policies, cluster):
     k = TileKernel("unsigned int* count", COUNT_BODY, block=128, cluster=cluster, name="count_tiles")
     for policy in policies:
@@ -254,3 +255,65 @@ def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypat
         assert k.last_launch.config.grid == (per_sm * 132, 1, 1)
         assert launched[-1] == (kernels[policy], k.last_launch.config)
     assert k.resident_units("fixed_blocks") == 3 * 132 and k.resident_units("steal") == 8 * 132
+
+
+# -- atomic_counter: the FlashAttention-3 kind of scheduler, a global counter zeroed before every launch ----
+
+def test_atomic_counter_policy_checks():
+    assert resolve_policy("atomic_counter", (9, 0)) == "atomic_counter"
+    assert resolve_policy("atomic_counter", (10, 0)) == "atomic_counter"  # auto never picks it
+    with pytest.raises(LaunchConfigError, match="applies to policy 'steal' only, not 'atomic_counter'"):
+        TileKernel("int* x", "", policy="atomic_counter", quantum_us=10.0)
+    with pytest.raises(LaunchConfigError, match="policy 'atomic_counter'"):
+        TileKernel("int* x", "", policy="atomic_counter", min_tiles=4)
+
+
+def test_atomic_counter_ptx_takes_tiles_from_a_counter():
+    k = TileKernel("unsigned int* count", COUNT_BODY, name="count_tiles")
+    ptx = k.compile("sm_90a", "atomic_counter").ptx
+    assert "atom.global.add.u64" in ptx  # the claim
+    assert "mbarrier.init" not in ptx and "clusterlaunchcontrol" not in ptx and ".sys" not in ptx
+    clustered = TileKernel("unsigned int* count", COUNT_BODY, cluster=(2, 1, 1), name="count_tiles")
+    assert "st.shared::cluster.u64" in clustered.compile("sm_90a", "atomic_counter").ptx  # the next unit, to every block
+
+
+def test_atomic_counter_grid_is_the_resident_one(fake_occupancy):
+    kernels, _ = fake_occupancy
+    k = TileKernel("int* x", "", policy="atomic_counter", block=256)
+    assert k.launch_config(kernels["fixed_blocks"], "atomic_counter", (1_000_000, 1, 1)).grid == (3 * 132, 1, 1)
+    assert k.launch_config(kernels["fixed_blocks"], "atomic_counter", (100, 1, 1)).grid == (100, 1, 1)
+
+
+def test_atomic_counter_launch_is_preceded_by_a_memset_on_its_stream(fake_occupancy, monkeypatch):
+    """Every atomic_counter launch enqueues a memset of its counter on its own stream, then the kernel with
+    that counter in the schedule (so a graph capture holds both); other policies enqueue no memset."""
+    from cuadv.work_stealing import tile_kernel
+
+    kernels, _ = fake_occupancy
+    enqueued = []
+
+    class Pool:
+        def slot_for(self, stream):
+            return 0x1000 + stream, False
+
+    class Driver:
+        def cuMemsetD32Async(self, ptr, value, count, stream):
+            enqueued.append(("memset", ptr, value, count, stream))
+            return (0,)
+
+    def fake_launch(kernel, config, schedule, *args, stream):
+        enqueued.append(("kernel", schedule.state_ptr, stream))
+
+    monkeypatch.setattr(tile_kernel, "_counters", Pool())
+    monkeypatch.setattr(tile_kernel, "driver", lambda: Driver())
+    monkeypatch.setattr(tile_kernel, "check", lambda result, call: result)
+    monkeypatch.setattr(tile_kernel, "launch", fake_launch)
+    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)
+    k = TileKernel("int* x", "", policy="atomic_counter", block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks"], policy or "atomic_counter"))
+    for stream in (7, 7, 9):
+        k(50_000, 0x2000, stream=stream)
+        assert enqueued[-2:] == [("memset", 0x1000 + stream, 0, 2, stream), ("kernel", 0x1000 + stream, stream)]
+    assert k.last_launch.config.grid == (3 * 132, 1, 1)
+    k(50_000, 0x2000, stream=7, policy="fixed_blocks")
+    assert enqueued[-1] == ("kernel", 0, 7) and len(enqueued) == 7

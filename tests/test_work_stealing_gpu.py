@@ -28,7 +28,7 @@ SPIN_1US = """
 
 def policies():
     caps = current_device().caps
-    out = ["fixed_work", "fixed_blocks", "auto"]
+    out = ["fixed_work", "fixed_blocks", "atomic_counter", "auto"]
     if caps.compute_capability >= (9, 0):
         out.append("steal")
     if caps.clc:
@@ -46,7 +46,7 @@ def run_counts(cp, kernel, tiles, launches=1, stream=None, **kw):
     return cp.asnumpy(count)[:n], int(prologues.get()[0])
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "auto", "steal", "clc"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "auto", "steal", "clc"])
 @pytest.mark.parametrize("tiles", [0, 1, 2, 97, 1000, 12345, 1_000_003])
 def test_each_tile_once_1d(cp, policy, tiles):
     if policy not in policies():
@@ -59,7 +59,7 @@ def test_each_tile_once_1d(cp, policy, tiles):
         assert prologues == tiles  # one prologue per tile: the seed's cost of fixed work
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 def test_tens_of_millions_of_tiles(cp, policy):
     if policy not in policies():
         pytest.skip(f"{policy} does not run on this GPU")
@@ -68,7 +68,7 @@ def test_tens_of_millions_of_tiles(cp, policy):
     assert (counts == 1).all()
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 @pytest.mark.parametrize("tiles", [(37, 23), (5, 7, 11), (1, 1, 9)])
 def test_each_tile_once_2d_3d(cp, policy, tiles):
     if policy not in policies():
@@ -78,7 +78,7 @@ def test_each_tile_once_2d_3d(cp, policy, tiles):
     assert (counts == 1).all()
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 @pytest.mark.parametrize("cluster, tiles", [((2, 1, 1), (2 * 101,)), ((4, 1, 1), (4 * 33,)), ((8, 1, 1), (8 * 51,)),
                                             ((16, 1, 1), (16 * 37,)), ((2, 2, 1), (38, 22)),
                                             ((2, 2, 2), (6, 4, 10)), ((1, 4, 1), (3, 8))])
@@ -157,11 +157,13 @@ def test_steal_without_quantum_launches_only_resident_blocks(cp):
     assert prologues <= k.launch_config(kernel, "steal", (1_000_003, 1, 1)).grid[0] < 1_000_003
 
 
-@pytest.mark.parametrize("policy", ["steal", "fixed_blocks", "auto"])
+@pytest.mark.parametrize("policy", ["steal", "fixed_blocks", "atomic_counter", "auto"])
 def test_back_to_back_launches_need_no_reset(cp, policy):
+    """No host reset between launches (atomic_counter's memset is part of each launch, not the caller's)."""
     if policy not in policies():
         pytest.skip(f"{policy} does not run on this GPU")
-    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, quantum_us=None if policy == "fixed_blocks" else 3.0,
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64,
+                   quantum_us=3.0 if policy in ("steal", "auto") else None,
                    name="back_to_back")
     counts, _ = run_counts(cp, k, 50_021, launches=7)
     assert (counts == 7).all()
@@ -190,6 +192,49 @@ def test_graph_replays_need_no_reset(cp, min_tiles):
     assert (cp.asnumpy(count) == 7).all()
 
 
+@pytest.mark.parametrize("cluster", [1, (2, 1, 1)])
+def test_atomic_counter_graph_replays(cp, cluster):
+    """atomic_counter captured in a graph: each captured launch brings its memset node, so replays and a
+    stream launch after them each run every tile exactly once (a missing reset would skip tiles)."""
+    from cuadv.graphs import Graph
+
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="atomic_counter", block=64, cluster=cluster,
+                   name="counter_graph")
+    tiles, launches = 30_010, 3
+    count = cp.zeros(tiles, dtype=cp.uint32)
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking stream's kernels
+    stream = cp.cuda.Stream(non_blocking=True)
+    k(tiles, count, prologues, stream=stream)  # compiles and checks outside the capture
+    stream.synchronize()
+    graph = Graph.capture(stream, lambda: [k(tiles, count, prologues, stream=stream) for _ in range(launches)])
+    assert graph.node_count() == 2 * launches  # a memset and a kernel per launch
+    for _ in range(5):
+        graph.launch(stream)
+    k(tiles, count, prologues, stream=stream)
+    stream.synchronize()
+    assert (cp.asnumpy(count) == 2 + 5 * launches).all()
+    assert int(prologues.get()[0]) <= (2 + 5 * launches) * k.resident_units("atomic_counter") * math.prod(k.cluster)
+
+
+def test_atomic_counter_on_two_streams(cp):
+    """Two streams at once never share a counter (each stream's launches have their own)."""
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="atomic_counter", block=64, name="counter_streams")
+    tiles = 100_003
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    counts = [cp.zeros(tiles, dtype=cp.uint32) for _ in streams]
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()
+    for _ in range(3):
+        for s, c in zip(streams, counts):
+            k(tiles, c, prologues, stream=s)
+    for s in streams:
+        s.synchronize()
+    for c in counts:
+        assert (cp.asnumpy(c) == 3).all()
+    assert k.last_launch.config.grid == (k.resident_units("atomic_counter"), 1, 1)
+
+
 def test_two_streams_do_not_share_scheduler_state(cp):
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")
@@ -208,7 +253,7 @@ def test_two_streams_do_not_share_scheduler_state(cp):
         assert (cp.asnumpy(c) == 3).all()
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 def test_trace_records_every_tile(cp, policy):
     if policy not in policies():
         pytest.skip(f"{policy} does not run on this GPU")
@@ -221,11 +266,11 @@ def test_trace_records_every_tile(cp, policy):
     assert (trace.records["smid"] < caps.sm_count).all()
     assert (trace.records["start_ns"] <= trace.records["end_ns"]).all()
     assert trace.makespan_ns > 0
-    if policy == "fixed_blocks":
-        assert len(np.unique(trace.records["block"])) <= tiles
+    if policy in ("fixed_blocks", "atomic_counter"):
+        assert len(np.unique(trace.records["block"])) <= k.resident_units(policy)
 
 
-@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "steal"])
+@pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 @pytest.mark.parametrize("cluster, tiles", [((1, 1, 1), (10_007,)), ((2, 1, 1), (2 * 999,)), ((2, 2, 1), (38, 22))])
 def test_tile_order_keeps_each_tile_once(cp, policy, cluster, tiles):
     from cuadv import TileOrder

@@ -13,7 +13,12 @@ Experiments, each measured in one run:
                 many tiles per slot, and one tile that outweighs a slot's share (the brief's setting).
   c. preemption a long low-priority kernel, a short high-priority kernel launched into it; the
                 latency of the latter against its time alone; a sweep of the steal quantum.
-The spin kernel, the workloads and the policies compared live in ``scheduling_support``.
+  d. atomic counter   steal against the atomic-counter tile scheduler users write on Hopper (a memset
+                before every launch), in streams and CUDA-graph replays (``scheduling_shared``).
+  e. shared GPU another kernel holds K SMs; each policy against the ideal over the free slots (``scheduling_shared``).
+Every ideal is computed from the resident slots of the kernel that ran (each policy compiles to its own
+kernel, with its own occupancy). The spin kernel, the workloads and the policies compared live in
+``scheduling_support``; experiments d and e in ``scheduling_shared``.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from .base import RunContext
 from .scheduling_support import (DOMINANT, MEAN_TILE_NS, POLICIES, REGIMES, SHARED, SPIN_BLOCK,  # noqa: F401
                                  SPIN_BODY, SPIN_PARAMS, SPIN_PROLOGUE, TILES, WORKLOADS, BalanceRow,  # noqa: F401
                                  Regime, spin_kernel, workload)  # noqa: F401
+from .scheduling_shared import counter_table, ideal_ms, policy_slots, shared_gpu, smoke_holder
 from .vecscale import tiles_for, vecscale_kernel
 
 class SchedulingLab:
     name = "scheduling"
-    title = "Work stealing: fixed work, fixed blocks, software CLC (steal) and the seed's trade-off table"
+    title = ("Work stealing: fixed work, fixed blocks, an atomic counter, software CLC (steal), a shared GPU and the "
+             "seed's trade-off table")
 
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (9, 0):
@@ -44,9 +51,12 @@ class SchedulingLab:
         return None
 
     def build(self, arch: str):
-        out = [spin_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
-        out += [vecscale_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal")]
+        out = [spin_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal", "atomic_counter")]
+        out += [vecscale_kernel(p).compile(arch) for p in ("fixed_work", "fixed_blocks", "steal", "atomic_counter")]
         from ..arch import parse_arch
+        from ..compiler import shipped
+
+        out.append(shipped("sm_holder.cu", arch=arch, name="sm_holder"))  # the shared-GPU experiment's holder
 
         if parse_arch(arch) >= (10, 0):
             out.append(spin_kernel("clc").compile(arch))
@@ -69,10 +79,13 @@ class SchedulingLab:
             learner(d.size, d, done, 1000)
         if not bool((done == 3).all()):
             raise ValidationError("scheduling smoke: steal with a learned min_tiles did not run every tile exactly once")
+        smoke_holder()  # the shared-GPU experiment's holder kernel
 
     # -- helpers ----------------------------------------------------------------------------------
     def _slots(self, caps) -> int:
-        return spin_kernel("fixed_blocks").resident_units("fixed_blocks")  # blocks/SM x SMs of the fixed_blocks kernel
+        """Slots of the whole GPU that workloads are sized by (tiles per slot): blocks/SM x SMs of the fixed_blocks
+        kernel. Ideals are computed per policy from its own kernel (``policy_slots``)."""
+        return policy_slots("fixed_blocks")
 
     def _run_spin(self, kernel: TileKernel, durations, prologue_ns: int, repeats: int, check: bool = True,
                   stream=None, priority=None, order=None):
@@ -99,14 +112,19 @@ class SchedulingLab:
         result = LabResult(self.name, self.title)
         repeats = 3 if ctx.quick else 7
         slots = self._slots(ctx.caps)
-        result.notes.append(f"{slots} slots ({slots // ctx.caps.sm_count} blocks of {SPIN_BLOCK} threads per SM); "
-                            f"tiles spun on %globaltimer; the overhead and preemption runs use {TILES} uniform tiles "
-                            f"of {MEAN_TILE_NS / 1000:.0f} us")
+        own = ", ".join(f"{label} {policy_slots(p, q)}" for label, p, q in POLICIES)
+        result.notes.append(f"workloads sized by {slots} slots ({slots // ctx.caps.sm_count} blocks of {SPIN_BLOCK} "
+                            f"threads per SM of the fixed_blocks kernel); every ideal max(total work / slots, longest "
+                            f"tile) uses the slots of the kernel that ran (occupancy API x SMs): {own}; tiles spun on "
+                            f"%globaltimer; the overhead and preemption runs use {TILES} uniform tiles of "
+                            f"{MEAN_TILE_NS / 1000:.0f} us")
         balance = self._balance(ctx, result, slots, repeats)
         self._yield_cost(ctx, result, slots, repeats)
         overhead = self._overhead(ctx, result, slots, repeats)
         preempt = self._preemption(ctx, result, repeats)
         self._tradeoff(result, balance, overhead, preempt)
+        counter_table(ctx, result, repeats)
+        shared_gpu(ctx, result, repeats)
         return result
 
     def _balance(self, ctx, result, slots, repeats) -> list[BalanceRow]:
@@ -118,19 +136,19 @@ class SchedulingLab:
             tiles = regime.tiles(slots)
             for kind in WORKLOADS:
                 host = workload(kind, tiles, rng, regime, period=slots)
-                ideal_ms = max(host.sum() / slots, host.max()) / 1e6
                 d = cp.asarray(host)
                 for label, policy, q in POLICIES:
                     ctx.progress(f"balance: {regime.label}: {kind} / {label}")
                     t = self._run_spin(spin_kernel(policy, q), d, 0, repeats)
-                    rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms, regime=regime.key))
+                    rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms(host, policy_slots(policy, q)),
+                                           regime=regime.key))
                 if kind != "uniform":  # the same tiles handed out heaviest first (the costs are known here)
                     heaviest = TileOrder.heaviest_first(host)
                     for label, policy, q in POLICIES[:3]:
                         ctx.progress(f"balance: {regime.label}: {kind} / {label} / heaviest first")
                         t = self._run_spin(spin_kernel(policy, q), d, 0, repeats, order=heaviest)
-                        rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms, order="heaviest first",
-                                               regime=regime.key))
+                        rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms(host, policy_slots(policy, q)),
+                                               order="heaviest first", regime=regime.key))
                 if kind == "periodic" and regime is DOMINANT:  # few tiles: a timeline one can read
                     for label, policy, q in (POLICIES[1], POLICIES[2]):
                         trace = spin_kernel(policy, q)(tiles, d, cp.zeros(tiles, dtype=cp.uint32), 0, trace=True)
@@ -154,10 +172,11 @@ class SchedulingLab:
                             f"{r.mean_ns / 1000:.0f} us, Pareto capped at {r.pareto_cap:.0f} means, periodic heavy "
                             f"tile {r.periodic_heavy:.0f}x the others" for r in REGIMES)
         result.tables.append(Table(
-            "b. load balance: makespan against the ideal max(total work / slots, longest tile)",
+            "b. load balance: makespan against the ideal max(total work / slots of its kernel, longest tile)",
             ["regime", "workload", "tile order", "policy", "median ms", "ideal ms", "x ideal",
              "speedup vs fixed_blocks", "speedup vs fixed_work"], table_rows,
-            note=f"{regimes}; no prologue; medians of {repeats} CUDA-event timings; every tile checked to run "
+            note=f"{regimes}; slots: the resident blocks of the policy's own kernel (occupancy API x SMs); no prologue; "
+                 f"medians of {repeats} CUDA-event timings; every tile checked to run "
                  "exactly once. When one tile outweighs a slot's share, the ideal is that tile; in index order the "
                  "last heavy tile is handed out near the end, so no online scheduler reaches the ideal; handing the "
                  "tiles out heaviest first (TileOrder.heaviest_first) removes that"))
@@ -175,7 +194,7 @@ class SchedulingLab:
 
         tiles = SHARED.tiles(slots)
         d = cp.asarray(workload("uniform", tiles, np.random.default_rng(), SHARED, period=slots))
-        ideal_ms = tiles * SHARED.mean_ns / slots / 1e6
+        ideal = tiles * SHARED.mean_ns / policy_slots("steal") / 1e6  # steal's own kernel's slots
         rows, ms = [], {}
         for label, q, k in (("steal, full grid (default slice, min_tiles 1)", None, 1),
                             ("steal, full grid, 1 ms slice", 1000.0, 1), ("steal Q=inf", math.inf, None),
@@ -186,15 +205,15 @@ class SchedulingLab:
             shown = label
             if q is None and k is None:
                 shown += f": min_tiles learned {kernel.min_units(kernel.kernel()[0], 'steal', tiles)}"
-            rows.append([shown, ms[label], ms[label] / ideal_ms])
-        result.figures["steal_defaults_uniform_over_ideal"] = ms["steal (defaults)"] / ideal_ms
+            rows.append([shown, ms[label], ms[label] / ideal])
+        result.figures["steal_defaults_uniform_over_ideal"] = ms["steal (defaults)"] / ideal
         empty_per_sm = (tiles - slots) / ctx.caps.sm_count  # full-grid blocks per SM that find no work
         per_block_us = 1e3 * (ms["steal, full grid, 1 ms slice"] - ms["steal Q=inf"]) / empty_per_sm
         result.figures["steal_empty_block_us_per_sm"] = per_block_us
         result.tables.append(Table(
             f"what yielding costs without CLC: {tiles} uniform tiles of {SHARED.mean_ns / 1000:.0f} us",
             ["policy", "median ms", "x ideal"], rows,
-            note=f"ideal {ideal_ms:.2f} ms; the full grid has one block per tile (later blocks replace those "
+            note=f"ideal {ideal:.2f} ms (on the {policy_slots('steal')} slots of steal's kernel); the full grid has one block per tile (later blocks replace those "
                  "that gave their SM back, and every one launches, also after the work is gone); Q = inf launches "
                  f"only the {slots} blocks that fit; the defaults learn min_tiles k from the kernel's previous "
                  "launch (what one slice held): a block runs at least k tiles before its slice may end, so the grid "
@@ -206,10 +225,10 @@ class SchedulingLab:
 
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(9, 4))
-        width = 0.2
+        width = 0.8 / len(POLICIES)
         for i, (label, _, _) in enumerate(POLICIES):
             vals = [next(r.ms / r.ideal_ms for r in rows if r.workload == k and r.policy == label) for k in WORKLOADS]
-            ax.bar(np.arange(len(WORKLOADS)) + (i - 1.5) * width, vals, width, label=label)
+            ax.bar(np.arange(len(WORKLOADS)) + (i - (len(POLICIES) - 1) / 2) * width, vals, width, label=label)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(range(len(WORKLOADS)), WORKLOADS)
         ax.set_yscale("log")
@@ -253,12 +272,12 @@ class SchedulingLab:
         for label, policy, q in POLICIES:
             ctx.progress(f"overhead: heavy prologue / {label}")
             heavy[label] = self._run_spin(spin_kernel(policy, q), d, 100_000, repeats).median_ms
-        ideal_ms = TILES * MEAN_TILE_NS / slots / 1e6
+        ideal = {label: TILES * MEAN_TILE_NS / policy_slots(p, q) / 1e6 for label, p, q in POLICIES}  # own slots
         result.tables.append(Table(
             "a. overhead: heavy prologue (100 us per running block, 25 us tiles)",
             ["policy", "median ms", "x fixed_blocks", "speedup vs fixed_work", "x ideal (no prologue)"],
             [[label, heavy[label], heavy[label] / heavy["fixed_blocks"], heavy["fixed_work"] / heavy[label],
-              heavy[label] / ideal_ms] for label, _, _ in POLICIES],
+              heavy[label] / ideal[label]] for label, _, _ in POLICIES],
             note=f"steal's time slice stretches to {DEFAULT_PROLOGUE_FACTOR}x the block's own prologue "
                  f"(prologue_factor), so a block spends at most 1/{DEFAULT_PROLOGUE_FACTOR + 1} of its life in the "
                  "prologue; targets: steal within 1.1x fixed_blocks and at least 4x faster than fixed_work"))

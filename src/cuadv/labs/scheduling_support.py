@@ -58,9 +58,10 @@ SHARED = Regime("shared", "many tiles per slot", 500, MEAN_TILE_NS, 20.0, 24.0)
 DOMINANT = Regime("dominant", "one tile outweighs a slot's share", TILES // 1056, MEAN_TILE_NS, 200.0, 120.0)
 REGIMES = (SHARED, DOMINANT)
 
-# Labels, policy, quantum (us; None = default, inf = never yield).
+# Labels, policy, quantum (us; None = default, inf = never yield). atomic_counter last: the first three are
+# the seed's strategies (the heaviest-first rows and timelines take POLICIES[:3], [1] and [2]).
 POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks", None),
-            ("steal", "steal", None), ("steal Q=inf", "steal", math.inf)]
+            ("steal", "steal", None), ("steal Q=inf", "steal", math.inf), ("atomic_counter", "atomic_counter", None)]
 
 
 def spin_kernel(policy: str, quantum_us: float | None = None, name: str = "spin",

@@ -5,6 +5,10 @@ scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
 
 - ``fixed_work``: one block per tile (hardware balancing and preemption, one prologue per tile);
 - ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
+- ``atomic_counter``: the same grid, but after its first tile each block takes the next from a global
+  counter (the FlashAttention-3 kind of dynamic scheduler users write on Hopper). The counter is zeroed
+  by a memset enqueued before every launch (a memset node in a graph capture), and blocks never yield:
+  the baseline that ``steal``'s self-resetting counter replaces;
 - ``clc``: hardware Cluster Launch Control, compute capability 10.0+ (compiled and SASS-checked for
   sm_100a here; no Blackwell GPU was available to run it);
 - ``steal``: software CLC for 9.x GPUs: a grid of one block per tile (or per ``min_tiles`` tiles, by
@@ -26,7 +30,7 @@ scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 """
 
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
-                       check_quantum, check_tiles, policy_for_arch, resolve_policy)
+                       RESIDENT_GRID, check_quantum, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units
 from ..state_pool import STATE_BYTES, StatePool  # noqa: F401 (re-exported)
 from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
@@ -34,6 +38,6 @@ from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
 
 __all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
-           "MAX_TILES", "POLICIES", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
+           "MAX_TILES", "POLICIES", "RESIDENT_GRID", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
            "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
            "policy_for_arch", "resolve_policy", "to_chrome_trace"]

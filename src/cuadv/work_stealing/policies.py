@@ -12,10 +12,12 @@ from ..arch import parse_arch
 from ..dims import Dim3
 from ..errors import LaunchConfigError, UnsupportedFeatureError
 
-POLICIES = ("fixed_work", "fixed_blocks", "clc", "steal", "auto")
+POLICIES = ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")
 # The C++ policy type each concrete policy instantiates (cuadv::ws::Scheduler<...> in work_stealing.cuh).
-_POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "clc": "ClusterLaunchControl",
-                "steal": "Steal"}
+_POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "atomic_counter": "AtomicCounter",
+                "clc": "ClusterLaunchControl", "steal": "Steal"}
+# Policies that launch only the blocks (clusters) that fit at once; steal does too when it never yields.
+RESIDENT_GRID = ("fixed_blocks", "atomic_counter")
 DEFAULT_QUANTUM_US = 50.0
 DEFAULT_PROLOGUE_FACTOR = 19  # a block's prologue costs at most 1/20 of its life
 MAX_TILES = (2**31 - 1, 65535, 65535)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._cuda import check, driver
 from ..compiler import CompiledModule, compile_source
 from ..device import current_device
 from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, volume
@@ -17,8 +18,8 @@ from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
 from ..launch import LaunchConfig, launch, prepare
 from ..memory import DeviceBuffer, HostWords
-from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, check_quantum,
-                       check_tiles, policy_for_arch, resolve_policy)
+from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
+                       check_quantum, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import Schedule, SliceReport, learned_min_units
 from ..state_pool import StatePool
 from .trace import TRACE_DTYPE, TileOrder, Trace
@@ -42,6 +43,9 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
 """
 
 _pool = StatePool("work stealing")  # the TileKernel scheduler's counters
+# atomic_counter's counters, zeroed by a memset before every launch: a pool of their own, so the steal
+# counters (which reset themselves) never see a value left by one; every captured launch takes a slot.
+_counters = StatePool("the atomic-counter scheduler", slots=4096)
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,14 @@ class TileKernel:
     quantum. None (default): learned, as what one slice held in the latest ``slice_report`` of this
     kernel (the full tile grid until a block has given its SM back); 1: always the full tile grid.
 
+    ``policy="atomic_counter"``: the grid of fixed_blocks, each block then taking tiles from a global
+    counter (FlashAttention-3's kind of scheduler); every launch enqueues a memset of its counter on its
+    stream before the kernel (so a captured graph holds a memset node per launch), which is counted in
+    its time, and its blocks never give their SM back. ``steal`` is the same idea with a counter that
+    resets itself and a time slice.
+
     Each policy compiles to its own kernel with its own registers, so the grid of a policy that
-    launches only what fits at once (fixed_blocks, steal with quantum_us=math.inf) is sized from the
+    launches only what fits at once (fixed_blocks, atomic_counter, steal with quantum_us=math.inf) is sized from the
     occupancy of that policy's kernel (``resident_units``). ``last_launch`` records what was launched.
     """
 
@@ -164,7 +174,7 @@ class TileKernel:
         units = volume(tiles) // volume(self.cluster)
         k = self.min_units(kernel, policy, units) if min_units is None else min_units
         needed = -(-units // k)  # steal: blocks (clusters) that take every unit
-        if policy == "fixed_blocks" or (policy == "steal" and self.quantum_ns == 0):
+        if policy in RESIDENT_GRID or (policy == "steal" and self.quantum_ns == 0):
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
         elif policy == "steal" and k > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
             grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
@@ -218,6 +228,8 @@ class TileKernel:
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
             trace_buf.fill(0xFF, stream=handle)
         state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
+        if concrete == "atomic_counter":
+            state_ptr = self._zeroed_counter(handle)
         if quantum and self._report is None:
             self._report, self._report_ptr = _reports.take()
         schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
@@ -229,3 +241,11 @@ class TileKernel:
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 
     launch = __call__
+
+    @staticmethod
+    def _zeroed_counter(stream: int) -> int:
+        """atomic_counter: the launch's counter, and a memset of it to zero enqueued on its stream before the
+        kernel (a memset node when the stream is being captured), as users of such a scheduler do."""
+        address, _captured = _counters.slot_for(stream)
+        check(driver().cuMemsetD32Async(address, 0, 2, stream), "cuMemsetD32Async")
+        return address

@@ -22,13 +22,15 @@ def _add_bars(ax, rows: np.ndarray, left: np.ndarray, width: np.ndarray, colors,
 
 def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | None = None,
                      highlight: Sequence[tuple[float, float, str]] = (),
-                     window_us: tuple[float, float] | None = None) -> None:
+                     window_us: tuple[float, float] | None = None, shade_sms: Sequence[int] = (),
+                     shade_label: str = "held by another kernel") -> None:
     """One row per SM, one bar per tile (start to end, microseconds from the first tile's start).
 
     Colour encodes the block that ran the tile, so a block that runs many tiles (stealing) shows as
     runs of one colour; gaps show idle SMs (tail effect) and preemption. ``highlight`` spans
     (start_us, end_us, label) are shaded, e.g. when a high-priority kernel ran. ``window_us`` zooms
-    the time axis to (start_us, end_us).
+    the time axis to (start_us, end_us). ``shade_sms``: rows (SM ids) shaded grey across the whole time
+    axis, labelled ``shade_label`` (SMs another kernel held while this one ran).
     """
     plt = pyplot()
     rec = trace.records[trace.written]
@@ -42,7 +44,9 @@ def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | N
         ax.set_xlim(0, float((rec["end_ns"].max() - t0) / 1e3) * 1.01)
     for lo, hi, label in highlight:
         ax.axvspan(lo, hi, color="red", alpha=0.15, label=label)
-    if highlight:
+    for i, sm in enumerate(sorted(set(int(s) for s in shade_sms))):
+        ax.axhspan(sm - 0.5, sm + 0.5, color="0.6", alpha=0.35, lw=0, label=shade_label if i == 0 else None)
+    if highlight or len(shade_sms):
         ax.legend(loc="upper right")
     if window_us is not None:
         ax.set_xlim(*window_us)

@@ -108,6 +108,13 @@ static inline __device__ void st_shared_cluster_v4(u32 remote, uint4 v) {
                "r"(v.w) : "memory");
 }
 
+// st.shared::cluster.u64 [remote], v;  (sm_90)
+template <int D = 0>
+static inline __device__ void st_shared_cluster_u64(u32 remote, u64 v) {
+  static_assert(arch_at_least<D>(90), "st.shared::cluster needs sm_90");
+  asm volatile("st.shared::cluster.u64 [%0], %1;" ::"r"(remote), "l"(v) : "memory");
+}
+
 // mbarrier.complete_tx.relaxed.cluster.shared::cluster.b64 [remote_bar], bytes;  (sm_90)
 template <int D = 0>
 static inline __device__ void mbarrier_complete_tx_cluster(u32 remote_bar, u32 bytes) {

@@ -1,7 +1,14 @@
-// cuadv/work_stealing.cuh - one tile body, four scheduling policies.
+// cuadv/work_stealing.cuh - one tile body, five scheduling policies.
 //
 //   FixedWork             one block per tile; the hardware scheduler balances and can preempt.
 //   FixedBlocks           a grid sized to the GPU walks the tiles in strides: one prologue per block.
+//   AtomicCounter         the dynamic scheduler users write today on Hopper (FlashAttention-3's
+//                         DynamicPersistentTileScheduler kind): a grid sized to the GPU, each block
+//                         starts at its own index, then takes tiles from a global counter
+//                         (atomicAdd + grid size, issued before the tile so its latency hides behind
+//                         it) until they are gone. The counter must be ZERO at launch: the host sets
+//                         it with a memset before every launch (TileKernel enqueues one on the
+//                         launch's stream, so a graph capture gets a memset node). Blocks never yield.
 //   ClusterLaunchControl  (sm_100+) the seed's protocol: a running block cancels a pending block and
 //                         takes its tile; cancellation fails once the work is gone or a
 //                         higher-priority kernel is waiting, and then the block exits.
@@ -15,7 +22,8 @@
 //                         slice held, from which the host sizes the next launch's min_units.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
-// Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl. Steal with a quantum needs
+// Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl; FixedBlocks and
+// AtomicCounter launch the blocks (clusters) that fit at once, at most one per unit. Steal with a quantum needs
 // at least ceil(units / min_units) blocks (clusters): each takes min_units tiles unless the work runs out,
 // so together they take them all; the tile grid is always enough. Steal without a quantum, quantum_ns = 0,
 // may launch only the blocks that fit at once, as FixedBlocks does):
@@ -77,7 +85,8 @@ struct Schedule {
   unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never) ...
   unsigned int prologue_factor;   // ... or after this many times the block's own prologue, if later (0: off)
   unsigned int flags;             // Steal: kCountExits for launches captured in a graph
-  StealState* state;              // Steal: this launch's counters
+  StealState* state;              // Steal: this launch's counters; AtomicCounter: state->word is its counter,
+                                  // which must be zero at launch (a memset before every launch)
   TraceRecord* trace;             // one record per tile, or nullptr
   const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
   unsigned int min_units;         // Steal: the slice never ends before the block ran this many units (0 or 1: off)
@@ -98,6 +107,7 @@ struct Tile {
 
 struct FixedWork {};
 struct FixedBlocks {};
+struct AtomicCounter {};
 struct Steal {};
 struct ClusterLaunchControl {};
 #if CUADV_ARCH >= 1000
@@ -117,6 +127,13 @@ static inline __device__ Slots& slots() {
   __shared__ Slots s;
   return s;
 }
+// AtomicCounter: the next unit, handed from the submitting thread to the unit's threads. Two slots used
+// in turn, so one barrier per tile suffices: slot r % 2 is written again only in round r + 2, after
+// every thread passed round r + 1's barrier, which comes after its read of round r's value.
+static inline __device__ unsigned long long* next_unit_slots() {
+  __shared__ unsigned long long s[2];
+  return s;
+}
 static inline __device__ unsigned int thread_rank() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
@@ -126,6 +143,8 @@ template <class Policy>
 class Scheduler {
   static constexpr bool kCancel = cuda::std::is_same_v<Policy, ClusterLaunchControl>;
   static constexpr bool kSteal = cuda::std::is_same_v<Policy, Steal>;
+  static constexpr bool kCounter = cuda::std::is_same_v<Policy, AtomicCounter>;
+  static constexpr bool kStrided = kCounter || cuda::std::is_same_v<Policy, FixedBlocks>;  // first unit: own index
   static constexpr bool kRequestLoop = kCancel || kSteal;
   static_assert(!kCancel || CUADV_ARCH >= 1000,
                 "ClusterLaunchControl needs sm_100 or newer; use cuadv::ws::Steal (or Auto) below it");
@@ -150,7 +169,7 @@ class Scheduler {
   // Finds this block's first tile. False: nothing left for it; return from the kernel at once
   // (before the prologue), as a block whose launch was cancelled would never have run.
   __device__ bool begin() {
-    if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
+    if constexpr (kStrided) {
       unit_ = cluster_index();
       if (unit_ >= units_) return false;
       tile_ = tile_of_unit(unit_for(unit_));
@@ -193,6 +212,8 @@ class Scheduler {
     } else if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
       const unsigned long long stride = grid_clusters();
       for (unsigned long long i = unit_; i < units_; i += stride) run_tile(body, tile_of_unit(unit_for(i)));
+    } else if constexpr (kCounter) {
+      counter_loop(body);
     } else {
       if constexpr (kSteal) {
         if (leader_ && cluster_rank_ == 0 && s_.quantum_ns != 0) {  // only the submitter reads the slice
@@ -222,6 +243,41 @@ class Scheduler {
   __device__ const Tile& tile() const { return tile_; }
 
  private:
+  // AtomicCounter: units 0 .. grid-1 are the blocks' (clusters') first; the k-th claim of the launch
+  // (counter value k) is unit grid + k. The claim is a relaxed atomicAdd: only uniqueness matters, its
+  // single modification order gives it; nothing else is ordered by it.
+  template <class Body>
+  __device__ void counter_loop(Body& body) {
+    const unsigned long long grid = grid_clusters();
+    const bool submitter = leader_ && cluster_rank_ == 0;
+    unsigned long long* slot = detail::next_unit_slots();
+#if CUADV_ARCH >= 900
+    if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before the first remote write
+#endif
+    for (unsigned round = 0;; ++round) {
+      unsigned long long next = 0;
+      if (submitter) next = atomicAdd(&s_.state->word, 1ull) + grid;  // in flight while the body runs
+      run_tile(body, tile_);
+      if (submitter) publish_unit(&slot[round & 1], next);
+      sync_unit();  // the published unit is visible to every thread of the unit (cluster)
+      const unsigned long long unit = slot[round & 1];
+      if (unit >= units_) return;  // every block of the cluster leaves after the same barrier: no remote write after
+      tile_ = tile_of_unit(unit_for(unit));
+    }
+  }
+
+  // AtomicCounter: the next unit into this block's slot, and with clusters into every block's.
+  __device__ void publish_unit(unsigned long long* slot, unsigned long long unit) const {
+#if CUADV_ARCH >= 900
+    if (clustered_) {
+      const unsigned addr = ptx::smem_addr(slot);
+      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_u64(ptx::mapa_shared_cluster(addr, r), unit);
+      return;
+    }
+#endif
+    *slot = unit;
+  }
+
   __device__ Tile make_tile(unsigned x, unsigned y, unsigned z) const {
     return Tile{x, y, z, x + static_cast<unsigned long long>(s_.tiles[0]) * (y + static_cast<unsigned long long>(s_.tiles[1]) * z)};
   }
