@@ -71,7 +71,7 @@ def emulate(m: S.Csr, x: np.ndarray, t: S.Tiles, stage: int) -> np.ndarray:
         covered[k0:k1] += 1
         if info > 0:
             rows, lanes = info >> 5, 1 << (info & 31)
-            assert rows >= 1 and lanes <= 32 and k1 - k0 < stage
+            assert 1 <= rows <= stage // 2 and lanes <= 32 and k1 - k0 < stage
             assert k0 == off[r0] and k1 == off[r0 + rows]
             for r in range(r0, r0 + rows):
                 y[r] = prod[off[r]:off[r + 1]].sum()

@@ -4,7 +4,7 @@
 // cuadv_spmv::run_tile for the tile the scheduler hands out. The tiles are built on the host
 // (spmv_support.build_tiles); each is 16 bytes, int4 {row0, info, k0, k1}:
 //   info > 0   a run of whole short rows: info = rows << 5 | log2(lanes per row), the non-zeros [k0, k1)
-//              (at most kStage of them). Their products are staged in shared memory with coalesced loads,
+//              (fewer than kStage of them, at most kStage / 2 rows). Their products are staged in shared memory with coalesced loads,
 //              then groups of `lanes` threads sum each row from shared memory.
 //   info == 0  one whole long row row0, non-zeros [k0, k1): the whole block streams it and reduces.
 //   info < 0   a slice [k0, k1) of the long row row0, split over several tiles; ~info is the row's entry
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cuda/atomic>
+#include <cuda_pipeline.h>
 
 namespace cuadv_spmv {
 
@@ -52,12 +53,18 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
   return s;
 }
 
-// A run of whole short rows: stage the products, then sum each row with a group of lanes.
+// A run of whole short rows: stage the products, then sum each row with a group of lanes. The tile's row
+// offsets (rows + 1 of them, at most kStage / 2 + 1: the host counts 2 per row in a tile's weight) are copied
+// to shared memory with cp.async, which needs no registers and lands while the products are loaded.
 template <int kThreads, int kStage>
-static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets, const int* __restrict__ cols,
-                                                   const float* __restrict__ vals, const float* __restrict__ x,
-                                                   float* __restrict__ y, float* stage) {
+static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets,
+                                                   const int* __restrict__ cols, const float* __restrict__ vals,
+                                                   const float* __restrict__ x, float* __restrict__ y, float* stage,
+                                                   int* soff) {
   const int n = d.w - d.z, t = threadIdx.x;
+  const int rows = d.y >> 5, lanes_log2 = d.y & 31, lanes = 1 << lanes_log2;
+  for (int i = t; i <= rows; i += kThreads) __pipeline_memcpy_async(soff + i, offsets + d.x + i, sizeof(int));
+  __pipeline_commit();
   for (int base = 0; base < n; base += kThreads * kStreamUnroll) {
     int c[kStreamUnroll];
     float v[kStreamUnroll];
@@ -73,15 +80,15 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
       if (i < n) stage[i] = v[u] * __ldg(x + c[u]);
     }
   }
-  __syncthreads();  // every product is in stage[] before any group sums a row from it
-  const int rows = d.y >> 5, lanes_log2 = d.y & 31, lanes = 1 << lanes_log2;
+  __pipeline_wait_prior(0);  // this thread's offset copies have landed in shared memory
+  __syncthreads();  // every product and offset is in shared memory before any group sums a row
   const int group = t >> lanes_log2, lane = t & (lanes - 1), groups = kThreads >> lanes_log2;
   // The trip count depends only on the tile, so every lane of a warp reaches each shuffle together.
   for (int base = 0; base < rows; base += groups) {
     const int r = base + group;
     float s = 0.f;
     if (r < rows) {
-      const int a = __ldg(offsets + d.x + r) - d.z, b = __ldg(offsets + d.x + r + 1) - d.z;
+      const int a = soff[r] - d.z, b = soff[r + 1] - d.z;
       for (int j = a + lane; j < b; j += lanes) s += stage[j];
     }
     for (int o = lanes >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -98,10 +105,11 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
                                                 unsigned int* counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
   __shared__ float stage[kStage];
+  __shared__ int soff[kStage / 2 + 1];
   __shared__ float red[32];
   const int4 d = __ldg(tiles + index);
   if (d.y > 0) {
-    stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y, stage);
+    stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y, stage, soff);
   } else {
     const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x, red);
     if (threadIdx.x == 0) {
@@ -122,7 +130,7 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
       }
     }
   }
-  __syncthreads();  // this tile's reads of stage[] and red[] are done before the next tile writes them
+  __syncthreads();  // this tile's reads of stage[], soff[] and red[] are done before the next tile writes them
 }
 
 }  // namespace cuadv_spmv

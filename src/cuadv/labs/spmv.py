@@ -13,8 +13,8 @@ and a uniform one (every row the mean +- 25%), all with mean 8 non-zeros per row
 unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
-  - Short rows are grouped into tiles by their running weight (non-zeros + 1 per row), about 2048 per
-    tile. A block loads the tile's values and columns with coalesced loads (4 in flight per thread and
+  - Short rows are grouped into tiles by their running weight (non-zeros + 2 per row), about 2048 per
+    tile. A block copies the tile's row offsets to shared memory with cp.async, loads the tile's values and columns with coalesced loads (4 in flight per thread and
     array), gathers x through the read-only cache (__ldg) and stages the products in shared memory; then
     groups of 1 to 32 lanes (a power of two fitted to the tile's row lengths, chosen on the host) sum each
     row from shared memory with warp shuffles. Row lengths inside a tile cost nothing in balance: the loads
@@ -110,7 +110,8 @@ class SpmvLab:
         result = LabResult(self.name, self.title)
         n_rows = 1 << (19 if ctx.quick else 22)
         rounds = 2 if ctx.quick else 3
-        kernel = spmv_kernel()
+        # one TileKernel per tile list, so steal's grid is learned from launches over the same tiles
+        kernels = {tiling: spmv_kernel() for tiling in TILINGS}
         mat_rows, rows, targets = [], [], []
         for kind in MATRICES:
             ctx.progress(f"spmv: generating the {kind} matrix ({n_rows:,} rows)")
@@ -127,17 +128,18 @@ class SpmvLab:
             mat_rows.append([kind, st["rows"], st["nnz"], st["max_row"], st["max_over_mean"], st["gini"],
                              st["empty_rows"], f"{whole.count:,} ({whole.kinds()['long rows']:,} long rows)",
                              f"{split.count:,} ({split.kinds()['slices']:,} slices)", ideal_ms, gen_s])
-            times, labels, missing, worst = self._measure(ctx, kind, dev, kernel, ref, tol, rounds)
+            times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, ref, tol, rounds)
             result.checks.append(f"{kind}: every row of every variant and peer within tolerance of {ref_name} "
                                  f"(largest error {worst:.2f} of its tolerance), before and after timing")
             self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, targets)
-            self._trace_notes(result, kind, dev, kernel)
+            self._trace_notes(result, kind, dev, kernels)
             del dev
             cp.get_default_memory_pool().free_all_blocks()
         result.tables.append(Table(
             "the matrices", ["matrix", "rows", "nnz", "longest row", "max / mean", "Gini", "empty rows",
                              "tiles, whole rows", "tiles, split rows", "ideal ms", "generated in s"], mat_rows,
-            note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped about {GROUP_NNZ} non-zeros per tile, "
+            note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped about {GROUP_NNZ} non-zeros per "
+                 "tile, "
                  f"rows longer than {GROUP_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
                  f"ideal: the bytes below at the copy ceiling measured in this run ({ctx.ceiling.tb_per_s:.2f} TB/s)"))
         result.tables.append(Table(
@@ -156,7 +158,7 @@ class SpmvLab:
             note="by: the ratio over the target, minus 1"))
         return result
 
-    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernel, ref, tol, rounds: int):
+    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
         """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
         runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy, heaviest first)) or
         ("peer", kind), the peers absent (name -> why) and the largest error over its tolerance."""
@@ -169,7 +171,8 @@ class SpmvLab:
         fns, labels = {}, {}
         for tiling, policy, heaviest in _variants():
             label = _label(tiling, policy, heaviest, cc)
-            fns[label] = (lambda t=tiling, p=policy, o=(order if heaviest else None): dev.run(kernel, t, p, order=o))
+            o = order if heaviest else None
+            fns[label] = (lambda t=tiling, p=policy, o=o: dev.run(kernels[t], t, p, order=o))
             labels[label] = ("cuadv", (tiling, policy, heaviest))
         peer_list, missing = peers(dev)
         for peer_kind, label, fn in peer_list:
@@ -228,12 +231,12 @@ class SpmvLab:
                         f"{100 * (ratio / target - 1):+.1f}%", best[1], cus / best[0]])
 
     @staticmethod
-    def _trace_notes(result: LabResult, kind: str, dev: DeviceCsr, kernel) -> None:
+    def _trace_notes(result: LabResult, kind: str, dev: DeviceCsr, kernels) -> None:
         """Block traces of steal on both tilings: the makespan against the ideal max(sum of tile times / slots,
         longest tile) of that very launch, the slots being the blocks steal's kernel keeps resident at once."""
-        slots = kernel.resident_units("steal")
         for tiling in TILINGS:
-            trace = dev.run(kernel, tiling, "steal", trace=True)
+            slots = kernels[tiling].resident_units("steal")
+            trace = dev.run(kernels[tiling], tiling, "steal", trace=True)
             rec = trace.records
             if not trace.written.all():
                 from ..errors import ValidationError

@@ -129,8 +129,9 @@ def uniform(n_rows: int, nnz: int, seed: int) -> Csr:
 def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> Csr:
     """An R-MAT graph of 2**scale vertices (Chakrabarti, Zhan and Faloutsos, SDM 2004): each edge picks a
     quadrant (a, b, c, d = 1 - a - b - c) at each of `scale` levels; vertex labels are then permuted at random
-    (as the Graph500 generator does; here by an invertible hash, cheaper than a table) and duplicate edges merged, so nnz is at most `edges`. Four levels are drawn
-    at once from a table of 2**22 entries (the 4**4 quadrant sequences, probabilities rounded to 2**-22)."""
+    (as the Graph500 generator does; here by an invertible hash, cheaper than a table) and duplicate edges
+    merged, so nnz is at most `edges`. Four levels are drawn at once from a table of 2**22 entries (the 4**4
+    quadrant sequences, probabilities rounded to 2**-22)."""
     rng = np.random.default_rng(seed)
     n = 1 << scale
     src = np.zeros(edges, np.int32)
@@ -217,14 +218,15 @@ class Tiles:
 
 def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ) -> Tiles:
     """Cut the rows into tiles. Rows of at most `group` non-zeros are grouped by where their weight (non-zeros
-    plus one per row, for its offset read and y write) ends: the rows whose running weight ends in the same
-    window of `group` form a tile, so a tile holds less than 2 * group non-zeros (its stage in shared memory).
+    plus two per row, for its offset, its y and its turn in the sums) ends: the rows whose running weight ends in
+    the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros (its stage in shared
+    memory) and at most group rows (its offsets in shared memory).
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
     lens = np.diff(offsets)
     long_ = lens > group
-    weight_end = offsets[1:] + np.arange(1, n + 1)
+    weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
     key = weight_end // group
     prev_key = np.concatenate(([-1], key[:-1]))
     prev_long = np.concatenate(([True], long_[:-1]))
@@ -268,7 +270,8 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
                 name: str = "spmv") -> TileKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``)."""
     return TileKernel(PARAMS, BODY.format(threads=threads, stage=stage), policy=policy, block=threads,
-                      preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{stage}", min_blocks_per_sm=min_blocks)
+                      preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{stage}",
+                      min_blocks_per_sm=min_blocks)
 
 
 class DeviceCsr:
@@ -406,8 +409,8 @@ def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]
     except ImportError:
         missing["torch.sparse"] = "torch is not installed"
     else:
-        t = torch.sparse_csr_tensor(torch.as_tensor(dev.offsets, device="cuda"), torch.as_tensor(dev.cols, device="cuda"),
-                                    torch.as_tensor(dev.vals, device="cuda"), size=(m.n_rows, m.n_cols))
+        t = torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (dev.offsets, dev.cols, dev.vals)),
+                                    size=(m.n_rows, m.n_cols))
         xt = torch.as_tensor(dev.x, device="cuda")
         out.append(("torch", f"torch.sparse_csr_tensor @ x (torch {torch.__version__}, CUDA {torch.version.cuda})",
                     lambda: t @ xt))
