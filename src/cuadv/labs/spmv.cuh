@@ -19,7 +19,7 @@
 
 namespace cuadv_spmv {
 
-constexpr int kStreamUnroll = 4;  // loads in flight per thread and array while staging a short-row tile
+constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile
 constexpr int kLongUnroll = 6;    // ... while streaming a long row
 
 // Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.

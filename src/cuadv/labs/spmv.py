@@ -14,12 +14,13 @@ unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
   - Short rows are grouped into tiles by their running weight (non-zeros + 2 per row), about 2048 per
-    tile. A block copies the tile's row offsets to shared memory with cp.async, loads the tile's values and columns with coalesced loads (4 in flight per thread and
-    array), gathers x through the read-only cache (__ldg) and stages the products in shared memory; then
+    tile. A block copies the tile's row offsets to shared memory with cp.async (no registers; they land
+    while the products load), loads the values and columns with coalesced loads (8 in flight per thread
+    and array), gathers x through the read-only cache (__ldg) and stages the products in shared memory; then
     groups of 1 to 32 lanes (a power of two fitted to the tile's row lengths, chosen on the host) sum each
     row from shared memory with warp shuffles. Row lengths inside a tile cost nothing in balance: the loads
     are spread over the block whatever they are.
-  - A row longer than 2048 is a tile of its own, streamed by the whole block (8 loads in flight per thread
+  - A row longer than 2048 is a tile of its own, streamed by the whole block (6 loads in flight per thread
     and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
   - "whole rows": such a row is one tile however long, so tile weights span 2,000 to hundreds of thousands
     of non-zeros: the imbalance the scheduling policies face. "split rows": a row longer than 8192 is cut
