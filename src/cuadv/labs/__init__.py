@@ -51,6 +51,7 @@ class BrokenLab:
 # (module, class) of every lab after vecscale, in report order.
 _OPTIONAL_LABS: list[tuple[str, str]] = [
     ("scheduling", "SchedulingLab"),      # issue 3: work stealing  (cuadv bench scheduling)
+    ("spmv", "SpmvLab"),                  # issue 18: SpMV through TileKernel vs cuSPARSE  (cuadv bench spmv)
     ("cooperative", "CooperativeLab"),    # issue 4: cooperative groups, grid sync, clusters
     ("histogram", "HistogramLab"),        # issue 4: DSM histogram  (cuadv bench histogram)
     ("pipeline", "PipelineLab"),          # issue 5: memcpy_async pipelines  (cuadv bench pipeline)

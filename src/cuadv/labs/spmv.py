@@ -1,0 +1,265 @@
+"""Sparse matrix-vector product y = A x (CSR, float32) through ``cuadv.TileKernel``, against cuSPARSE and torch.
+
+Needs: compute capability 9.0 (policy 'steal', which 'auto' is on Hopper); CuPy; torch optional (a peer).
+Key insight: the work of a row is its length, and power-law matrices have rows 10,000x longer than the
+mean, so a tile of whole rows can weigh as much as a slot's share of the whole matrix: a static split
+(fixed_blocks) or an unlucky order then sets the makespan, however the rest is balanced. Splitting the
+long rows into slices bounds every tile's weight and the scheduler balances what is left.
+Run: ``cuadv bench spmv`` (``--quick``: 2**19 rows, about 4M non-zeros; full: 2**22 rows, about 32M).
+
+The matrices (``spmv_support``, seeded, generated on the host with NumPy): power-law rows (Pareto(1.3)
+lengths, the longest capped at rows / 8), an R-MAT graph (a, b, c = 0.57, 0.19, 0.19, labels scrambled)
+and a uniform one (every row the mean +- 25%), all with mean 8 non-zeros per row, columns sorted and
+unique within each row, values and x uniform in [-1, 1].
+
+The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
+  - Short rows are grouped into tiles by their running weight (non-zeros + 2 per row), about 2048 per
+    tile. A block copies the tile's row offsets to shared memory with cp.async (no registers; they land
+    while the products load), loads the values and columns with coalesced loads (8 in flight per thread
+    and array), gathers x through the read-only cache (__ldg) and stages the products in shared memory; then
+    groups of 1 to 32 lanes (a power of two fitted to the tile's row lengths, chosen on the host) sum each
+    row from shared memory with warp shuffles. Row lengths inside a tile cost nothing in balance: the loads
+    are spread over the block whatever they are.
+  - A row longer than 2048 is a tile of its own, streamed by the whole block (6 loads in flight per thread
+    and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
+  - "whole rows": such a row is one tile however long, so tile weights span 2,000 to hundreds of thousands
+    of non-zeros: the imbalance the scheduling policies face. "split rows": a row longer than 8192 is cut
+    into slices of 8192; each slice writes its sum to a scratch slot and the last slice to finish (an
+    acq_rel counter, reset by that slice) adds the slots in slice order and writes y. So y needs no memset,
+    no float atomics are used and the result is the same every run.
+  - Every row is written by exactly one tile, empty rows included (0).
+The policies (fixed_work, fixed_blocks, steal, and auto = steal on Hopper) run this one body; steal also
+with the tiles handed out heaviest first (``TileOrder.heaviest_first`` by non-zeros).
+
+Checks: every result, cuadv's under every policy and tiling and every peer's, against SciPy's
+csr_matrix @ x in float64, row by row within 4 float32 epsilons x (log2(row length) + 2) x sum_j |a_ij x_j|
+(``spmv_support.tolerance``); cuadv's y is poisoned (NaN) before its checked launch.
+Bytes for GB/s: values + columns (8 per non-zero), the row offsets, x once and y once (``Csr.effective_bytes``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..report.results import LabResult, Table
+from ..work_stealing import TileOrder, resolve_policy
+from .base import RunContext, interleaved_rounds
+from .spmv_support import (GROUP_NNZ, MATRICES, SLICE_NNZ, Csr, DeviceCsr, check, generate, peers, reference,
+                           spmv_kernel, to_host, tolerance)
+
+MEAN = 8  # non-zeros per row
+SEED = 18
+REPEATS = 10
+QUEUE_AHEAD_US = 500.0  # hides the host side of each call (cupyx and torch build descriptors per call)
+TARGETS = {"power-law": 1.0, "R-MAT": 1.0, "uniform": 0.9}  # x cuSPARSE for cuadv with split rows and 'auto'
+POLICIES = ("fixed_work", "fixed_blocks", "auto")
+TILINGS = {"whole": "whole rows", "split": "split rows"}
+
+
+def _variants() -> list[tuple[str, str, bool]]:
+    """(tiling, policy, heaviest first) of every cuadv variant measured."""
+    out = [(t, p, False) for t in TILINGS for p in POLICIES]
+    out.insert(3, ("whole", "auto", True))
+    return out
+
+
+def _label(tiling: str, policy: str, heaviest: bool, cc) -> str:
+    name = f"auto ({resolve_policy('auto', cc)})" if policy == "auto" else policy
+    return f"{TILINGS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
+
+
+def _slug(text: str) -> str:
+    return text.lower().replace("-", "_").replace(" ", "_")
+
+
+class SpmvLab:
+    name = "spmv"
+    title = "Sparse matrix-vector product (CSR, power-law rows) through TileKernel against cuSPARSE and torch.sparse"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return (f"needs compute capability 9.0 for policy 'steal' (got {caps.cc_string()}); fallback: "
+                    "fixed_work")
+        return None
+
+    def build(self, arch: str):
+        k = spmv_kernel()
+        return [k.compile(arch, p) for p in ("fixed_work", "fixed_blocks", "steal")]
+
+    def smoke(self) -> None:
+        """A few hundred rows (an empty one, rows longer than a tile, one split into slices) under every policy
+        and both tilings, with small tiles so every path of the body runs; checked against NumPy in float64."""
+        m, x = smoke_matrix()
+        ref, abs_sum, _ = reference(m, x, use_scipy=False)
+        tol = tolerance(m.lengths, abs_sum)
+        k = spmv_kernel()
+        for group in (32, GROUP_NNZ):
+            dev = DeviceCsr(m, x, group)
+            for tiling in TILINGS:
+                for policy in ("fixed_work", "fixed_blocks", "steal"):
+                    dev.y.fill(np.nan)
+                    dev.run(k, tiling, policy)
+                    check(f"smoke, {tiling} rows of {group}, {policy}", to_host(dev.y), ref, tol)
+
+    # -- the lab ----------------------------------------------------------------------------------
+    def run(self, ctx: RunContext) -> LabResult:
+        import cupy as cp
+
+        result = LabResult(self.name, self.title)
+        n_rows = 1 << (19 if ctx.quick else 22)
+        rounds = 2 if ctx.quick else 3
+        # one TileKernel per tile list, so steal's grid is learned from launches over the same tiles
+        kernels = {tiling: spmv_kernel() for tiling in TILINGS}
+        mat_rows, rows, targets = [], [], []
+        for kind in MATRICES:
+            ctx.progress(f"spmv: generating the {kind} matrix ({n_rows:,} rows)")
+            t0 = time.perf_counter()
+            m = generate(kind, n_rows, MEAN, SEED)
+            gen_s = time.perf_counter() - t0
+            x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
+            ref, abs_sum, ref_name = reference(m, x)
+            tol = tolerance(m.lengths, abs_sum)
+            dev = DeviceCsr(m, x)
+            st = m.stats()
+            whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
+            ideal_ms = m.effective_bytes() / (ctx.ceiling.tb_per_s * 1e12) * 1e3
+            mat_rows.append([kind, st["rows"], st["nnz"], st["max_row"], st["max_over_mean"], st["gini"],
+                             st["empty_rows"], f"{whole.count:,} ({whole.kinds()['long rows']:,} long rows)",
+                             f"{split.count:,} ({split.kinds()['slices']:,} slices)", ideal_ms, gen_s])
+            times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, ref, tol, rounds)
+            result.checks.append(f"{kind}: every row of every variant and peer within tolerance of {ref_name} "
+                                 f"(largest error {worst:.2f} of its tolerance), before and after timing")
+            self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, targets)
+            self._trace_notes(result, kind, dev, kernels)
+            del dev
+            cp.get_default_memory_pool().free_all_blocks()
+        result.tables.append(Table(
+            "the matrices", ["matrix", "rows", "nnz", "longest row", "max / mean", "Gini", "empty rows",
+                             "tiles, whole rows", "tiles, split rows", "ideal ms", "generated in s"], mat_rows,
+            note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped about {GROUP_NNZ} non-zeros per "
+                 "tile, "
+                 f"rows longer than {GROUP_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
+                 f"ideal: the bytes below at the copy ceiling measured in this run ({ctx.ceiling.tb_per_s:.2f} TB/s)"))
+        result.tables.append(Table(
+            "y = A x, float32 CSR: each policy and tiling against cuSPARSE and torch",
+            ["matrix", "policy / peer", "median ms", "GB/s", "% of copy ceiling", "x cuSPARSE", "x torch",
+             "x fixed_blocks"], rows,
+            note=f"same matrix, x and device arrays for every row; {rounds} interleaved rounds (every variant once "
+                 f"per round), each the median of {REPEATS} CUDA-event timings after warm-up, with a "
+                 f"{QUEUE_AHEAD_US:.0f} us kernel queued ahead so host set-up is not timed; bytes = 8 per non-zero "
+                 "+ 4 per row offset + 4 per x element + 4 per y element; x cuSPARSE / x torch / x fixed_blocks = "
+                 "their time / this time (above 1: this is faster), fixed_blocks of the same tiling; cuSPARSE: "
+                 "cusparseSpMV with descriptors and workspace made once"))
+        result.tables.append(Table(
+            "targets (issue 18): cuadv with split rows and policy auto against cuSPARSE",
+            ["matrix", "x cuSPARSE", "target", "met", "by", "best cuadv variant", "its x cuSPARSE"], targets,
+            note="by: the ratio over the target, minus 1"))
+        return result
+
+    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
+        """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
+        runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy, heaviest first)) or
+        ("peer", kind), the peers absent (name -> why) and the largest error over its tolerance."""
+        import cupy as cp
+
+        from ..timing import time_gpu
+
+        cc = ctx.caps.compute_capability
+        order = TileOrder.heaviest_first(dev.tilings["whole"][0].nnz())
+        fns, labels = {}, {}
+        for tiling, policy, heaviest in _variants():
+            label = _label(tiling, policy, heaviest, cc)
+            o = order if heaviest else None
+            fns[label] = (lambda t=tiling, p=policy, o=o: dev.run(kernels[t], t, p, order=o))
+            labels[label] = ("cuadv", (tiling, policy, heaviest))
+        peer_list, missing = peers(dev)
+        for peer_kind, label, fn in peer_list:
+            fns[label], labels[label] = fn, ("peer", peer_kind)
+        for name, why in missing.items():
+            ctx.progress(f"spmv: {name} skipped: {why}")
+        worst = 0.0
+
+        def validate(cuadv_only: bool) -> None:
+            nonlocal worst
+            for label, fn in fns.items():
+                if labels[label][0] == "cuadv":
+                    dev.y.fill(cp.nan)
+                    fn()
+                    y = dev.y
+                elif cuadv_only:
+                    continue
+                else:
+                    y = fn()
+                worst = max(worst, check(f"{kind}, {label}", to_host(y), ref, tol))
+
+        validate(False)
+        times = interleaved_rounds(
+            {label: (lambda f=fn: [time_gpu(f, repeats=REPEATS, queue_ahead_us=QUEUE_AHEAD_US).median_ms])
+             for label, fn in fns.items()}, rounds,
+            lambda r: ctx.progress(f"spmv {kind}: round {r + 1} of {rounds}, {len(fns)} variants"))
+        validate(True)
+        return times, labels, missing, worst
+
+    @staticmethod
+    def _rows(result: LabResult, kind: str, m: Csr, times, labels, missing, ideal_ms: float, rows, targets) -> None:
+        """The table rows, figures and target row of one matrix."""
+        nbytes = m.effective_bytes()
+        peer_ms = {labels[l][1]: ms for l, ms in times.items() if labels[l][0] == "peer"}
+        cus, torch_ms = peer_ms["cusparse"], peer_ms.get("torch", math.nan)
+        fixed = {labels[l][1][0]: ms for l, ms in times.items()
+                 if labels[l][0] == "cuadv" and labels[l][1][1:] == ("fixed_blocks", False)}
+        for label, ms in times.items():
+            what, key = labels[label]
+            fb = fixed[key[0]] / ms if what == "cuadv" else math.nan
+            rows.append([kind, label, ms, nbytes / (ms * 1e-3) / 1e9, 100 * ideal_ms / ms, cus / ms, torch_ms / ms, fb])
+            if what == "cuadv":
+                slug = f"spmv_{_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
+                result.figures[f"{slug}_x_cusparse"] = cus / ms
+                result.figures[f"{slug}_x_fixed_blocks"] = fb
+                result.figures[f"{slug}_pct_ceiling"] = 100 * ideal_ms / ms
+                if not math.isnan(torch_ms):
+                    result.figures[f"{slug}_x_torch"] = torch_ms / ms
+        for name, why in missing.items():
+            rows.append([kind, f"{name}: skipped ({why})", math.nan, math.nan, math.nan, math.nan, math.nan, math.nan])
+        head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False)))
+        best = min((ms, l) for l, ms in times.items() if labels[l][0] == "cuadv")
+        target = TARGETS[kind]
+        ratio = cus / head
+        targets.append([kind, ratio, f">= {target:.1f}x", "met" if ratio >= target else "missed",
+                        f"{100 * (ratio / target - 1):+.1f}%", best[1], cus / best[0]])
+
+    @staticmethod
+    def _trace_notes(result: LabResult, kind: str, dev: DeviceCsr, kernels) -> None:
+        """Block traces of steal on both tilings: the makespan against the ideal max(sum of tile times / slots,
+        longest tile) of that very launch, the slots being the blocks steal's kernel keeps resident at once."""
+        for tiling in TILINGS:
+            slots = kernels[tiling].resident_units("steal")
+            trace = dev.run(kernels[tiling], tiling, "steal", trace=True)
+            rec = trace.records
+            if not trace.written.all():
+                from ..errors import ValidationError
+
+                raise ValidationError(f"spmv {kind} {tiling}: {int((~trace.written).sum())} tiles not traced")
+            dur = (rec["end_ns"] - rec["start_ns"]).astype(np.float64)
+            ideal = max(dur.sum() / slots, dur.max())
+            longest = int(np.argmax(dur))
+            result.figures[f"spmv_{_slug(kind)}_{tiling}_steal_traced_x_ideal"] = trace.makespan_ns / ideal
+            result.notes.append(
+                f"{kind}, {TILINGS[tiling]}, steal (block traces, {slots} slots): makespan "
+                f"{trace.makespan_ns / 1e3:.1f} us against an ideal of {ideal / 1e3:.1f} us "
+                f"({trace.makespan_ns / ideal:.2f}x); the longest tile took {dur.max() / 1e3:.1f} us "
+                f"({int(dev.tilings[tiling][0].nnz()[longest]):,} non-zeros), the mean {dur.mean() / 1e3:.2f} us")
+
+
+def smoke_matrix() -> tuple[Csr, np.ndarray]:
+    """300 rows of 0 to 20 non-zeros, row 5 empty, row 17 of 300 and row 100 of 1000 non-zeros, 1200 columns."""
+    from .spmv_support import _rows_to_csr
+
+    rng = np.random.default_rng(7)
+    lens = rng.integers(0, 21, 300)
+    lens[5], lens[17], lens[100] = 0, 300, 1000
+    m = _rows_to_csr("smoke", lens, 1200, rng)
+    return m, rng.uniform(-1, 1, 1200).astype(np.float32)

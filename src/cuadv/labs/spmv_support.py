@@ -1,0 +1,424 @@
+"""Lab-private pieces of the ``spmv`` lab: the seeded CSR matrix generators, the tile list built on the host,
+the TileKernel whose body is ``spmv.cuh``, the reference check against SciPy and the peers (cuSPARSE through
+CuPy, torch.sparse). Everything here is host code or benchmark-only; the scheduler is ``cuadv.work_stealing``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler import kernel_source
+from ..errors import ValidationError
+from ..work_stealing import TileKernel
+
+THREADS = 256
+GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 1 per row) ends in one window this wide
+STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
+SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
+MIN_BLOCKS = 5  # __launch_bounds__ occupancy hint: 5 blocks of 256 threads per SM (at most 48 registers: no spill)
+PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
+          "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
+          "float* __restrict__ y, float* partials, unsigned int* counts")
+BODY = ("      cuadv_spmv::run_tile<{threads}, {stage}>(tile.index, tiles, splits, offsets, cols, vals, x, y, "
+        "partials, counts);\n")
+MATRICES = ("power-law", "R-MAT", "uniform")
+
+
+# -- matrices ------------------------------------------------------------------------------------------
+@dataclass
+class Csr:
+    """A CSR matrix on the host: int32 row offsets and columns (sorted, unique within a row), float32 values."""
+
+    name: str
+    offsets: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    n_cols: int
+
+    @property
+    def n_rows(self) -> int:
+        return self.offsets.size - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def stats(self) -> dict[str, float]:
+        lens = self.lengths
+        mean = self.nnz / max(self.n_rows, 1)
+        return {"rows": self.n_rows, "nnz": self.nnz, "max_row": int(lens.max(initial=0)),
+                "max_over_mean": float(lens.max(initial=0) / mean) if mean else 0.0, "gini": gini(lens),
+                "empty_rows": int((lens == 0).sum())}
+
+    def effective_bytes(self) -> int:
+        """Bytes SpMV must move at least: values + columns, the row offsets, x gathered once, y written."""
+        return 8 * self.nnz + 4 * (self.n_rows + 1) + 4 * self.n_cols + 4 * self.n_rows
+
+
+def gini(lengths: np.ndarray) -> float:
+    """Gini coefficient of the row lengths: 0 when every row has the same length, towards 1 when a few rows hold
+    every non-zero."""
+    x = np.sort(lengths.astype(np.float64))
+    n, total = x.size, x.sum()
+    if n == 0 or total == 0:
+        return 0.0
+    return float(2 * np.dot(np.arange(1, n + 1), x) / (n * total) - (n + 1) / n)
+
+
+def _exact_total(raw: np.ndarray, nnz: int, n_cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Row lengths floor(raw * s), at most n_cols, with s found so they sum to about nnz; the last few non-zeros
+    are then added to (or taken from) distinct random rows, so the total is exactly nnz."""
+    scale = nnz / max(raw.sum(), 1e-30)
+    for _ in range(8):
+        lens = np.minimum(np.floor(raw * scale), n_cols).astype(np.int64)
+        if abs(int(lens.sum()) - nnz) <= lens.size // 4:
+            break
+        scale *= nnz / max(int(lens.sum()), 1)
+    rest = nnz - int(lens.sum())
+    rows = np.flatnonzero(lens < n_cols) if rest > 0 else np.flatnonzero(lens > 0)
+    if abs(rest) > rows.size:
+        raise ValueError(f"cannot place {nnz} non-zeros in {lens.size} rows of {n_cols} columns")
+    lens[rng.choice(rows, abs(rest), replace=False)] += 1 if rest > 0 else -1
+    return lens
+
+
+def _rows_to_csr(name: str, lens: np.ndarray, n_cols: int, rng: np.random.Generator) -> Csr:
+    """Columns for given row lengths, sorted and unique within each row: row r's L columns are one per stratum of
+    width n_cols // L, at a random place in it, after a random start, so they spread over the whole of x."""
+    offsets = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    nnz = int(offsets[-1])
+    if nnz >= 2**31:
+        raise ValueError(f"{nnz} non-zeros do not fit int32 offsets")
+    width = n_cols // np.maximum(lens, 1)  # >= 1 as every row length is at most n_cols
+    start = np.floor(rng.random(lens.size) * (n_cols - lens * width + 1)).astype(np.int32)
+    w = np.repeat(width.astype(np.int32), lens)
+    cols = (np.arange(nnz, dtype=np.int32) - np.repeat(offsets[:-1].astype(np.int32), lens)) * w
+    cols += (rng.random(nnz) * w).astype(np.int32)  # float64: the product stays below w
+    cols += np.repeat(start, lens)
+    return Csr(name, offsets.astype(np.int32), cols, _values(nnz, rng), n_cols)
+
+
+def _values(n: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(-1.0, 1.0, n).astype(np.float32)
+
+
+def power_law(n_rows: int, nnz: int, seed: int, alpha: float = 1.3) -> Csr:
+    """Row lengths from a Pareto distribution of shape alpha (minimum 1 before scaling), scaled to nnz in all and
+    capped at n_rows / 8: most rows hold a few non-zeros and the longest about n_rows ** (1 / alpha) times the
+    shortest (a few hundred thousand at 2**22 rows of mean 8)."""
+    rng = np.random.default_rng(seed)
+    return _rows_to_csr("power-law", _exact_total(rng.pareto(alpha, n_rows) + 1, nnz, max(n_rows // 8, 1), rng),
+                        n_rows, rng)
+
+
+def uniform(n_rows: int, nnz: int, seed: int) -> Csr:
+    """Every row about the same length: the mean +- 25%."""
+    rng = np.random.default_rng(seed)
+    mean = nnz / n_rows
+    lens = rng.uniform(0.75 * mean, 1.25 * mean, n_rows)
+    return _rows_to_csr("uniform", _exact_total(lens, nnz, n_rows, rng), n_rows, rng)
+
+
+def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> Csr:
+    """An R-MAT graph of 2**scale vertices (Chakrabarti, Zhan and Faloutsos, SDM 2004): each edge picks a
+    quadrant (a, b, c, d = 1 - a - b - c) at each of `scale` levels; vertex labels are then permuted at random
+    (as the Graph500 generator does; here by an invertible hash, cheaper than a table) and duplicate edges
+    merged, so nnz is at most `edges`. Four levels are drawn at once from a table of 2**22 entries (the 4**4
+    quadrant sequences, probabilities rounded to 2**-22)."""
+    rng = np.random.default_rng(seed)
+    n = 1 << scale
+    src = np.zeros(edges, np.int32)
+    dst = np.zeros(edges, np.int32)
+    done = 0
+    while done < scale:
+        k = min(4, scale - done)
+        lut = _rmat_lut(k, a, b, c)
+        code = lut[rng.integers(0, lut.size, edges, dtype=np.uint32)]
+        src = (src << k) | (code >> 4)
+        dst = (dst << k) | (code & 15)
+        done += k
+    mix = _label_hash(scale, rng)
+    key = np.sort((mix(src).astype(np.int64) << scale) | mix(dst))
+    key = key[np.concatenate(([True], key[1:] != key[:-1]))] if key.size else key
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(key >> scale, minlength=n), out=offsets[1:])
+    return Csr("R-MAT", offsets.astype(np.int32), (key & (n - 1)).astype(np.int32), _values(key.size, rng), n)
+
+
+def _label_hash(scale: int, rng: np.random.Generator):
+    """A random bijection of [0, 2**scale): multiplication by an odd number and a right xor-shift, twice, each
+    invertible modulo 2**scale."""
+    mask = np.uint32((1 << scale) - 1)
+    odd = (rng.integers(0, 1 << 31, 2, dtype=np.uint32) | 1) & mask | 1
+    shift = max(scale // 2, 1)
+
+    def mix(v: np.ndarray) -> np.ndarray:
+        v = v.astype(np.uint32)
+        for m in odd:
+            v = (v * m) & mask
+            v ^= v >> np.uint32(shift)
+        return v.astype(np.int32)
+
+    return mix
+
+
+def _rmat_lut(k: int, a: float, b: float, c: float, bits: int = 22) -> np.ndarray:
+    """A table of 2**bits codes (source bits << 4 | destination bits of k levels), each quadrant sequence
+    filling a share of it equal to its probability: a uniform index into it draws k levels at once."""
+    quad = np.array([a, b, c, 1 - a - b - c])  # (src bit, dst bit) = (0, 0), (0, 1), (1, 0), (1, 1)
+    prob, src, dst = np.ones(1), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    for _ in range(k):
+        prob = np.outer(prob, quad).ravel()
+        src = (np.repeat(src, 4) << 1) | np.tile([0, 0, 1, 1], src.size)
+        dst = (np.repeat(dst, 4) << 1) | np.tile([0, 1, 0, 1], dst.size)
+    bounds = np.round(np.cumsum(prob) * (1 << bits)).astype(np.int64)
+    bounds[-1] = 1 << bits
+    return np.repeat(((src << 4) | dst).astype(np.uint8), np.diff(bounds, prepend=0))
+
+
+def generate(kind: str, n_rows: int, mean: int, seed: int) -> Csr:
+    """One of MATRICES with n_rows rows (a power of two for R-MAT) and about n_rows * mean non-zeros."""
+    if kind == "power-law":
+        return power_law(n_rows, n_rows * mean, seed)
+    if kind == "uniform":
+        return uniform(n_rows, n_rows * mean, seed)
+    if kind == "R-MAT":
+        return rmat(int(n_rows).bit_length() - 1, n_rows * mean, seed)
+    raise ValueError(f"unknown matrix {kind!r}; one of {', '.join(MATRICES)}")
+
+
+# -- tiles -------------------------------------------------------------------------------------------------
+@dataclass
+class Tiles:
+    """The tile list of one matrix (int4 per tile, see spmv.cuh) and the split rows (int2: first tile, slices)."""
+
+    tiles: np.ndarray  # (n, 4) int32
+    splits: np.ndarray  # (m, 2) int32
+    split_rows: bool
+
+    @property
+    def count(self) -> int:
+        return self.tiles.shape[0]
+
+    def nnz(self) -> np.ndarray:
+        return (self.tiles[:, 3] - self.tiles[:, 2]).astype(np.int64)
+
+    def kinds(self) -> dict[str, int]:
+        info = self.tiles[:, 1]
+        return {"short-row tiles": int((info > 0).sum()), "long rows": int((info == 0).sum()),
+                "slices": int((info < 0).sum())}
+
+
+def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ) -> Tiles:
+    """Cut the rows into tiles. Rows of at most `group` non-zeros are grouped by where their weight (non-zeros
+    plus two per row, for its offset, its y and its turn in the sums) ends: the rows whose running weight ends in
+    the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros (its stage in shared
+    memory) and at most group rows (its offsets in shared memory).
+    A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
+    offsets = np.asarray(offsets, np.int64)
+    n = offsets.size - 1
+    lens = np.diff(offsets)
+    long_ = lens > group
+    weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
+    key = weight_end // group
+    prev_key = np.concatenate(([-1], key[:-1]))
+    prev_long = np.concatenate(([True], long_[:-1]))
+    start = ~long_ & (prev_long | (key != prev_key))
+    bounds = np.flatnonzero(start | long_)
+    first = np.flatnonzero(start)
+    end = np.append(bounds, n)[np.searchsorted(bounds, first, side="right")]  # next start or long row, or n
+    rows = end - first
+    k0, k1 = offsets[first], offsets[end]
+    mean = np.ceil((k1 - k0) / rows)
+    # the longest row of each tile: reduceat over [first, end) pairs (the odd results, [end, next first), dropped)
+    pairs = np.stack([first, end], axis=1).ravel()
+    longest = np.maximum.reduceat(np.append(lens, 0), pairs)[::2] if first.size else np.zeros(0, np.int64)
+    # lanes per row: a power of two at least the mean row length and 1/32 of the longest row, at most a warp
+    want = np.maximum(np.maximum(mean, np.ceil(longest / 32)), 1)
+    lanes_log2 = np.minimum(np.ceil(np.log2(want)), 5).astype(np.int64)
+    short = np.stack([first, (rows << 5) | lanes_log2, k0, k1], axis=1)
+
+    long_rows = np.flatnonzero(long_)
+    pieces = np.where(split & (lens[long_rows] > slice_nnz), -(-lens[long_rows] // slice_nnz), 1)
+    row = np.repeat(long_rows, pieces)
+    piece = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    lk0 = offsets[row] + piece * slice_nnz
+    lk1 = np.where(np.repeat(pieces, pieces) > 1, np.minimum(lk0 + slice_nnz, offsets[row + 1]), offsets[row + 1])
+    split_id = np.repeat(np.cumsum(pieces > 1) - 1, pieces)
+    info = np.where(np.repeat(pieces, pieces) > 1, ~split_id, 0)
+    longs = np.stack([row, info, lk0, lk1], axis=1)
+
+    tiles = np.concatenate([short.reshape(-1, 4), longs.reshape(-1, 4)])
+    tiles = tiles[np.lexsort((tiles[:, 2], tiles[:, 0]))]  # row order, a split row's slices in order
+    sliced = np.flatnonzero(tiles[:, 1] < 0)
+    sid = ~tiles[sliced, 1]
+    first_tile = np.full(int(sid.max(initial=-1)) + 1, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_tile, sid, sliced)
+    splits = np.stack([first_tile, np.bincount(sid, minlength=first_tile.size)], axis=1)
+    return Tiles(tiles.astype(np.int32), splits.astype(np.int32), split)
+
+
+# -- the kernel --------------------------------------------------------------------------------------------
+def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
+                name: str = "spmv") -> TileKernel:
+    """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``)."""
+    return TileKernel(PARAMS, BODY.format(threads=threads, stage=stage), policy=policy, block=threads,
+                      preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{stage}",
+                      min_blocks_per_sm=min_blocks)
+
+
+class DeviceCsr:
+    """A matrix and its two tile lists on the GPU, with x, y and the split rows' scratch (partials, counts:
+    zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts."""
+
+    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ):
+        import cupy as cp
+
+        self.host = m
+        self.offsets, self.cols, self.vals = cp.asarray(m.offsets), cp.asarray(m.cols), cp.asarray(m.vals)
+        self.x = cp.asarray(x)
+        self.y = cp.empty(m.n_rows, cp.float32)
+        self.tilings = {}
+        for split in (False, True):
+            t = build_tiles(m.offsets, split, group, 4 * group)
+            self.tilings["split" if split else "whole"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
+                                                           cp.zeros(max(t.count, 1), cp.float32),
+                                                           cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
+
+    def run(self, kernel: TileKernel, tiling: str, policy: str | None = None, **launch):
+        """y = A x with the tile list `tiling` ("whole" or "split"); launch: TileKernel's (order=, trace=, ...)."""
+        t, tiles, splits, partials, counts = self.tilings[tiling]
+        return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
+                      policy=policy, **launch)
+
+
+# -- reference ---------------------------------------------------------------------------------------------
+def reference(m: Csr, x: np.ndarray, use_scipy: bool = True) -> tuple[np.ndarray, np.ndarray, str]:
+    """A x and |A| |x| in float64, and what computed them: SciPy's csr_matrix where SciPy is installed (and
+    use_scipy), else NumPy."""
+    try:
+        if not use_scipy:
+            raise ImportError("NumPy asked for")
+        import scipy.sparse as sp
+    except ImportError:
+        prod = m.vals.astype(np.float64) * x.astype(np.float64)[m.cols]
+        row = np.repeat(np.arange(m.n_rows), m.lengths)
+        return (np.bincount(row, prod, m.n_rows), np.bincount(row, np.abs(prod), m.n_rows),
+                "NumPy's float64 sums" + ("" if not use_scipy else " (SciPy is not installed)"))
+    import scipy
+
+    a = sp.csr_matrix((m.vals.astype(np.float64), m.cols, m.offsets), shape=(m.n_rows, m.n_cols))
+    x64 = x.astype(np.float64)
+    ref = a @ x64
+    a.data = np.abs(a.data)
+    return ref, a @ np.abs(x64), f"SciPy {scipy.__version__} csr_matrix @ x in float64"
+
+
+def tolerance(lengths: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
+    """|y - A x| allowed per row: 4 float32 epsilons x (log2(row length) + 2) x sum_j |a_ij x_j|. Rounding the
+    products costs one epsilon of that sum; a sum of n terms in any order of pairwise and serial additions
+    costs about log2(n) more with random signs (the lab's values and x are uniform in [-1, 1]); an empty row
+    must be exactly 0."""
+    return 4 * np.finfo(np.float32).eps * (np.log2(np.maximum(lengths, 1)) + 2) * abs_sum
+
+
+def check(what: str, y: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> float:
+    """Raises ValidationError naming the worst row when any row is out of tolerance (NaN included); returns the
+    largest error over tolerance (<= 1)."""
+    err = np.abs(y.astype(np.float64) - ref)
+    bad = ~(err <= tol)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[np.argmax(np.where(np.isnan(err[bad]), np.inf, err[bad]))])
+        raise ValidationError(f"spmv {what}: {int(bad.sum())} rows out of tolerance; row {r}: got {y[r]!r}, "
+                              f"reference {ref[r]!r}, tolerance {tol[r]:.3g}")
+    ratio = np.divide(err, tol, out=np.zeros_like(err), where=tol > 0)
+    return float(ratio.max(initial=0.0))
+
+
+# -- peers -------------------------------------------------------------------------------------------------
+CUSPARSE_SPMV_ALG_DEFAULT = 0  # cusparseSpMVAlg_t (cusparse.h): the default is CUSPARSE_SPMV_CSR_ALG1 for CSR
+CUDA_R_32F = 0  # cudaDataType_t
+
+
+def cusparse_version() -> str:
+    """cuSPARSE's version as CuPy loads it (cusparseGetVersion: major * 1000 + minor * 100 + patch)."""
+    import cupy as cp
+
+    try:
+        from cupy_backends.cuda.libs import cusparse as lib
+
+        v = lib.getVersion(cp.cuda.device.get_cusparse_handle())
+        return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+    except Exception as exc:  # a CuPy without the binding: say so rather than guess
+        return f"unknown ({type(exc).__name__})"
+
+
+class CusparsePrepared:
+    """cusparseSpMV (CSR, float32, the default algorithm) through CuPy's bindings, with the descriptors and the
+    workspace made once and y written in place (beta = 0): cuSPARSE itself, without the per-call set-up of
+    ``csr_matrix @ x``."""
+
+    def __init__(self, matrix, x, y):
+        import cupy as cp
+        import cupyx.cusparse as cs
+        from cupy_backends.cuda.libs import cusparse as lib
+
+        self.lib, self.cp = lib, cp
+        self.descs = (cs.SpMatDescriptor.create(matrix), cs.DnVecDescriptor.create(x), cs.DnVecDescriptor.create(y))
+        self.alpha, self.beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+        handle = cp.cuda.device.get_cusparse_handle()
+        size = lib.spMV_bufferSize(handle, lib.CUSPARSE_OPERATION_NON_TRANSPOSE, self.alpha.ctypes.data,
+                                   self.descs[0].desc, self.descs[1].desc, self.beta.ctypes.data, self.descs[2].desc,
+                                   CUDA_R_32F, CUSPARSE_SPMV_ALG_DEFAULT)
+        self.work = cp.empty(max(int(size), 1), cp.int8)
+
+    def __call__(self) -> None:
+        lib = self.lib
+        handle = self.cp.cuda.device.get_cusparse_handle()  # bound to CuPy's current stream
+        lib.spMV(handle, lib.CUSPARSE_OPERATION_NON_TRANSPOSE, self.alpha.ctypes.data, self.descs[0].desc,
+                 self.descs[1].desc, self.beta.ctypes.data, self.descs[2].desc, CUDA_R_32F, CUSPARSE_SPMV_ALG_DEFAULT,
+                 self.work.data.ptr)
+
+
+def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]]:
+    """(kind, label naming the version, callable returning y) for each peer present, kind one of "cusparse"
+    (the prepared call), "cupyx" and "torch"; and name -> why absent. Every peer reads the same device arrays
+    as cuadv (no copy)."""
+    import cupy as cp
+    import cupyx.scipy.sparse as cusp
+
+    m = dev.host
+    a = cusp.csr_matrix((dev.vals, dev.cols, dev.offsets), shape=(m.n_rows, m.n_cols))
+    if not a.has_canonical_format:  # computed once by CuPy and kept: @ then sorts nothing
+        raise ValidationError(f"spmv {m.name}: CuPy finds the columns not sorted and unique within each row")
+    y = cp.empty(m.n_rows, cp.float32)
+    prepared = CusparsePrepared(a, dev.x, y)
+    version = f"cuSPARSE {cusparse_version()}, CuPy {cp.__version__}"
+    out = [("cusparse", f"cuSPARSE SpMV, prepared once ({version})", lambda: (prepared(), y)[1]),
+           ("cupyx", f"cupyx csr_matrix @ x ({version})", lambda: a @ dev.x)]
+    missing = {}
+    try:
+        import torch
+    except ImportError:
+        missing["torch.sparse"] = "torch is not installed"
+    else:
+        t = torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (dev.offsets, dev.cols, dev.vals)),
+                                    size=(m.n_rows, m.n_cols))
+        xt = torch.as_tensor(dev.x, device="cuda")
+        out.append(("torch", f"torch.sparse_csr_tensor @ x (torch {torch.__version__}, CUDA {torch.version.cuda})",
+                    lambda: t @ xt))
+    return out, missing
+
+
+def to_host(y) -> np.ndarray:
+    """A CuPy array or a torch tensor on the GPU, as a NumPy array."""
+    if hasattr(y, "detach"):
+        return y.detach().cpu().numpy()
+    return y.get()
