@@ -65,6 +65,7 @@ def test_a_large_plot_gets_a_gzipped_csv(tmp_path):
     assert data.name == "big.csv.gz"
     assert len(gzip.decompress(data.read_bytes()).decode().splitlines()) == GZIP_ROWS + 2  # header + rows
 
+
 def test_sm_timeline_shades_held_sms(tmp_path):
     """The shared-GPU timeline: SM rows another kernel held are shaded (Trace.plot passes them through)."""
     rec = np.zeros(2000, TRACE_DTYPE)

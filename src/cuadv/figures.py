@@ -92,8 +92,8 @@ def _extent(ax, patch):
 
 
 def _series(artist) -> str:
-    label = artist.get_label()
-    return "" if label.startswith("_") else label
+    label = artist.get_label() or ""
+    return "" if label.startswith("_") else str(label)
 
 
 def _plain(value):
