@@ -61,8 +61,10 @@ class TmaCopyConfig:
     interleave tile by tile); burst: loads are issued once this many are due (1 to lookahead; equal to chunk, with
     lookahead a multiple of it, a chunk's boxes leave together: one long run per row); l2_promotion: the tensor
     maps' L2 fill granularity; evict_first: which TMA operations carry an L2 evict-first policy ('none', 'loads',
-    'stores', 'both'). Pure checks here; whether the blocks fit is checked against the device when a copy is
-    prepared (TmaOps.prepare_copy).
+    'stores', 'both'); persistent: True, a grid of blocks_per_sm blocks per SM, each walking its share of the
+    units through its ring; False, one block per unit of ``chunk`` boxes (the hardware hands the blocks to
+    whichever SM has room, so an SM that streams faster takes more: no static share ends last). Pure checks
+    here; whether the blocks fit is checked against the device when a copy is prepared (TmaOps.prepare_copy).
     """
 
     stages: int = 4
@@ -72,6 +74,7 @@ class TmaCopyConfig:
     l2_promotion: str = "128B"
     evict_first: str = "none"
     burst: int = 1
+    persistent: bool = True
 
     def __post_init__(self):
         if not 2 <= self.stages <= MAX_STAGES:
@@ -87,6 +90,9 @@ class TmaCopyConfig:
         if self.blocks_per_sm is not None and self.blocks_per_sm < 1:
             raise LaunchConfigError(f"tma copy: blocks_per_sm must be >= 1 (or None: as many as fit); got "
                                     f"{self.blocks_per_sm}")
+        if not self.persistent and self.blocks_per_sm is not None:
+            raise LaunchConfigError("tma copy: blocks_per_sm sizes a persistent grid; with persistent=False the grid "
+                                    "is one block per unit (leave blocks_per_sm None)")
         if not 1 <= self.chunk <= MAX_CHUNK:
             raise LaunchConfigError(f"tma copy: chunk must be 1 to {MAX_CHUNK} tiles; got {self.chunk}")
         if not 1 <= self.burst <= self.lookahead:
@@ -252,7 +258,11 @@ class TmaOps:
                 config = TmaCopyConfig(stages=stages or default_stages(s.layout.box_bytes))
             tiles_x, tiles_y, units = self._tiling(s, config.chunk)
             shared = config.shared_bytes(s.layout.box_bytes)
-            grid = self._grid("tma_copy", COPY_THREADS, shared, units, config.blocks_per_sm)
+            if config.persistent:
+                grid = self._grid("tma_copy", COPY_THREADS, shared, units, config.blocks_per_sm)
+            else:
+                self.blocks_per_sm("tma_copy", COPY_THREADS, shared)  # raises where one block does not fit
+                grid = units
             params: Any = TmaTileParams(s.tensor_map(), d.tensor_map(), tiles_x, tiles_y, bw, bh, s.layout.box_bytes,
                                         config.stages, config.lookahead, config.chunk, EVICT_FIRST[config.evict_first],
                                         config.burst)

@@ -15,11 +15,11 @@ other TMA types (copy), 1-, 2- and 4-byte types (transpose). The output is alloc
 Streams: ``stream=None`` is the current stream of the input's library (PyTorch's for a tensor, CuPy's
 otherwise), resolved at every call; the producer of each array is ordered before it (``cuadv.interop``).
 
-Defaults are the fastest configurations the ``tma`` lab measured on an NVIDIA H200 (run
-docs/results/h200-2026-12-01-0920): copy, boxes of 8 rows x 1 KiB through a 24-slot ring (20 loads ahead),
-one block per SM taking 4 side-by-side boxes at a time and loading them together: 92.2% of the copy ceiling;
-transpose, boxes of 256 rows x 128 B: 83.1%. Where the copy's ring does not fit a GPU's shared memory, the
-lab's default ring (4 slots) is used; where the transpose box does not fit, 64 rows x 256 B.
+Defaults are the fastest configurations the ``tma`` lab measured on an NVIDIA H200: copy, boxes of 8 rows x
+1 KiB, one block per 4 side-by-side boxes, all loaded at once (2026-12-02: 4.17 TB/s, 97.4% of the copy ceiling,
+1.02x Triton 3.6's TMA copy; the persistent 24-slot ring before it: 92.2%); transpose, boxes of 256 rows x 128 B:
+83.1% (run docs/results/h200-2026-12-01-0920). Where the copy's 32 KiB per block does not fit a GPU's shared
+memory, the lab's default ring (4 slots) is used; where the transpose box does not fit, 64 rows x 256 B.
 
 Needs compute capability 9.0 (``UnsupportedFeatureError`` otherwise, naming the fallback).
 """
@@ -41,9 +41,11 @@ from ..launch import Launcher, prepare
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import TensorMapError, TiledLayout, describe_array, element_size, pitch_elements
 
-# The lab's best float32 copy on the H200 (8 x 256 float32 = 8 KiB boxes): other element types keep the box's
-# bytes and ring (rows scale as 32 / itemsize, 256 columns), so the shared memory per block is the same.
-BEST_COPY_CONFIG = TmaCopyConfig(stages=24, lookahead=20, blocks_per_sm=1, chunk=4, burst=4)
+# The lab's best float32 copy on the H200 (8 x 256 float32 = 8 KiB boxes, 4 side by side per block, one block per
+# 4 boxes, all 4 loads at once): other element types keep the box's bytes (rows scale as 32 / itemsize, 256
+# columns), so the shared memory per block is the same. The persistent ring it replaces (24 slots, 20 loads ahead,
+# 1 block per SM) gave each SM the same share, and SMs that stream faster then wait for the slowest (92% vs 97%).
+BEST_COPY_CONFIG = TmaCopyConfig(stages=4, lookahead=4, chunk=4, burst=4, persistent=False)
 COPY_BOX_BYTES = 8 * 1024
 # The lab's best float32 transpose (256 x 32: 32 KiB boxes, 128 KiB of shared memory per block), and the box
 # used where that does not fit (64 x 64 float32: 16 KiB, 64 KiB per block); columns scale as 4 / itemsize.
