@@ -29,7 +29,8 @@ class Shape:
     small) and one that syncs between tiles (which needs more bytes in flight around each sync).
     prefetch: a row's loads are issued before the previous row's stores, so a tile of many rows
     keeps vec float4 per thread in flight from its first row to its last (a large tile then costs
-    no more latency than a small one, and steal's full grid has fewer blocks)."""
+    no more latency than a small one, and steal's full grid has fewer blocks); it holds 2 x vec float4
+    in registers, so it needs a register cap (min_blocks) that leaves room for them and the scheduler."""
 
     vec: int = 8  # float4 loads in flight per thread
     rows: int = 2  # rows per tile
@@ -47,7 +48,10 @@ class Shape:
 
 
 DEFAULT_SHAPE = Shape()
-SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2), Shape(8, 8, 3),
+# Every kernel of every shape fits its register cap (65536 / (256 x min_blocks), in steps of 8) without
+# spilling: a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those shapes run 2 blocks/SM
+# (or vec 4 at 3); steal's loop fits 64 registers for unprefetched rows, so 4 blocks/SM is offered too.
+SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(8, 1, 4), Shape(8, 2, 4),
           Shape(4, 4, 3, True), Shape(8, 2, 2, True), Shape(8, 4, 2, True), Shape(4, 8, 3, True))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
 TILE_ELEMS = DEFAULT_SHAPE.tile_elems
@@ -63,9 +67,9 @@ PROLOGUE = r"""
     }
 """
 BODY = r"""
-      // A tile: kRows rows of kThreads x kVec float4. The block size is a compile-time constant, so every
-      // access of a row is one base address plus an immediate offset (k * kThreads * 16 bytes): no 64-bit
-      // address per access, which would not fit beside 2 x kVec float4 in the registers of 3 blocks/SM.
+      // A tile: kRows rows of kThreads x kVec float4. The block size is a compile-time constant (the
+      // kernel's block), so every access of a row is one base address plus an immediate offset
+      // (k * kThreads * 16 bytes), not a 64-bit address of its own in registers.
       constexpr int kVec = CUADV_VEC, kRows = CUADV_ROWS, kThreads = CUADV_THREADS;
       constexpr unsigned kRowElems = kThreads * 4 * kVec;  // floats per row
       const unsigned long long first = tile.index * (kRows * (unsigned long long)kRowElems);

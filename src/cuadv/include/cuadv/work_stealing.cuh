@@ -296,18 +296,26 @@ class Scheduler {
 
   template <class Body>
   __device__ void run_tile(Body& body, const Tile& t) const {
-    detail::Slots& sl = detail::slots();
-    if (s_.trace != nullptr && leader_) {  // the tile and its start wait in shared memory, not in registers
-      detail::kept(sl.trace_index) = t.index;
-      detail::kept(sl.trace_start) = ptx::globaltimer_ns();
-    }
-    body(t);
-    if (s_.trace != nullptr && leader_) {
-      const unsigned long long end = ptx::globaltimer_ns();
-      const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-      s_.trace[detail::kept(sl.trace_index)] = TraceRecord{ptx::smid(), block, detail::kept(sl.trace_start), end};
+    if constexpr (kRequestLoop) {  // the tile and its start wait in shared memory, not in registers across the body
+      detail::Slots& sl = detail::slots();
+      if (s_.trace != nullptr && leader_) {
+        detail::kept(sl.trace_index) = t.index;
+        detail::kept(sl.trace_start) = ptx::globaltimer_ns();
+      }
+      body(t);
+      if (s_.trace != nullptr && leader_) {
+        const unsigned long long end = ptx::globaltimer_ns();
+        s_.trace[detail::kept(sl.trace_index)] = TraceRecord{ptx::smid(), block_index(), detail::kept(sl.trace_start), end};
+      }
+    } else {
+      unsigned long long start = 0;
+      if (s_.trace != nullptr && leader_) start = ptx::globaltimer_ns();
+      body(t);
+      if (s_.trace != nullptr && leader_) s_.trace[t.index] = TraceRecord{ptx::smid(), block_index(), start, ptx::globaltimer_ns()};
     }
   }
+
+  __device__ static unsigned block_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
 
   // One request per round, submitted by one thread of the block (or of the cluster); each
   // block's thread 0 arrives on its own barrier expecting the 16 response bytes.
