@@ -29,7 +29,8 @@ class Shape:
     small) and one that syncs between tiles (which needs more bytes in flight around each sync).
     prefetch: a row's loads are issued before the previous row's stores, so a tile of many rows
     keeps vec float4 per thread in flight from its first row to its last (a large tile then costs
-    no more latency than a small one, and steal's full grid has fewer blocks)."""
+    no more latency than a small one, and steal's full grid has fewer blocks); it holds 2 x vec float4
+    in registers, so it needs a register cap (min_blocks) that leaves room for them and the scheduler."""
 
     vec: int = 8  # float4 loads in flight per thread
     rows: int = 2  # rows per tile
@@ -47,8 +48,11 @@ class Shape:
 
 
 DEFAULT_SHAPE = Shape()
-SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(16, 2, 2), Shape(8, 8, 3),
-          Shape(8, 2, 3, True), Shape(8, 4, 3, True), Shape(8, 4, 2, True), Shape(8, 8, 3, True))
+# Every kernel of every shape fits its register cap (65536 / (256 x min_blocks), in steps of 8) without
+# spilling: a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those shapes run 2 blocks/SM
+# (or vec 4 at 3); steal's loop fits 64 registers for unprefetched rows, so 4 blocks/SM is offered too.
+SHAPES = (Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3), Shape(8, 1, 4), Shape(8, 2, 4),
+          Shape(4, 4, 3, True), Shape(8, 2, 2, True), Shape(8, 4, 2, True), Shape(4, 8, 3, True))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
 TILE_ELEMS = DEFAULT_SHAPE.tile_elems
 LEARNED_CHECK_ELEMS = (1 << 26) + 5  # 256 MiB and a tail: enough tiles per resident block for a learned min_tiles
@@ -63,36 +67,57 @@ PROLOGUE = r"""
     }
 """
 BODY = r"""
-      constexpr int kVec = CUADV_VEC, kRows = CUADV_ROWS;  // a tile: kRows rows of blockDim.x * kVec float4
-      const long long row_elems = (long long)blockDim.x * 4 * kVec;
-      const unsigned long long first = tile.index * kRows * (unsigned long long)row_elems;
+      // A tile: kRows rows of kThreads x kVec float4. The block size is a compile-time constant (the
+      // kernel's block), so every access of a row is one base address plus an immediate offset
+      // (k * kThreads * 16 bytes), not a 64-bit address of its own in registers.
+      constexpr int kVec = CUADV_VEC, kRows = CUADV_ROWS, kThreads = CUADV_THREADS;
+      constexpr unsigned kRowElems = kThreads * 4 * kVec;  // floats per row
+      const unsigned long long first = tile.index * (kRows * (unsigned long long)kRowElems);
       // Full rows of this tile (kVec 16-byte accesses per thread each); the rest is the tail row.
       const long long left = (long long)n - (long long)first;
-      const int full = left <= 0 ? 0 : (left >= kRows * row_elems ? kRows : (int)(left / row_elems));
+      const int full = left <= 0 ? 0 : (left >= kRows * (long long)kRowElems ? kRows : (int)(left / kRowElems));
       float4* p = reinterpret_cast<float4*>(data + first) + threadIdx.x;
-      float4 v[kVec];
-      #pragma unroll
-      for (int k = 0; k < kVec; ++k) if (full > 0) v[k] = p[k * blockDim.x];
-      for (int r = 0; r < full; ++r) {
-        float4 next[kVec];
-        if (CUADV_PREFETCH && r + 1 < full) {  // the next row's loads go out before this row's stores
+      // Every register array below is written whole before it is read, on every path: a load under a
+      // condition (if (full > 0) v = ...) would keep the array's previous contents live, so after the
+      // body is inlined into a scheduler's tile loop its registers would stay taken across the whole loop.
+      if (CUADV_PREFETCH && full > 0) {  // each row's loads go out before the previous row's stores
+        float4 v[kVec];
+        #pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = p[k * kThreads];
+        #pragma unroll 1  // a loop: the compiler cannot hoist later rows' loads and take more registers than the shape says
+        for (int r = 1; r < full; ++r, p += kRowElems / 4) {
+          float4 next[kVec];
           #pragma unroll
-          for (int k = 0; k < kVec; ++k) next[k] = p[(r + 1) * row_elems / 4 + k * blockDim.x];
+          for (int k = 0; k < kVec; ++k) next[k] = p[kRowElems / 4 + k * kThreads];
+          #pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
+            p[k * kThreads] = v[k];
+            v[k] = next[k];
+          }
         }
         #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
-          p[r * row_elems / 4 + k * blockDim.x] = v[k];
+          p[k * kThreads] = v[k];
         }
-        if (r + 1 < full) {
+      } else if (!CUADV_PREFETCH) {  // row by row: a row's loads go out after the previous row's stores
+        #pragma unroll 1  // a loop: the compiler cannot hoist the next row's loads above this row's stores
+        for (int r = 0; r < full; ++r, p += kRowElems / 4) {
+          float4 v[kVec];
           #pragma unroll
-          for (int k = 0; k < kVec; ++k) v[k] = CUADV_PREFETCH ? next[k] : p[(r + 1) * row_elems / 4 + k * blockDim.x];
+          for (int k = 0; k < kVec; ++k) v[k] = p[k * kThreads];
+          #pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
+            p[k * kThreads] = v[k];
+          }
         }
       }
-      if (full < kRows && left > full * row_elems) {  // the last, partial row: one element per thread per step
-        const unsigned long long base = first + full * (unsigned long long)row_elems;
-        const long long rest = left - full * row_elems;
-        for (long long j = threadIdx.x; j < rest; j += blockDim.x) data[base + j] *= a;
+      if (full < kRows && left > full * (long long)kRowElems) {  // the last, partial row: one element per thread per step
+        float* q = data + first + full * (unsigned long long)kRowElems;
+        const int rest = (int)(left - full * (long long)kRowElems);  // < kRowElems
+        for (int j = threadIdx.x; j < rest; j += kThreads) q[j] *= a;
       }
 """
 
@@ -100,7 +125,7 @@ BODY = r"""
 def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE,
                     min_tiles: int | None = None) -> TileKernel:
     preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
-                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n")
+                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n#define CUADV_THREADS {THREADS}\n")
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us, preamble=preamble,
                       name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}"
                            + ("_k1" if min_tiles == 1 else ""),

@@ -122,6 +122,12 @@ namespace detail {
 struct alignas(16) Slots {
   uint4 result;             // the response to the current request
   unsigned long long bar;   // its phase completes when `result` has arrived
+  // State one thread keeps from before the tile body to after it, here rather than in registers: a
+  // register is allocated in every thread and would stay taken across the body (see kept()).
+  unsigned long long trace_start;  // tracing: %globaltimer before the body (the leader's)
+  unsigned long long trace_index;  // tracing: the tile being timed
+  unsigned long long start_ns;     // Steal: when the block began; its time slice counts from here
+  unsigned long long slice_ns;     // Steal: the block's time slice (0: none)
 };
 static inline __device__ Slots& slots() {
   __shared__ Slots s;
@@ -133,6 +139,12 @@ static inline __device__ Slots& slots() {
 static inline __device__ unsigned long long* next_unit_slots() {
   __shared__ unsigned long long s[2];
   return s;
+}
+// A volatile view of a slot: the compiler may not keep its value in a register across the body in
+// place of reading it again (which it could, the body's stores going to other memory).
+template <class T>
+static inline __device__ volatile T& kept(T& slot) {
+  return const_cast<volatile T&>(slot);
 }
 static inline __device__ unsigned int thread_rank() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -188,8 +200,8 @@ class Scheduler {
         // memory. It is never refused by the quantum, nor are the next min_units - 1: every block
         // takes min_units tickets unless the work is gone, and the grid has at least units / min_units
         // blocks, which is what makes tickets 0 .. units-1 all taken.
-        start_ns_ = ptx::globaltimer_ns();
         detail::Slots& sl = detail::slots();
+        if (leader_ && cluster_rank_ == 0) detail::kept(sl.start_ns) = ptx::globaltimer_ns();  // the slice counts from here
         if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before remote writes
         if (leader_ && cluster_rank_ == 0) publish(first_claim());
         sync_unit();  // the response (and the barrier init) is visible to every thread of the unit
@@ -216,10 +228,12 @@ class Scheduler {
       counter_loop(body);
     } else {
       if constexpr (kSteal) {
-        if (leader_ && cluster_rank_ == 0 && s_.quantum_ns != 0) {  // only the submitter reads the slice
-          const unsigned long long prologue = ptx::globaltimer_ns() - start_ns_;
-          slice_ns_ = s_.quantum_ns;
-          if (s_.prologue_factor != 0 && prologue * s_.prologue_factor > slice_ns_) slice_ns_ = prologue * s_.prologue_factor;
+        if (leader_ && cluster_rank_ == 0) {  // only the submitter reads the slice
+          detail::Slots& sl = detail::slots();
+          const unsigned long long prologue = ptx::globaltimer_ns() - detail::kept(sl.start_ns);
+          unsigned long long slice = s_.quantum_ns;
+          if (slice != 0 && s_.prologue_factor != 0 && prologue * s_.prologue_factor > slice) slice = prologue * s_.prologue_factor;
+          detail::kept(sl.slice_ns) = slice;
         }
       }
       unsigned int ran = 1;  // units this block will have run after this round's tile
@@ -338,14 +352,26 @@ class Scheduler {
 
   template <class Body>
   __device__ void run_tile(Body& body, const Tile& t) const {
-    unsigned long long start = 0;
-    if (s_.trace != nullptr && leader_) start = ptx::globaltimer_ns();
-    body(t);
-    if (s_.trace != nullptr && leader_) {
-      const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-      s_.trace[t.index] = TraceRecord{ptx::smid(), block, start, ptx::globaltimer_ns()};
+    if constexpr (kRequestLoop) {  // the tile and its start wait in shared memory, not in registers across the body
+      detail::Slots& sl = detail::slots();
+      if (s_.trace != nullptr && leader_) {
+        detail::kept(sl.trace_index) = t.index;
+        detail::kept(sl.trace_start) = ptx::globaltimer_ns();
+      }
+      body(t);
+      if (s_.trace != nullptr && leader_) {
+        const unsigned long long end = ptx::globaltimer_ns();
+        s_.trace[detail::kept(sl.trace_index)] = TraceRecord{ptx::smid(), block_index(), detail::kept(sl.trace_start), end};
+      }
+    } else {
+      unsigned long long start = 0;
+      if (s_.trace != nullptr && leader_) start = ptx::globaltimer_ns();
+      body(t);
+      if (s_.trace != nullptr && leader_) s_.trace[t.index] = TraceRecord{ptx::smid(), block_index(), start, ptx::globaltimer_ns()};
     }
   }
+
+  __device__ static unsigned block_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
 
   // One request per round, submitted by one thread of the block (or of the cluster); each
   // block's thread 0 arrives on its own barrier expecting the 16 response bytes.
@@ -369,7 +395,8 @@ class Scheduler {
 #endif
       } else {
         // Software stand-in for try_cancel: a ticket, or a refusal once the time slice is spent.
-        const bool expired = slice_ns_ != 0 && ran >= s_.min_units && ptx::globaltimer_ns() - start_ns_ >= slice_ns_;
+        const unsigned long long slice = detail::kept(sl.slice_ns);
+        const bool expired = slice != 0 && ran >= s_.min_units && ptx::globaltimer_ns() - detail::kept(sl.start_ns) >= slice;
         if (!expired) claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
       }
     }
@@ -426,10 +453,11 @@ class Scheduler {
     const unsigned long long launch = ptx::grid_id() + 1;  // never 0, the state's initial value
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> reported(s_.state->reported);
     if (reported.exchange(launch, cuda::memory_order_relaxed) == launch) return;  // this launch has reported
-    const unsigned long long elapsed = ptx::globaltimer_ns() - start_ns_;
+    detail::Slots& sl = detail::slots();
+    const unsigned long long elapsed = ptx::globaltimer_ns() - detail::kept(sl.start_ns), slice = detail::kept(sl.slice_ns);
     const unsigned per_unit = max(static_cast<unsigned>(min(elapsed, 0xffffffffull)) / done, 1u);
     // Rounded up: without min_units a block refuses only once the slice is spent, so it runs this many anyway.
-    const unsigned fit = max((static_cast<unsigned>(min(slice_ns_, 0xffffffffull)) + per_unit - 1) / per_unit, 1u);
+    const unsigned fit = max((static_cast<unsigned>(min(slice, 0xffffffffull)) + per_unit - 1) / per_unit, 1u);
     const unsigned long long word = static_cast<unsigned long long>(fit) << 32 | per_unit;
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_system>(*s_.report).store(word, cuda::memory_order_relaxed);
   }
@@ -511,8 +539,6 @@ class Scheduler {
   bool clustered_ = false;
   bool leader_ = false;
   unsigned phase_ = 0;
-  unsigned long long start_ns_ = 0;  // when the block began (Steal: its time slice counts from here)
-  unsigned long long slice_ns_ = 0;  // Steal: the block's time slice (0 until the loop starts: first claim)
   Tile tile_{};
 };
 
