@@ -12,7 +12,7 @@ from cuadv.pipeline import STENCIL_VARIANTS, reference
 pytestmark = pytest.mark.gpu
 
 COEF = dict(c_center=0.5, c_neighbour=0.125)
-SHAPES = [(1, 1), (3, 5), (1000, 999), (2049, 4097)]
+SHAPES = [(1, 1), (3, 5), (1000, 999), (2049, 4097), (65, 256)]  # the last: rows of whole 16-byte units
 
 
 def padded(cp, host):
@@ -31,6 +31,10 @@ def test_every_variant_exact(cp, name, shape):
     tma = STENCIL_VARIANTS.get(name, STENCIL_VARIANTS["thread"]).kind == "tma"
     x = padded(cp, host) if tma else cp.asarray(host)
     out = padded(cp, np.full(shape, np.nan, np.float32)) if name == "tma_store" else None
+    if out is not None and shape[1] % 4:  # TMA stores write whole 16-byte units: past such rows of the caller's
+        with pytest.raises(LaunchConfigError, match="16-byte units"):
+            pipeline.stencil(x, out, variant=name, **COEF)
+        return
     got = pipeline.stencil(x, out, variant=name, **COEF)
     assert isinstance(got, cp.ndarray) and got.shape == shape and got.dtype == cp.float32
     assert np.array_equal(cp.asnumpy(got), expected)
@@ -107,3 +111,17 @@ def test_bad_out_refused(cp):
         pipeline.stencil(x, cp.zeros((8, 9), dtype=cp.float32), **COEF)
     with pytest.raises(LaunchConfigError, match="in place"):
         pipeline.stencil(x, x, variant="mbar", **COEF)
+
+
+def test_out_whose_rows_end_inside_16_bytes_is_not_stored_by_tma(cp):
+    """auto takes thread stores for such an out (a TMA store would overwrite the bytes after each row: on the
+    H200 it writes whole 16-byte units), and naming the TMA-store variant raises before anything runs."""
+    host = np.random.default_rng(3).standard_normal((40, 61)).astype(np.float32)
+    x = padded(cp, host)
+    storage = cp.full((40, 64), 7.0, dtype=cp.float32)
+    out = storage[:, :61]
+    pipeline.stencil(x, out, c_center=0.5, c_neighbour=0.125)
+    assert np.array_equal(cp.asnumpy(out), reference(host, 0.5, 0.125))
+    assert bool((storage[:, 61:] == 7.0).all())
+    with pytest.raises(LaunchConfigError, match="16-byte units"):
+        pipeline.stencil(x, out, c_center=0.5, c_neighbour=0.125, variant="tma_store")

@@ -238,3 +238,23 @@ def test_an_explicit_stream_wins(cp, rng):
     y = cuadv.tma.copy(x, stream=s)
     s.synchronize()
     assert np.array_equal(cp.asnumpy(y), host)
+
+
+@pytest.mark.parametrize("op", ["copy", "transpose"])
+def test_a_callers_rows_ending_inside_16_bytes_are_stored_by_threads(cp, op):
+    """A TMA store writes whole 16-byte units (the H200 overwrote columns 61-63 of 64-column rows when a copy
+    went into a 61-column slice), so such a dst the caller owns is written by thread stores, and the bytes
+    past its rows stay as they were; a dst of whole 16-byte units, or one cuadv allocates, keeps TMA."""
+    rng = np.random.default_rng(5)
+    host = rng.standard_normal((37, 61)).astype(np.float32)
+    src = cuadv.tma.empty_pitched(host.shape, np.float32)
+    src[...] = cp.asarray(host)
+    want = host if op == "copy" else host.T
+    storage = cp.full((want.shape[0], 64), 7.0, dtype=cp.float32)
+    view = storage[:, :want.shape[1]]
+    prepared = (cuadv.tma.prepare_copy if op == "copy" else cuadv.tma.prepare_transpose)(src, view)
+    assert prepared.method == ("threads" if want.shape[1] % 4 else "tma")
+    prepared()
+    assert np.array_equal(cp.asnumpy(view), want)
+    assert bool((storage[:, want.shape[1]:] == 7.0).all())
+    assert (cuadv.tma.prepare_copy if op == "copy" else cuadv.tma.prepare_transpose)(src).method == "tma"

@@ -70,7 +70,7 @@ def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool,
         variant, name = name, name.label
     elif name == "auto":
         if has_tma and src.tma_loadable:
-            storable = dst is None or dst.tma_loadable
+            storable = dst is None or (dst.tma_loadable and not _store_spills(dst))
             return STENCIL_VARIANTS["tma_store" if storable else "tma"]
         return STENCIL_VARIANTS["thread"]
     elif name in STENCIL_VARIANTS:
@@ -91,7 +91,18 @@ def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool,
             raise LaunchConfigError(
                 f"stencil variant {name!r} stores out by TMA: out's base and row pitch must be 16-byte aligned (base "
                 f"{dst.address:#x}, pitch {4 * dst.pitch} B); fallback: variant='tma' (16- or 4-byte thread stores)")
+        if variant.tma_store and dst is not None and _store_spills(dst):
+            raise LaunchConfigError(
+                f"stencil variant {name!r} stores out by TMA, which writes whole 16-byte units: out's rows "
+                f"({dst.cols} float32) end inside one, so the store would overwrite the bytes after each row, which "
+                "are not out's; fallback: variant='tma' (thread stores), or rows of a multiple of 4 columns")
     return variant
+
+
+def _store_spills(dst: Grid2D) -> bool:
+    """Whether TMA stores into the caller's ``dst`` would write past its rows: a TMA store writes whole 16-byte
+    units, also the one a row ends inside (measured on the H200, 2026-12-02)."""
+    return (4 * dst.cols) % 16 != 0
 
 
 def _check_x(x: Any, stream: int) -> tuple[Any, Grid2D]:

@@ -2,7 +2,9 @@
 
 ``copy(src)`` / ``transpose(src)`` move a 2-D array box by box: TMA loads a box into shared memory and a TMA
 store writes it out (transposed in shared memory first for ``transpose``). One thread per block issues every
-copy, tails need no code (TMA fills the part of a box past the array and a store writes only the part inside),
+copy, tails need no code (TMA fills the part of a box past the array and a store writes only the 16-byte units
+that hold part of the array: where the caller's ``dst`` has rows that end inside such a unit, the op uses thread
+stores instead, ``op.method == 'threads'``, so no byte after a row is written),
 and rows may be pitched. ``prepare_copy`` / ``prepare_transpose`` do every check, build the tensor maps and
 the kernel once and return a callable that only launches.
 
@@ -144,6 +146,7 @@ class _TileOp:
     box: tuple[int, int]
     launch: Launch | None  # None for an empty array: nothing to move
     stream: Any
+    method: str = "tma"  # 'threads' for a caller's dst whose rows end inside a 16-byte unit (_store_method)
 
     def _bind(self, src: _Operand, dst: _Operand, launch: Launch | None, stream: Any) -> None:
         self.src, self.dst, self._views, self.launch, self.stream = src.array, dst.array, (src.view, dst.view), \
@@ -199,9 +202,13 @@ class TmaCopy(_TileOp):
             box_bytes = math.prod(self.box) * s.itemsize
             if config is None and box is None and ops.copy_fits(box_bytes, BEST_COPY_CONFIG):
                 self.config = BEST_COPY_CONFIG
-            job = ops.copy_launch(s.view, d.view, self.box, dtype=s.dtype, config=self.config)
-            if self.config is None:  # the lab's default ring, as copy_launch chose it
-                self.config = TmaCopyConfig(stages=job.params.stages, lookahead=job.params.lookahead)
+            self.method = _store_method(d, dst is not None)
+            if self.method == "threads":
+                job = ops.copy_launch(s.view, d.view, self.box, method="threads", dtype=s.dtype)
+            else:
+                job = ops.copy_launch(s.view, d.view, self.box, dtype=s.dtype, config=self.config)
+                if self.config is None:  # the lab's default ring, as copy_launch chose it
+                    self.config = TmaCopyConfig(stages=job.params.stages, lookahead=job.params.lookahead)
         self._bind(s, d, job, stream)
 
 
@@ -236,7 +243,8 @@ class TmaTranspose(_TileOp):
             if box is None:  # the fastest default box whose buffers fit this GPU
                 self.box = next((b for b in candidates if _transpose_fits(ops, s.itemsize, b)), candidates[-1])
                 _check_transpose_boxes(s, d, self.box)
-            job = ops.transpose_launch(s.view, d.view, self.box, dtype=s.dtype)
+            self.method = _store_method(d, dst is not None)
+            job = ops.transpose_launch(s.view, d.view, self.box, method=self.method, dtype=s.dtype)
         self._bind(s, d, job, stream)
 
 
@@ -311,6 +319,15 @@ def _check_transpose_boxes(src: _Operand, dst: _Operand | None, box: tuple[int, 
                     (box[1], box[0]))
     except TensorMapError as exc:
         raise TensorMapError(f"dst (the transposed box {box[1]} x {box[0]}): {exc}") from None
+
+
+def _store_method(dst: _Operand, given: bool) -> str:
+    """'tma', or 'threads' where TMA stores would write past the caller's rows: a TMA store writes whole
+    16-byte units, also the one that a row ends inside (measured on the H200, 2026-12-02: a copy into a 61-column
+    float32 slice of 64-column rows overwrote columns 61 to 63), so a dst the caller owns whose rows are not a
+    multiple of 16 bytes is written by thread stores instead (the bytes past its rows may be the caller's
+    data). An output cuadv allocates has its own padding there, and keeps TMA."""
+    return "threads" if given and (dst.shape[1] * dst.itemsize) % 16 else "tma"
 
 
 def _transpose_fits(ops: TmaOps, itemsize: int, box: tuple[int, int]) -> bool:
