@@ -167,3 +167,13 @@ def test_gpu_edges_defer_to_numpy_where_numpy_rules_differ():
     assert device_edge_spec(np.dtype("float32"), 1 << 20, 1e6, 1e6 + 1) is None  # 'Too many bins' territory
     assert device_edge_spec(np.dtype("float64"), 10, 0, 2**60) is None
     assert device_edge_spec(np.dtype("int32"), 256, 0, 256) == (0.0, 1.0, 256.0, np.dtype("float64"))
+
+
+def test_a_peer_that_fails_in_its_probe_process_is_named_not_run(monkeypatch):
+    from cuadv.labs import histogram_peers as hp
+
+    monkeypatch.setattr(hp, "_PROBE", "import sys; print('illegal memory access', file=sys.stderr); sys.exit(3)")
+    why = hp.probe_peer(hp.Case("int32", "uniform", 1 << 24), "CUB x HistogramEven", 16, "sm_90")
+    assert why.startswith("failed in a probe process (exit 3: illegal memory access)")
+    monkeypatch.setattr(hp, "_PROBE", "pass")
+    assert hp.probe_peer(hp.Case("int32", "uniform", 1 << 24), "cupy.bincount", 16, "sm_90") is None

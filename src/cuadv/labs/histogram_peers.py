@@ -140,6 +140,42 @@ def start_cub(sm: str) -> Future:
     return future
 
 
+PROBE_BINS = 1 << 22  # from here on, a peer runs once in a child process before this process calls it
+_PROBE = r'''
+import sys
+import cupy as cp
+from cuadv.labs.histogram_peers import Case, _data, _providers
+case = Case(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+label, n = sys.argv[4], int(sys.argv[5])
+cub = None
+if label.startswith("CUB"):
+    from cuadv.labs.peers.cub_histogram import load_cub
+    cub = load_cub(sys.argv[6])[0]
+data = _data(cp, case, n)
+calls, _ = _providers(cp, case, data, cub, [])
+calls[label][0]()
+cp.cuda.Device().synchronize()
+'''
+
+
+def probe_peer(case: Case, label: str, n: int, sm: str, timeout_s: float = 120.0) -> str | None:
+    """None if ``label`` computes ``case`` over n elements in a child process, else why not. A peer that
+    faults (an illegal address leaves a process's CUDA context unusable) must not take the lab down with it:
+    at 16M bins CUB's privatized histograms need tens of GB, which a peer may not address."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, case.dtype, case.dist, str(case.bins), label, str(n), sm],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"did not finish within {timeout_s:.0f} s in a probe process"
+    if done.returncode == 0:
+        return None
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return f"failed in a probe process (exit {done.returncode}: {last[:200]}), so not run here"
+
+
 def _free_pools(cp) -> None:
     cp.get_default_memory_pool().free_all_blocks()
     try:
@@ -223,7 +259,7 @@ def _as_int64(cp, counts):
 
 
 def measure_case(cp, case: Case, n_bytes: int, cub, rounds: int, repeats: int, skipped: list[str],
-                 workspace: list[list[Any]]) -> list[Row]:
+                 workspace: list[list[Any]], sm: str = "sm_90") -> list[Row]:
     from ..timing import time_gpu
     from .base import interleaved_rounds
 
@@ -233,6 +269,12 @@ def measure_case(cp, case: Case, n_bytes: int, cub, rounds: int, repeats: int, s
     want = (cp.histogram(data, bins=case.bins, range=(lo, hi))[0] if case.dtype == "float32"
             else cp.bincount(data, minlength=case.bins)[:case.bins]).astype(cp.int64)
     calls, facts = _providers(cp, case, data, cub, skipped)
+    if case.bins >= PROBE_BINS:
+        for label, (_, kind) in list(calls.items()):
+            why = None if kind == "cuadv" else probe_peer(case, label, n, sm)
+            if why:
+                skipped.append(f"{label} at {case.bins} bins ({case.group}): {why}")
+                del calls[label]
     for label, (fn, kind) in list(calls.items()):  # every output checked once, before any timing
         try:
             got = _as_int64(cp, fn())
@@ -282,7 +324,7 @@ def run_peer_comparison(result: LabResult, ctx, cub_future: Future | None = None
     workspace: list[list[Any]] = []
     for case in cases(ctx.quick):
         ctx.progress(f"histogram peers: {case.group} {case.bins} bins")
-        rows += measure_case(cp, case, n_bytes, cub, rounds, repeats, skipped, workspace)
+        rows += measure_case(cp, case, n_bytes, cub, rounds, repeats, skipped, workspace, sm)
     tables, figures, lines = peer_tables(rows, read.bytes_per_s / 1e9, n_bytes)
     result.tables += tables
     result.tables.append(Table(
