@@ -172,6 +172,7 @@ def test_gpu_edges_defer_to_numpy_where_numpy_rules_differ():
 def test_a_peer_that_fails_in_its_probe_process_is_named_not_run(monkeypatch):
     from cuadv.labs import histogram_peers as hp
 
+    compile(hp._PROBE, "probe", "exec")  # the child's script is valid Python (it runs only where a GPU is)
     monkeypatch.setattr(hp, "_PROBE", "import sys; print('illegal memory access', file=sys.stderr); sys.exit(3)")
     why = hp.probe_peer(hp.Case("int32", "uniform", 1 << 24), "CUB x HistogramEven", 16, "sm_90")
     assert why.startswith("failed in a probe process (exit 3: illegal memory access)")

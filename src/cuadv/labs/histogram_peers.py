@@ -151,10 +151,15 @@ cub = None
 if label.startswith("CUB"):
     from cuadv.labs.peers.cub_histogram import load_cub
     cub = load_cub(sys.argv[6])[0]
-data = _data(cp, case, n)
-calls, _ = _providers(cp, case, data, cub, [])
-calls[label][0]()
-cp.cuda.Device().synchronize()
+try:
+    data = _data(cp, case, n)
+    calls, _ = _providers(cp, case, data, cub, [])
+    calls[label][0]()
+    cp.cuda.Device().synchronize()
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    import os
+    os._exit(1)  # no interpreter teardown: with a faulted CUDA context it only adds noise
 '''
 
 
