@@ -76,3 +76,12 @@ def test_sm_timeline_shades_held_sms(tmp_path):
     path = tmp_path / "shared.png"
     Trace("fixed_blocks", (2000, 1, 1), records=rec).plot(path, sm_count=132, shade_sms=range(16))
     assert path.stat().st_size > 1000
+
+
+def test_a_zoomed_plot_lists_only_its_window():
+    from cuadv.figures import figure_data
+
+    fig, ax = _pyplot().subplots()
+    ax.broken_barh([(0, 1), (10, 1), (20, 1)], (0, 0.9), label="SM 0")
+    ax.set_xlim(9, 12)
+    assert [r[3] for r in figure_data(fig)] == [10.0]

@@ -47,7 +47,8 @@ def save_figure(fig, path: str | Path) -> Path:
 def figure_data(fig) -> list[tuple]:
     """What a figure draws, one row per point, bar or box: (axes title, series label, kind, x, y, width,
     height). Lines and scatters give points (x, y); bars and the boxes of a timeline (``broken_barh``)
-    give their lower-left corner and size in data coordinates. Shaded spans (``axvspan``) are boxes too."""
+    give their lower-left corner and size in data coordinates. Shaded spans (``axvspan``) are boxes too. Only
+    what lies inside the axes' x-range is listed (a zoomed timeline lists the tiles of its window)."""
     from matplotlib.collections import PathCollection, PolyCollection
     from matplotlib.container import BarContainer
     from matplotlib.lines import Line2D
@@ -56,6 +57,8 @@ def figure_data(fig) -> list[tuple]:
     rows: list[tuple] = []
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or f"axes {i}"
+        lo, hi = sorted(ax.get_xlim())
+        visible = lambda x0, width=0.0: x0 + width >= lo and x0 <= hi  # noqa: E731  (zoomed plots: only the window)
         in_bars: set[int] = set()
         for container in ax.containers:
             if isinstance(container, BarContainer):
@@ -68,15 +71,18 @@ def figure_data(fig) -> list[tuple]:
             if not isinstance(line, Line2D) or line.get_transform() != ax.transData:
                 continue  # a reference line (axhline, axvline) drawn in axes coordinates
             for x, y in zip(line.get_xdata(), line.get_ydata()):
-                rows.append((name, _series(line), "line", x, y, "", ""))
+                if visible(float(x)):
+                    rows.append((name, _series(line), "line", x, y, "", ""))
         for coll in ax.collections:
             if isinstance(coll, PathCollection):  # scatter
                 for x, y in coll.get_offsets():
-                    rows.append((name, _series(coll), "point", x, y, "", ""))
+                    if visible(float(x)):
+                        rows.append((name, _series(coll), "point", x, y, "", ""))
             elif isinstance(coll, PolyCollection):  # broken_barh, fill_between, spans
                 for path in coll.get_paths():
                     (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
-                    rows.append((name, _series(coll), "box", x0, y0, x1 - x0, y1 - y0))
+                    if visible(float(x0), float(x1 - x0)):
+                        rows.append((name, _series(coll), "box", x0, y0, x1 - x0, y1 - y0))
         for patch in ax.patches:
             if isinstance(patch, Rectangle) and id(patch) not in in_bars:
                 (x0, y0), (x1, y1) = _extent(ax, patch)
