@@ -218,3 +218,16 @@ def test_a_mistyped_bound_warns_once_and_keeps_caching(root, monkeypatch):
     with pytest.warns(UserWarning, match="CUADV_CACHE_MAX_BYTES.*'1.5G'.*default bound"):
         key = _store("w")
     assert cache.load(key) is not None
+
+
+def test_the_labs_tool_builds_are_counted_and_cleared(root):
+    _store("a")
+    peers = root / "peers"
+    peers.mkdir()
+    build = peers / f"cub_histogram-sm_90-{'0123456789abcdef01234567'}.so"
+    build.write_bytes(b"\x7fELF" + b"\0" * 100)
+    (peers / "mine.so").write_text("a user's file")  # not named as the labs name their builds: stays
+    u = cache.usage()
+    assert u.entries == 2 and u.bytes >= 104
+    assert cache.clear() == 2
+    assert not build.exists() and (peers / "mine.so").exists()

@@ -1,5 +1,5 @@
 """The block-scheduler simulator without a GPU: exact small cases, every tile once, priorities,
-the seed's trade-off table, workloads, errors, the CLI and the report part."""
+the trade-off table of the CUDA Programming Guide 4.12, workloads, errors, the CLI and the report part."""
 
 import json
 import math
@@ -269,7 +269,7 @@ def test_cli_simulate(tmp_path):
     r = cuadv("simulate", "--workload", "periodic", "--tiles", "2000", "--sms", "8", "--slots", "4",
               "--quantum-us", "20", "--sweep", "5", "--sweep", "inf", "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Simulated trade-off" in r.stdout and "the seed's trade-off table" in r.stdout
+    assert "Simulated trade-off" in r.stdout and "the trade-off table of the CUDA Programming Guide 4.12" in r.stdout
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert "sim_timeline_fixed_blocks.png" in pngs and "sim_timeline_preemption_steal_Q_20us.png" in pngs
     tables = json.loads((tmp_path / "simulate.json").read_text())

@@ -152,7 +152,7 @@ def usage() -> CacheUsage:
     limit = max_bytes()
     if root is None:
         return CacheUsage(None, 0, 0, limit)
-    entries = _scan(root)
+    entries = _scan(root) + _tool_builds(root)
     return CacheUsage(root, len(entries), sum(size for _, size, _ in entries), limit)
 
 
@@ -162,9 +162,33 @@ def clear() -> int:
     if root is None:
         return 0
     with _lock:
-        removed = sum(_unlink(path) for _, _, path in _scan(root))
+        removed = sum(_unlink(path) for _, _, path in _scan(root) + _tool_builds(root))
         _tracked[root] = 0
     return removed
+
+
+TOOL_BUILDS = "peers"  # shared libraries the labs build with nvcc (the CUB peer), beside the compiled kernels
+
+
+def _tool_builds(root: Path) -> list[tuple[int, int, Path]]:
+    """(mtime_ns, size, path) of the builds in ``root/peers``: counted and cleared with the cache, not evicted
+    by its bound (a lab keeps one per GPU target and nvcc)."""
+    found = []
+    try:
+        paths = list((root / TOOL_BUILDS).iterdir())
+    except OSError:
+        return found
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.is_file() and _TOOL_BUILD.fullmatch(path.name):  # only what a lab built (a user's files stay)
+            found.append((st.st_mtime_ns, st.st_size, path))
+    return found
+
+
+_TOOL_BUILD = re.compile(r"[a-z_]+-sm_\d+[a-z]?-[0-9a-f]{24}\.so")  # labs/peers: name-target-hash.so
 
 
 # --- helpers -------------------------------------------------------------------------------------

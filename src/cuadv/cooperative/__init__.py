@@ -9,7 +9,7 @@ What users call:
 - ``grid_sync_launch(kernel, block, *args, grid=None)``: a user kernel that calls ``grid.sync()``,
   launched cooperatively after the grid is checked against ``max_cooperative_grid(kernel, block)``
   (the error names the maximum and the fallback: the same phases as two launches).
-  ``two_phase(x, rounds, mode='grid_sync' | 'two_kernels')`` / ``prepare_two_phase``: the seed's
+  ``two_phase(x, rounds, mode='grid_sync' | 'two_kernels')`` / ``prepare_two_phase``: the classic
   two-phase kernel (x += sum(x) mod 2^32 per round) both ways, the pattern's worked example.
 - ``largest_cluster``, ``active_clusters``, ``cluster_config`` and ``cluster_launch``: cluster
   occupancy queries and a launch whose cluster shape (run-time ``cluster=`` or the kernel's
@@ -230,7 +230,7 @@ def block_sum(x: Any, block: int = 256, *, total: bool = False, out: Any = None,
 
 
 def block_sums(x, block: int = 256):
-    """One sum per ``block`` consecutive elements of ``x`` (int32 or float32, CuPy), by the seed's block_sum."""
+    """One sum per ``block`` consecutive elements of ``x`` (int32 or float32, CuPy), by the classic cooperative-groups block_sum."""
     dtype = np.dtype(x.dtype)
     names = {np.dtype(np.int32): "int32", np.dtype(np.float32): "float32"}
     if dtype not in names:
@@ -374,7 +374,7 @@ def enqueue_two_phase(x, partials, rounds: int, mode: str, grid: int, block: int
 
 def two_phase(x, rounds: int = 1, *, mode: str = "grid_sync", grid: int | None = None, block: int = PHASE_BLOCK,
               stream: Any = None) -> None:
-    """The seed's two-phase kernel on a uint32 device array, in place: each round x += sum(x) (mod 2^32).
+    """The two-phase kernel (phase 1, grid.sync(), phase 2) on a uint32 device array, in place: each round x += sum(x) (mod 2^32).
 
     mode 'grid_sync': one cooperative kernel, phase1; grid.sync(); phase2 per round (the grid must
     fit on the GPU at once: LaunchConfigError names the maximum); 'two_kernels': two launches per

@@ -1,11 +1,11 @@
-// cooperative.cu - seed 002's cooperative groups, grid-wide sync and thread block clusters.
+// cooperative.cu - cooperative groups, grid-wide sync and thread block clusters.
 //
-//   block_sums<T>        the seed's block_sum over cg::thread_block, one sum per block
+//   block_sums<T>        the classic block_sum over cg::thread_block, one sum per block
 //   tile_sums<TILE>      warp-level reductions over cg::tiled_partition<TILE>: cg::reduce and a
 //                        hand-written shfl_down tree, which must agree
 //   odd_sums             cg::coalesced_threads() inside a divergent branch: the lanes that took it
 //                        reduce together and one of them does the atomic (warp-aggregated atomics)
-//   two_phase            the seed's two-phase kernel under cooperative launch: phase1; grid.sync();
+//   two_phase            the two-phase kernel under cooperative launch: phase1; grid.sync();
 //                        phase2, for `rounds` rounds
 //   phase1 / phase2      the same two phases as separate kernels (two launches per round)
 //   sync_loop            `iters` grid.sync() calls and nothing else: the cost of one sync
@@ -28,8 +28,8 @@ namespace cg = cooperative_groups;
 using u32 = unsigned int;
 using u64 = unsigned long long;
 
-// The seed's block_sum, for any block size (the seed's loop assumes a power of two) and callable
-// more than once (the seed's version returns smem[0] while a later call may already overwrite it):
+// The classic block_sum, for any block size (the textbook loop assumes a power of two) and callable
+// more than once (the textbook version returns smem[0] while a later call may already overwrite it):
 // cuadv::groups::block_sum in cuadv/groups.cuh. Needs blockDim * sizeof(T) bytes of dynamic shared memory.
 using cuadv::groups::block_sum;
 
@@ -75,7 +75,7 @@ extern "C" __global__ void odd_sums(const int* __restrict__ in, int* __restrict_
 }
 
 // ---------------------------------------------------------------------------------------------
-// The seed's two-phase kernel. One round: every block sums its grid-stride share of x into
+// The two-phase kernel. One round: every block sums its grid-stride share of x into
 // partial[block] (phase 1); every block then adds the grand total to its share of x (phase 2).
 // All arithmetic is modulo 2^32, so NumPy's uint32 reproduces it exactly.
 

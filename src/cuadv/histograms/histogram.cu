@@ -1,4 +1,4 @@
-// histogram.cu - exercise 2 of seed 002: a histogram with bins sharded over a cluster's
+// histogram.cu - a histogram with bins sharded over a cluster's
 // distributed shared memory (DSM), against global atomics and a single-block shared histogram.
 //
 // Input: bin indices of type T (int32 or uint8); a value v counts in bin v when 0 <= v < bins
@@ -28,7 +28,7 @@
 // trash slot (no branch in the hot loop) and flush one global atomic per nonzero bin per block.
 // hist_exchange works in rounds of one chunk per block (out-of-range values dropped while sorting).
 //
-// The four DSM lifetime rules of seed 002, as hist_cluster and hist_exchange follow them:
+// The four lifetime rules of distributed shared memory (CUDA Programming Guide, thread block clusters), as hist_cluster and hist_exchange follow them:
 //   1. the target block must still exist: no block leaves before the last cluster.sync();
 //   2. every block zeroes its shard, then cluster.sync(), before the first remote access;
 //   3. all DSM accesses are complete before any block exits: cluster.sync() after counting,

@@ -1,11 +1,11 @@
-"""Cooperative groups, grid-wide sync and thread block clusters (seed 002).
+"""Cooperative groups, grid-wide sync and thread block clusters.
 
 What it shows:
 
-1. Cooperative groups: the seed's ``block_sum`` over ``cg::thread_block``; warp-level reductions
+1. Cooperative groups: the classic ``block_sum`` over ``cg::thread_block``; warp-level reductions
    over ``cg::tiled_partition<4..32>`` (``cg::reduce`` and a ``shfl_down`` tree, which must agree);
    ``cg::coalesced_threads()`` in a divergent branch (warp-aggregated atomics). Exact against NumPy.
-2. Grid-wide sync: the seed's two-phase kernel (phase 1; ``grid.sync()``; phase 2) under cooperative
+2. Grid-wide sync: the two-phase kernel (phase 1; ``grid.sync()``; phase 2) under cooperative
    launch, against the same phases as two kernel launches (from Python and from a CUDA graph);
    the cost of one ``grid.sync()`` and of one kernel boundary. A cooperative grid larger than the
    co-resident maximum is refused before launch with an error that names the maximum.
@@ -175,7 +175,7 @@ class SyncCosts:
 
 class CooperativeLab:
     name = "cooperative"
-    title = "Cooperative groups, grid-wide sync and clusters (seed 002)"
+    title = "Cooperative groups, grid-wide sync and clusters"
 
     def supported(self, caps) -> str | None:
         if not caps.cooperative_launch:
@@ -318,7 +318,7 @@ class CooperativeLab:
                     ms * 1e3 / rounds)
             del x
         result.tables.append(Table(
-            f"Two-phase kernel (seed 002): phase 1; grid-wide order; phase 2 — {grid} blocks x {PHASE_BLOCK} threads",
+            f"Two-phase kernel: phase 1; grid-wide order; phase 2 — {grid} blocks x {PHASE_BLOCK} threads",
             ["data", "how phase 2 waits for phase 1", "us per round", "x grid.sync()"], rows,
             note=f"{rounds} rounds per timing (x += sum(x) mod 2^32), same phase code in every version; the grid is "
                  "the co-resident maximum (the largest a cooperative launch accepts); outputs validated separately"))

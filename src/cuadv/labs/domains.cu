@@ -1,4 +1,4 @@
-// domains.cu - memory synchronization domains (seed 002). Needs sm_90 (the launch attribute).
+// domains.cu - memory synchronization domains. Needs sm_90 (the launch attribute).
 //
 // A fence waits for memory operations to become visible at its scope; on Hopper the hardware
 // tracks outstanding writes per domain, so a fence in one domain need not wait for the write

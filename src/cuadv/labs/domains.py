@@ -1,4 +1,4 @@
-"""Memory synchronization domains: does a fence wait for another kernel's writes? (seed 002)
+"""Memory synchronization domains: does a fence wait for another kernel's writes?
 
 Shows: the launch attribute (``LaunchConfig(mem_sync_domain="default" | "remote")``; the library
 side is ``cuadv.domains``) and an experiment: a fence-heavy kernel (every thread writes and fences,
@@ -13,7 +13,7 @@ Key insight: a fence must wait until the memory operations it orders are visible
 the hardware may also make it wait for unrelated traffic in flight (in multi-GPU systems: NVLink
 writes of communication kernels). A kernel in another domain is not waited for. On one GPU,
 local writes drain fast, so expect a small difference; ``--peer`` repeats the experiment with the
-writer streaming into a second GPU's memory over peer access, the seed's case (needs 2 GPUs).
+writer streaming into a second GPU's memory over peer access, the case that motivates domains (needs 2 GPUs).
 Run: ``cuadv bench domains [--peer]`` (``--quick`` for a short run).
 """
 

@@ -1,4 +1,4 @@
-"""Histogram with distributed shared memory (seed 002, exercise 2): the bins sharded over a cluster.
+"""Histogram with distributed shared memory: the bins sharded over a cluster.
 
 What it shows: one histogram, six ways, measured in one run on 1 GiB of bin indices (256 MiB with
 ``--quick``), uniform and Zipf(1.3)-skewed, int32 and uint8:
@@ -114,7 +114,7 @@ def _peer_fns(cp, data, bins: int) -> dict[str, Callable[[], Any]]:
 
 class HistogramLab:
     name = "histogram"
-    title = "Histogram with distributed shared memory (seed 002, exercise 2)"
+    title = "Histogram with distributed shared memory"
 
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (9, 0) or not caps.cluster_launch:

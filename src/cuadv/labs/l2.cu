@@ -1,4 +1,4 @@
-// l2.cu - a hot lookup table read among streamed data (seed 002: L2 persistence windows).
+// l2.cu - a hot lookup table read among streamed data (L2 persistence: access-policy windows).
 //
 // Every float4 of a large array is read once and written once (the streaming traffic) and, for
 // it, `lookups` floats are read from a table at pseudo-random positions (the reused data):

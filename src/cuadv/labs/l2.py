@@ -1,4 +1,4 @@
-"""L2 persistence: keep a hot lookup table in L2 while gigabytes stream past it (seed 002).
+"""L2 persistence: keep a hot lookup table in L2 while gigabytes stream past it.
 
 Shows: a kernel that streams a large array once (read + write) and, per float4, reads a lookup
 table at pseudo-random positions; the table is marked persisting with an access-policy window.

@@ -1,4 +1,4 @@
-// launch_many.cu - the same N small tasks under five launch mechanisms (seed 002: dynamic
+// launch_many.cu - the same N small tasks under five launch mechanisms (dynamic
 // parallelism vs host launches, CUDA graphs, a persistent kernel with a work queue, device graph
 // launch). A task is run by one warp; its only observable effect is counts[i] += 1, so a task that
 // runs twice or never shows. task_ns > 0 gives every task that much %globaltimer work.

@@ -1,5 +1,5 @@
 """Launching many small tasks: host launches, CUDA graphs, a persistent work queue, dynamic
-parallelism and device graph launch, on the same N tasks (seed 002).
+parallelism and device graph launch, on the same N tasks.
 
 Shows: the cost per task of N tiny tasks (N = 10 ... 100,000; one warp each, whose only effect is
 counts[i] += 1) under

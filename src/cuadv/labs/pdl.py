@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (PDL): overlap a kernel's setup with the previous kernel (seed 002, exercise 4).
+"""Programmatic dependent launch (PDL): overlap a kernel's setup with the previous kernel.
 
 Shows: a producer/consumer pair where the consumer does independent setup before
 ``griddepcontrol.wait``; a consumer with the wait misplaced (it reads first) that returns wrong

@@ -1,7 +1,7 @@
 """Asynchronous copies into shared memory: a 2-D 5-point stencil, synchronous vs ``cuda::memcpy_async`` and TMA
 pipelines.
 
-Shows (seed 002, exercise 1; issue 5, item 1): the same stencil staged through shared memory in two layouts and
+Shows (issue 5, item 1): the same stencil staged through shared memory in two layouts and
 four ways. Layouts: ``tile`` (16 x 128 output tiles, each re-reading its halo; 32 and 64 x 128 too for ``tma``) and
 ``strip`` (a block walks down a strip of W columns; each stage brings R new rows and the rows above and below
 come from the ring of stages already in shared memory, so every input row is read once). Staging: ``sync``

@@ -1,4 +1,4 @@
-"""Scheduling: the seed's trade-off table (overhead / preemption / load balance), measured.
+"""Scheduling: the CUDA Programming Guide 4.12 trade-off table (overhead / preemption / load balance), measured.
 
 Needs: compute capability 9.0 (policy 'steal'); 10.0 would add hardware 'clc' (not available here).
 Key insight: the three classic answers each give up one property: fixed work pays the prologue per
@@ -43,7 +43,7 @@ from .vecscale import tiles_for, vecscale_kernel
 class SchedulingLab:
     name = "scheduling"
     title = ("Work stealing: fixed work, fixed blocks, an atomic counter, software CLC (steal), a shared GPU and the "
-             "seed's trade-off table")
+             "trade-off table of the CUDA Programming Guide 4.12")
 
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (9, 0):
@@ -239,7 +239,7 @@ class SchedulingLab:
 
     def _overhead(self, ctx, result, slots, repeats) -> dict:
         """a. Vector-scalar multiply with a prologue per running block, and the spin workload with a
-        heavy prologue (100 us against 25 us tiles: the seed's convolution-coefficient case)."""
+        heavy prologue (100 us against 25 us tiles: the CUDA Programming Guide 4.12 convolution-coefficient case)."""
         import cupy as cp
 
         from ..timing import time_gpu
@@ -420,7 +420,7 @@ class SchedulingLab:
             low = high = None  # free the trace buffers now: freeing may synchronize, never while a gate is held
 
     def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:
-        """The seed's table: lower overhead / preemption / load balance, with the numbers behind each answer."""
+        """The CUDA Programming Guide 4.12 table: lower overhead / preemption / load balance, with the numbers behind each answer."""
         heavy = overhead["heavy"]
 
         def worst_balance(label: str) -> float:
@@ -439,7 +439,7 @@ class SchedulingLab:
                          f"{'yes' if bal <= 1.25 else 'no'} ({bal:.2f}x ideal)"])
         rows.append(["clc (hardware)", "not measured: needs compute capability 10.0", "-", "-"])
         result.tables.insert(0, Table(
-            "The seed's trade-off table, measured on this GPU",
+            "The trade-off table of the CUDA Programming Guide 4.12, measured on this GPU",
             ["policy", "lower overhead", "preemption", "load balance"], rows,
             note="overhead: heavy-prologue time over fixed_blocks (yes if <= 1.1); preemption: high-priority latency "
                  "over its time alone (yes if <= 10); load balance: worst makespan over ideal on the pareto, "

@@ -15,7 +15,7 @@ from ..work_stealing import TileKernel
 SPIN_BLOCK = 256  # 8 resident blocks per SM on a 2048-thread SM: the slots of the balance experiments
 SPIN_PARAMS = "const unsigned int* durations_ns, unsigned int* done, unsigned long long prologue_ns"
 SPIN_PROLOGUE = r"""
-    if (prologue_ns != 0 && threadIdx.x == 0) {  // the per-block setup the seed's compute_scalar() stands for
+    if (prologue_ns != 0 && threadIdx.x == 0) {  // the per-block setup the CUDA Programming Guide 4.12 example's compute_scalar() stands for
       const unsigned long long t0 = cuadv::ptx::globaltimer_ns();
       while (cuadv::ptx::globaltimer_ns() - t0 < prologue_ns) {}
     }
@@ -59,7 +59,7 @@ DOMINANT = Regime("dominant", "one tile outweighs a slot's share", TILES // 1056
 REGIMES = (SHARED, DOMINANT)
 
 # Labels, policy, quantum (us; None = default, inf = never yield). atomic_counter last: the first three are
-# the seed's strategies (the heaviest-first rows and timelines take POLICIES[:3], [1] and [2]).
+# the CUDA Programming Guide 4.12 strategies (the heaviest-first rows and timelines take POLICIES[:3], [1] and [2]).
 POLICIES = [("fixed_work", "fixed_work", None), ("fixed_blocks", "fixed_blocks", None),
             ("steal", "steal", None), ("steal Q=inf", "steal", math.inf), ("atomic_counter", "atomic_counter", None)]
 

@@ -1,6 +1,6 @@
 """TMA: 2-D tiled copies and transposes driven by tensor maps built in Python, and multicast to a cluster.
 
-Shows (seed 002, exercise 3, and TMA multicast): a tensor map built from Python for a user's array
+Shows (TMA tiled copies, CUDA Programming Guide, and TMA multicast): a tensor map built from Python for a user's array
 (pitched rows; float32, float16, bfloat16, uint8) with every alignment and size rule checked before
 anything reaches the driver; a 2-D copy and a transpose through TMA against the same tiles moved by 256
 threads, over tile shapes, element types, pitches and tail tiles (TMA fills the out-of-bounds part of a

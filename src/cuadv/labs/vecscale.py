@@ -1,4 +1,4 @@
-"""Vector-scalar multiply v := alpha * v, the seed's example, under each scheduling policy.
+"""Vector-scalar multiply v := alpha * v, the example of the CUDA Programming Guide 4.12, under each scheduling policy.
 
 Needs: compute capability 9.0 for 'steal' (any CUDA GPU for the other policies).
 Key insight: a memory-bound body hides the scheduler: every policy should run at the copy ceiling,
@@ -59,7 +59,7 @@ LEARNED_CHECK_ELEMS = (1 << 26) + 5  # 256 MiB and a tail: enough tiles per resi
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
 PROLOGUE = r"""
-    // The seed's compute_scalar(): a prologue whose cost does not depend on the tile.
+    // The CUDA Programming Guide 4.12 example's compute_scalar(): a prologue whose cost does not depend on the tile.
     float a = alpha;
     if (prologue_ns != 0) {
       const unsigned long long t0 = cuadv::ptx::globaltimer_ns();
@@ -167,7 +167,7 @@ def all_kernels() -> dict[tuple[str, Shape], TileKernel]:
 
 class VecScaleLab:
     name = "vecscale"
-    title = "Vector-scalar multiply (seed 000) under each scheduling policy"
+    title = "Vector-scalar multiply (CUDA Programming Guide 4.12) under each scheduling policy"
 
     def supported(self, caps) -> str | None:
         return None

@@ -1,4 +1,4 @@
-// pdl.cu - programmatic dependent launch (seed 002, exercise 4). Needs sm_90.
+// pdl.cu - programmatic dependent launch. Needs sm_90.
 //
 //   pdl_demo_producer / pdl_demo_consumer_{correct,misplaced}
 //       A producer/consumer pair whose race is made deterministic: the producer triggers its

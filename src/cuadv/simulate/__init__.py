@@ -1,6 +1,6 @@
 """A discrete-event model of the GPU block scheduler: predicts the work-stealing trade-off without a GPU.
 
-What it shows: the seed's trade-off table (overhead / preemption / load balance) for fixed work per
+What it shows: the trade-off table of the CUDA Programming Guide 4.12 (Work Stealing with Cluster Launch Control) (overhead / preemption / load balance) for fixed work per
 block, a fixed number of blocks, Cluster Launch Control and software stealing with a time quantum,
 as numbers for a workload you give, plus a per-SM timeline of who ran which tile when.
 Compute capability needed: none (pure Python and NumPy); ``tests/test_simulate_gpu.py`` compares a
@@ -16,7 +16,7 @@ Modules, each with one job (the model itself is described in ``model``):
 
 - ``model``: the machine, a kernel launch, the event loop (``simulate``), its records and the ideal bound.
 - ``workloads``: per-tile durations by name or from a file.
-- ``tradeoff``: the policy variants, the preemption scenario, ``study`` and the seed table's verdicts.
+- ``tradeoff``: the policy variants, the preemption scenario, ``study`` and that table's verdicts.
 - ``tables``: a study's tables and per-SM timeline PNGs.
 - ``result``: the simulator's LabResult for a run's report.
 - ``cli``: ``cuadv simulate`` (``register``, ``cmd_simulate``).

@@ -1,4 +1,4 @@
-"""What a study shows: its tables (parameters, workload, trade-off, the seed's table, the quantum sweep)
+"""What a study shows: its tables (parameters, workload, trade-off, the trade-off table, the quantum sweep)
 and per-SM timeline PNGs."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def seed_table(s: Study) -> Table:
         rows.append([r.variant.label, _yes(ok["overhead"], f"{r.heavy_prologue:.2f}x ideal"),
                      _yes(ok["preemption"], f"{r.preempt.latency_ns / 1e3:.3g} us"),
                      _yes(ok["balance"], f"worst {worst:.2f}x ideal")])
-    return Table("Simulated: the seed's trade-off table", ["policy", "reduces overhead", "preemption", "load balance"],
+    return Table("Simulated: the trade-off table of the CUDA Programming Guide 4.12", ["policy", "reduces overhead", "preemption", "load balance"],
                  rows, note=f"SIMULATED. yes = heavy-prologue makespan within {OVERHEAD_YES:g}x the best policy's; "
                             f"high-priority kernel done within {PREEMPT_YES:g} of the low one's remaining run; "
                             f"every workload within {BALANCE_YES:g}x the best policy's makespan")

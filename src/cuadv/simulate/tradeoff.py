@@ -1,5 +1,5 @@
 """The trade-off study: the policy variants, the preemption scenario, ``study`` (every variant on every
-scenario, computed once) and the seed table's verdicts."""
+scenario, computed once) and the verdicts of the CUDA Programming Guide 4.12 trade-off table."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def _ratio(result: SimResult, durations: np.ndarray, machine: Machine) -> float:
     return result.kernels[0].makespan_ns / ideal if ideal else math.nan
 
 
-# What counts as "yes" in the seed's table (relative to the best variant in the same study).
+# What counts as "yes" in that trade-off table (relative to the best variant in the same study).
 OVERHEAD_YES = 1.25  # heavy-prologue makespan within 25% of the best variant's
 BALANCE_YES = 2.0  # on every load-balance workload, makespan within 2x of the best variant's
 PREEMPT_YES = 0.25  # the high-priority kernel finishes within a quarter of the low one's remaining time

@@ -3,7 +3,7 @@
 // older target with a message naming sm_90. Launch the kernel with a cluster: a run-time cluster
 // (cuadv.LaunchConfig(cluster=...)) or a compile-time __cluster_dims__, never both.
 //
-// The four lifetime rules of DSM (seed 002). Each is restated where it binds below.
+// The four lifetime rules of DSM (CUDA Programming Guide, distributed shared memory). Each is restated where it binds below.
 //   1. The target block must still exist: a block may read or write another block's shared memory
 //      only while that block is running, so no block of the cluster exits before the last
 //      cluster barrier that follows every remote access (sync() at the end of the kernel).

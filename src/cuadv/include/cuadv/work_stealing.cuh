@@ -9,7 +9,7 @@
 //                         it) until they are gone. The counter must be ZERO at launch: the host sets
 //                         it with a memset before every launch (TileKernel enqueues one on the
 //                         launch's stream, so a graph capture gets a memset node). Blocks never yield.
-//   ClusterLaunchControl  (sm_100+) the seed's protocol: a running block cancels a pending block and
+//   ClusterLaunchControl  (sm_100+) the CUDA Programming Guide 4.12 protocol: a running block cancels a pending block and
 //                         takes its tile; cancellation fails once the work is gone or a
 //                         higher-priority kernel is waiting, and then the block exits.
 //   Steal                 the same loop on GPUs without CLC: the request is a ticket taken from
