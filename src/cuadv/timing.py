@@ -159,8 +159,9 @@ class StreamGate:
 
 
 @dataclass(frozen=True)
-class CopyCeiling:
-    """Device-to-device copy bandwidth: bytes read plus bytes written per second."""
+class Ceiling:
+    """A measured bandwidth ceiling in bytes per second: of a device-to-device copy (bytes read plus bytes
+    written, ``copy_ceiling``) or of a kernel that only reads (``read_ceiling``)."""
 
     bytes_per_s: float
     nbytes: int
@@ -174,6 +175,7 @@ class CopyCeiling:
         return bytes_per_s / self.bytes_per_s
 
 
+CopyCeiling = Ceiling  # bytes read plus bytes written per second by a device-to-device copy
 _ceiling: CopyCeiling | None = None
 
 
@@ -228,20 +230,7 @@ extern "C" __global__ void __launch_bounds__(1024) cuadv_read_only(const uint4* 
 """
 
 
-@dataclass(frozen=True)
-class ReadCeiling:
-    """Read-only bandwidth: bytes read per second by a kernel that streams them with 16-byte loads."""
-
-    bytes_per_s: float
-    nbytes: int
-    timing: Timing
-
-    @property
-    def tb_per_s(self) -> float:
-        return self.bytes_per_s / 1e12
-
-    def fraction(self, bytes_per_s: float) -> float:
-        return bytes_per_s / self.bytes_per_s
+ReadCeiling = Ceiling  # bytes read per second by a kernel streaming them with 16-byte loads
 
 
 _read_ceiling: ReadCeiling | None = None
