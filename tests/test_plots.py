@@ -85,3 +85,26 @@ def test_a_zoomed_plot_lists_only_its_window():
     ax.broken_barh([(0, 1), (10, 1), (20, 1)], (0, 0.9), label="SM 0")
     ax.set_xlim(9, 12)
     assert [r[3] for r in figure_data(fig)] == [10.0]
+
+
+def test_timeline_rows_split_per_slot_and_other_kernels_drawn(tmp_path):
+    """Overlapping tiles on one SM go to separate sub-rows; a preempting kernel's tiles are drawn in their own
+    colour on the same time base; two timelines share a time axis through common_window."""
+    import csv
+
+    from cuadv.work_stealing.timeline import common_window
+
+    low = np.zeros(4, TRACE_DTYPE)
+    low["smid"], low["block"] = [0, 0, 1, 1], [0, 1, 2, 3]
+    low["start_ns"], low["end_ns"] = [0, 0, 0, 5000], [4000, 4000, 4000, 9000]  # SM 0: two tiles at once
+    high = np.zeros(1, TRACE_DTYPE)
+    high["smid"], high["start_ns"], high["end_ns"] = 1, 4000, 5000
+    a, b = Trace("steal", (4, 1, 1), records=low), Trace("fixed_work", (1, 1, 1), records=high)
+    assert common_window([a, b]) == (0.0, 9.0 * 1.01)
+    plot_sm_timeline(a, tmp_path / "t.png", "t", sm_count=2, others=[(b, "high-priority kernel's tiles")],
+                     window_us=common_window([a]))
+    rows = list(csv.DictReader((tmp_path / "t.csv").open()))
+    boxes = [(r["series"], float(r["x"]), round(float(r["y"]), 3)) for r in rows if r["kind"] == "box"]
+    sm0 = sorted(y for s, x, y in boxes if s == "" and y < 0.5)
+    assert len(sm0) == 2 and sm0[0] != sm0[1]  # two slots on SM 0
+    assert [(s, x) for s, x, _ in boxes if s] == [("high-priority kernel's tiles", 4.0)]

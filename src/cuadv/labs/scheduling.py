@@ -32,6 +32,7 @@ from ..errors import ValidationError
 from ..report.results import LabResult, Selection, Table
 from ..timing import EventPair, StreamGate
 from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
+from ..work_stealing.timeline import common_window
 from .base import RunContext
 # The spin kernel, workloads, regimes and policies live in scheduling_support; their names are this lab's as well.
 from .scheduling_support import (DOMINANT, MEAN_TILE_NS, POLICIES, REGIMES, SHARED, SPIN_BLOCK,  # noqa: F401
@@ -150,12 +151,16 @@ class SchedulingLab:
                         rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms(host, policy_slots(policy, q)),
                                                order="heaviest first", regime=regime.key))
                 if kind == "periodic" and regime is DOMINANT:  # few tiles: a timeline one can read
-                    for label, policy, q in (POLICIES[1], POLICIES[2]):
-                        trace = spin_kernel(policy, q)(tiles, d, cp.zeros(tiles, dtype=cp.uint32), 0, trace=True)
+                    traced = [(label, policy, spin_kernel(policy, q)(tiles, d, cp.zeros(tiles, dtype=cp.uint32), 0,
+                                                                     trace=True))
+                              for label, policy, q in (POLICIES[1], POLICIES[2])]
+                    window = common_window([trace for _, _, trace in traced])  # one time scale for the pair
+                    for label, policy, trace in traced:
                         name = f"scheduling_timeline_periodic_{policy}.png"
-                        trace.plot(ctx.plot_path(name), sm_count=ctx.caps.sm_count,
+                        trace.plot(ctx.plot_path(name), sm_count=ctx.caps.sm_count, window_us=window,
                                    title=f"periodic-heavy workload ({regime.label}), {label}: tiles per SM over time")
                         result.plots.append(name)
+                    traced = []
         table_rows = []
         for regime in REGIMES:
             for kind in WORKLOADS:
@@ -415,7 +420,8 @@ class SchedulingLab:
             window = (max(span[0][0] - 500, 0), span[0][1] + 500) if span else None
             name = f"scheduling_preemption_{policy}.png"
             plot_sm_timeline(low, ctx.plot_path(name), title=f"low-priority {label} kernel; high-priority kernel shaded",
-                             sm_count=ctx.caps.sm_count, highlight=span, window_us=window)
+                             sm_count=ctx.caps.sm_count, highlight=span, window_us=window,
+                             others=[(high, "high-priority kernel's tiles")], time_origin_ns=int(t0))
             result.plots.append(name)
             low = high = None  # free the trace buffers now: freeing may synchronize, never while a gate is held
 

@@ -30,6 +30,7 @@ from ..memory import HostWords
 from ..params import c_struct
 from ..report.results import LabResult, Table
 from ..timing import EventPair, StreamGate, synchronize
+from ..work_stealing.timeline import common_window
 from .base import RunContext, interleaved_rounds
 from .scheduling_support import SHARED, Regime, spin_kernel, workload
 from .vecscale import DEFAULT_SHAPE, tiles_for, validate, vecscale_kernel
@@ -301,17 +302,22 @@ def shared_gpu(ctx: RunContext, result: LabResult, repeats: int) -> None:
     for k_held in held_list:
         ms = interleaved_rounds({label: (lambda label=label: [run(label, k_held)[0]]) for label in kernels}, repeats,
                                 on_round=lambda r: ctx.progress(f"shared GPU: {k_held} SMs held, round {r + 1}"))
+        pair = []  # the traces of fixed_blocks and steal at K = 16, drawn on one time scale
         for label in kernels:  # one traced launch each: no tile may run on a held SM
             _, tr, held = run(label, k_held, trace=True)
             on_held = int(np.isin(tr.records["smid"], list(held)).sum())
             if on_held or not tr.written.all():
                 violations.append(f"{label} at K={k_held}: {on_held} tiles on held SMs")
             if k_held == 16 and label in ("fixed_blocks", "steal"):
-                name = f"scheduling_shared_gpu_{label.replace(' ', '_')}.png"
-                tr.plot(ctx.plot_path(name), sm_count=caps.sm_count, shade_sms=held,
-                        title=f"{label}, {k_held} SMs held by another kernel (shaded): tiles per SM over time")
-                result.plots.append(name)
+                pair.append((label, tr, held))
             tr = None
+        window = common_window([t for _, t, _ in pair])  # one time scale for the pair
+        for label, tr, held in pair:
+            name = f"scheduling_shared_gpu_{label.replace(' ', '_')}.png"
+            tr.plot(ctx.plot_path(name), sm_count=caps.sm_count, shade_sms=held, window_us=window,
+                    title=f"{label}, {k_held} SMs held by another kernel (shaded): tiles per SM over time")
+            result.plots.append(name)
+        pair = []
         for label in kernels:
             slots = (caps.sm_count - k_held) * per_sm[label]
             ideal = ideal_ms(host, slots)

@@ -71,12 +71,14 @@ class Trace:
         w = self.written
         return int(self.records["end_ns"][w].max() - self.records["start_ns"][w].min()) if w.any() else 0
 
-    def plot(self, path, title: str | None = None, sm_count: int | None = None, highlight=(), shade_sms=()) -> None:
-        """The per-SM timeline (``timeline.plot_sm_timeline``): ``highlight`` time spans, ``shade_sms`` SM rows."""
+    def plot(self, path, title: str | None = None, sm_count: int | None = None, highlight=(), shade_sms=(),
+             window_us=None) -> None:
+        """The per-SM timeline (``timeline.plot_sm_timeline``): ``highlight`` time spans, ``shade_sms`` SM rows,
+        ``window_us`` the time axis (the same for timelines that are compared: ``timeline.common_window``)."""
         from .timeline import plot_sm_timeline
 
         plot_sm_timeline(self, path, title=title or f"{self.policy}: tiles per SM over time", sm_count=sm_count,
-                         highlight=highlight, shade_sms=shade_sms)
+                         highlight=highlight, shade_sms=shade_sms, window_us=window_us)
 
     def to_chrome_trace(self, path=None, name: str | None = None) -> dict:
         """This trace as a Chrome / Perfetto trace (one track per SM and resident slot, one slice per
