@@ -31,5 +31,16 @@ def test_steps_end_the_previous_range(recorder):
 def test_without_a_backend_the_calls_do_nothing(monkeypatch):
     monkeypatch.setattr(nvtx, "_calls", lambda: None)
     with nvtx.annotate("nothing"):
-        nvtx.push("x")
-        nvtx.pop()
+        nvtx.push("x")()
+
+
+def test_a_range_is_closed_by_the_backend_that_opened_it(monkeypatch):
+    """A range opened before CuPy or torch was imported (no backend: nothing opened) is not closed by the
+    backend found afterwards."""
+    calls: list[str] = []
+    found = iter([None, (lambda m: calls.append(f"push {m}"), lambda: calls.append("pop"))])
+    monkeypatch.setattr(nvtx, "_calls", lambda: next(found))
+    with nvtx.annotate("lab"):
+        with nvtx.annotate("step"):
+            pass
+    assert calls == ["push step", "pop"]

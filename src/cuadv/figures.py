@@ -27,7 +27,10 @@ def save_figure(fig, path: str | Path) -> Path:
     Returns the path of the CSV."""
     plt = pyplot()
     path = Path(path)
-    rows = figure_data(fig)
+    try:
+        rows = figure_data(fig)
+    except (TypeError, ValueError):  # data matplotlib converted (dates, categories): the plot still gets written
+        rows = []
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -65,12 +68,13 @@ def figure_data(fig) -> list[tuple]:
                 label = container.get_label()
                 for patch in container.patches:
                     in_bars.add(id(patch))
-                    rows.append((name, label, "bar", patch.get_x(), patch.get_y(), patch.get_width(),
-                                 patch.get_height()))
+                    if visible(patch.get_x(), patch.get_width()):
+                        rows.append((name, label, "bar", patch.get_x(), patch.get_y(), patch.get_width(),
+                                     patch.get_height()))
         for line in ax.get_lines():
             if not isinstance(line, Line2D) or line.get_transform() != ax.transData:
                 continue  # a reference line (axhline, axvline) drawn in axes coordinates
-            for x, y in zip(line.get_xdata(), line.get_ydata()):
+            for x, y in line.get_xydata():  # converted to floats by matplotlib (categories, dates)
                 if visible(float(x)):
                     rows.append((name, _series(line), "line", x, y, "", ""))
         for coll in ax.collections:
@@ -86,7 +90,8 @@ def figure_data(fig) -> list[tuple]:
         for patch in ax.patches:
             if isinstance(patch, Rectangle) and id(patch) not in in_bars:
                 (x0, y0), (x1, y1) = _extent(ax, patch)
-                rows.append((name, _series(patch), "box", x0, y0, x1 - x0, y1 - y0))
+                if visible(x0, x1 - x0):
+                    rows.append((name, _series(patch), "box", x0, y0, x1 - x0, y1 - y0))
     return [tuple(_plain(v) for v in row) for row in rows]
 
 

@@ -41,32 +41,35 @@ def _backend() -> tuple[Callable[[str], None], Callable[[], None]] | None:
 
 
 _found: tuple[Callable[[str], None], Callable[[], None]] | None = None
-_looked = False
+_looked_with: frozenset[str] | None = None  # which of CuPy / torch were imported when the backend was looked up
 
 
 def _calls():
-    global _found, _looked
-    if not _looked or (_found is None and ("cupy" in sys.modules or "torch" in sys.modules)):
-        _found, _looked = _backend(), True  # look again once CuPy or torch has been imported
+    """The backend, looked up again only when CuPy or torch has been imported since the last lookup."""
+    global _found, _looked_with
+    present = frozenset(m for m in ("cupy", "torch") if m in sys.modules)
+    if _looked_with is None or (_found is None and present != _looked_with):
+        _found, _looked_with = _backend(), present
     return _found
 
 
-def push(message: str) -> None:
+def push(message: str) -> Callable[[], None]:
+    """Open a range; returns what closes it (the same backend's pop, even if another one appears meanwhile)."""
     calls = _calls()
-    if calls:
-        calls[0](message)
+    if calls is None:
+        return _nothing
+    calls[0](message)
+    return calls[1]
 
 
-def pop() -> None:
-    calls = _calls()
-    if calls:
-        calls[1]()
+def _nothing() -> None:
+    pass
 
 
 @contextmanager
 def annotate(message: str) -> Iterator[None]:
     """An NVTX range around a block of host code (and so around the GPU work it enqueues, in Nsight Systems)."""
-    push(message)
+    pop = push(message)
     try:
         yield
     finally:
@@ -77,14 +80,13 @@ class Steps:
     """Consecutive ranges: each ``step(message)`` ends the previous one (a lab's progress messages)."""
 
     def __init__(self) -> None:
-        self.open = False
+        self._pop: Callable[[], None] | None = None
 
     def step(self, message: str) -> None:
         self.close()
-        push(message)
-        self.open = True
+        self._pop = push(message)
 
     def close(self) -> None:
-        if self.open:
-            pop()
-            self.open = False
+        if self._pop is not None:
+            self._pop()
+            self._pop = None

@@ -41,7 +41,9 @@ class StatePool:
                 return self._by_stream[stream], False
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
-                                        "process; its self-resetting counters are exhausted")
+                                        "process, which keeps one counter per stream and per captured launch for "
+                                        "the life of the process; capture fewer launches (replay a graph instead "
+                                        "of capturing it again)")
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
             if not capturing:

@@ -406,7 +406,8 @@ class PreparedHistogram:
 
     @property
     def plan(self) -> HistogramPlan | None:
-        """The plan in use (None until the first call where ``auto`` samples the data)."""
+        """The plan in use (None until the first call where ``auto`` samples the data). Where int32 input over
+        range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins)."""
         if self.unit is not None and self._unit_ok:
             return self.unit.plan
         return self.counter.plan

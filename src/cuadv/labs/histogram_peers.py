@@ -13,7 +13,7 @@ Run: ``cuadv bench histogram`` (this part runs after the variant sweep of ``labs
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -131,12 +131,21 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
 
 
 def start_cub(sm: str) -> Future:
-    """Load or build the CUB peer in the background (nvcc takes about 30 s the first time)."""
+    """Load or build the CUB peer in the background (nvcc takes about 30 s the first time). A daemon thread:
+    a lab that fails before it asks for the result does not keep the process alive until nvcc is done."""
+    import threading
+
     from .peers.cub_histogram import load_cub
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuadv-cub-build")
-    future = pool.submit(load_cub, sm)
-    pool.shutdown(wait=False)
+    future: Future = Future()
+
+    def build() -> None:
+        try:
+            future.set_result(load_cub(sm))
+        except BaseException as exc:  # handed to whoever waits on the result
+            future.set_exception(exc)
+
+    threading.Thread(target=build, name="cuadv-cub-build", daemon=True).start()
     return future
 
 

@@ -106,10 +106,12 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
     def timed(enqueue) -> list[float]:
         ev = EventPair()
         gate.hold(stream.ptr)  # the GPU starts once everything is queued: host launch time is not measured
-        ev.record_start(stream.ptr)
-        enqueue()
-        ev.record_stop(stream.ptr)
-        gate.release()
+        try:
+            ev.record_start(stream.ptr)
+            enqueue()
+            ev.record_stop(stream.ptr)
+        finally:
+            gate.release()  # also when a launch raised: a gated stream would hang every later synchronize
         return [1e3 * ev.elapsed_ms() / LAUNCHES]
 
     def in_stream(key):
@@ -185,6 +187,9 @@ def _key(label: str) -> str:
 
 # -- e. a shared GPU --------------------------------------------------------------------------------
 
+_HOST_FLAGS = HostWords()  # page-locked words the host polls: one page for every SmHolder of the process
+
+
 class SmHolder:
     """K blocks of ``sm_holder``, each alone on its SM (it takes all the shared memory a block may have),
     held from ``hold`` until ``release``; ``finish`` waits for them and returns the SMs they held.
@@ -209,7 +214,7 @@ class SmHolder:
                            f"{self.shared + reserved} B of the SM's {caps.shared_mem_per_sm} B; any other block needs "
                            f"at least {reserved} B more")
         self.ctl = cp.zeros(3 + caps.sm_count, dtype=cp.uint32)  # resident, release, timed_out, smids
-        self.flag, self.flag_ptr = HostWords().take()
+        self.flag, self.flag_ptr = _HOST_FLAGS.take()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.generation = 0
         self.k = 0
@@ -217,6 +222,8 @@ class SmHolder:
 
     def hold(self, k: int, timeout_s: float = RESIDENT_TIMEOUT_S) -> None:
         """Launch k holder blocks and return once all of them run (ValidationError after timeout_s)."""
+        if not 0 <= k < current_device().caps.sm_count:  # ctl has one smid word per SM; K = all SMs leaves no slot
+            raise ValueError(f"the holder takes 0 to {current_device().caps.sm_count - 1} SMs of this GPU; got {k}")
         self.generation += 1
         self.k = k
         base = self.ctl.data.ptr
@@ -297,7 +304,7 @@ def shared_gpu(ctx: RunContext, result: LabResult, repeats: int) -> None:
         for _ in range(2):
             run(label, 0)
     run("fixed_blocks", 1)  # and the holder
-    held_list = (16,) if ctx.quick else tuple(k for k in HELD if k < caps.sm_count)
+    held_list = tuple(k for k in ((16,) if ctx.quick else HELD) if k < caps.sm_count)
     rows, violations = [], []
     for k_held in held_list:
         ms = interleaved_rounds({label: (lambda label=label: [run(label, k_held)[0]]) for label in kernels}, repeats,

@@ -25,7 +25,7 @@ that documented rule, though the TMA unit takes any coordinate; the interpreter 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -211,18 +211,16 @@ def prepare_stencil(x: Any, out: Any, tile: tuple[int, int], form: str, c_center
 def prepare_cuadv_per_unit(src: Any, dst: Any, box: tuple[int, int], chunk: int,
                            ops: Any = None) -> tuple[Callable[[], None], str]:
     """cuadv's tma_copy kernel, one unit of ``chunk`` side-by-side boxes per block (ring of ``chunk`` slots, all
-    loads issued at once), as many blocks as units: not persistent. Checked by the library's copy_launch; only
-    the grid differs from what cuadv.tma.copy launches. Returns the launcher and a label."""
+    loads issued at once), as many blocks as units (``TmaCopyConfig(persistent=False)``, what cuadv.tma.copy
+    does by default with chunk 4). Returns the launcher and a label."""
     import torch
 
     from ..launch import launch
     from ..tma.kernels import TmaCopyConfig, TmaOps
 
-    config = TmaCopyConfig(stages=chunk, lookahead=chunk, chunk=chunk, burst=chunk)
+    config = TmaCopyConfig(stages=chunk, lookahead=chunk, chunk=chunk, burst=chunk, persistent=False)
     job = (ops or TmaOps()).copy_launch(src, dst, box, config=config)
-    tiles = job.params.tiles_x * job.params.tiles_y
-    cfg = replace(job.config, grid=-(-tiles // chunk))
-    blob, kernel = job.params.kernel_param_bytes(), job.kernel
+    cfg, blob, kernel = job.config, job.params.kernel_param_bytes(), job.kernel
     label = f"box {box[0]} x {box[1]}, {chunk} boxes per block, {cfg.grid[0]} blocks"
     return (lambda: launch(kernel, cfg, blob, stream=torch.cuda.current_stream().cuda_stream)), label
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..interop import device_array, empty, stream_handle
+from ..tma.tensormap import tma_store_overruns
 from .stencil import (
     SYNC, Grid2D, Stencil, Trace, Variant, reference, tile, tma,
 )
@@ -100,9 +101,8 @@ def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool,
 
 
 def _store_spills(dst: Grid2D) -> bool:
-    """Whether TMA stores into the caller's ``dst`` would write past its rows: a TMA store writes whole 16-byte
-    units, also the one a row ends inside (measured on the H200, 2026-12-02)."""
-    return (4 * dst.cols) % 16 != 0
+    """Whether TMA stores into the caller's float32 ``dst`` would write past its rows (``tma_store_overruns``)."""
+    return tma_store_overruns(dst.cols, 4)
 
 
 def _check_x(x: Any, stream: int) -> tuple[Any, Grid2D]:

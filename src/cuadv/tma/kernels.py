@@ -2,10 +2,11 @@
 
 ``TmaOps`` is the engine under ``cuadv.tma.copy`` / ``transpose`` and the lab's measurements: each
 ``*_launch`` method checks the arrays (``Plan2D``: every tensor-map rule), the box and the ring configuration
-(``TmaCopyConfig``: pure checks in its constructor), then sizes a persistent grid from the kernel's occupancy
-and returns (kernel, launch configuration, parameter struct); ``prepare_*`` wraps that into a zero-argument
-launcher. Method 'tma' moves boxes with the Tensor Memory Accelerator; method 'threads' moves the same tiles
-with 256 threads and 16-byte loads (the baseline the lab compares against).
+(``TmaCopyConfig``: pure checks in its constructor), then sizes the grid (persistent, from the kernel's
+occupancy, or one block per unit) and returns (kernel, launch configuration, parameter struct);
+``prepare_*`` wraps that into a zero-argument launcher. Method 'tma' moves boxes with the Tensor Memory
+Accelerator; method 'threads' moves the same tiles with 256 threads and 16-byte loads (the baseline the lab
+compares against).
 
 Needs compute capability 9.0 to run; building for a named target (``TmaOps(arch="sm_90a")``) needs no GPU.
 """

@@ -41,7 +41,8 @@ from ..features import require
 from ..interop import device_array, empty, library_of, stream_handle, torch_allocation_stream
 from ..launch import Launcher, prepare
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
-from .tensormap import TensorMapError, TiledLayout, describe_array, element_size, pitch_elements
+from .tensormap import (TensorMapError, TiledLayout, describe_array, element_size, pitch_elements,
+                        tma_store_overruns)
 
 # The lab's best float32 copy on the H200 (8 x 256 float32 = 8 KiB boxes, 4 side by side per block, one block per
 # 4 boxes, all 4 loads at once): other element types keep the box's bytes (rows scale as 32 / itemsize, 256
@@ -204,6 +205,12 @@ class TmaCopy(_TileOp):
                 self.config = BEST_COPY_CONFIG
             self.method = _store_method(d, dst is not None)
             if self.method == "threads":
+                if config is not None:
+                    raise LaunchConfigError(
+                        f"tma.copy: dst's rows ({d.shape[1]} x {d.itemsize} B) end inside a 16-byte unit, which a TMA "
+                        "store writes whole, so this copy uses thread stores and takes no TmaCopyConfig; fallback: "
+                        "leave config out, or give dst rows of a multiple of 16 bytes")
+                self.config = None
                 job = ops.copy_launch(s.view, d.view, self.box, method="threads", dtype=s.dtype)
             else:
                 job = ops.copy_launch(s.view, d.view, self.box, dtype=s.dtype, config=self.config)
@@ -322,12 +329,9 @@ def _check_transpose_boxes(src: _Operand, dst: _Operand | None, box: tuple[int, 
 
 
 def _store_method(dst: _Operand, given: bool) -> str:
-    """'tma', or 'threads' where TMA stores would write past the caller's rows: a TMA store writes whole
-    16-byte units, also the one that a row ends inside (measured on the H200, 2026-12-02: a copy into a 61-column
-    float32 slice of 64-column rows overwrote columns 61 to 63), so a dst the caller owns whose rows are not a
-    multiple of 16 bytes is written by thread stores instead (the bytes past its rows may be the caller's
-    data). An output cuadv allocates has its own padding there, and keeps TMA."""
-    return "threads" if given and (dst.shape[1] * dst.itemsize) % 16 else "tma"
+    """'tma', or 'threads' where TMA stores would write past the rows of a dst the caller owns
+    (``tma_store_overruns``); an output cuadv allocates has its own padding there, and keeps TMA."""
+    return "threads" if given and tma_store_overruns(dst.shape[1], dst.itemsize) else "tma"
 
 
 def _transpose_fits(ops: TmaOps, itemsize: int, box: tuple[int, int]) -> bool:

@@ -77,6 +77,14 @@ def element_size(dtype: str) -> int:
     return DTYPES[dtype][0]
 
 
+def tma_store_overruns(cols: int, itemsize: int) -> bool:
+    """Whether TMA stores into rows of ``cols`` elements write past each row's end: a TMA store writes whole
+    16-byte units, also the one a row ends inside (seen on an H200, 2026-12-02: a copy into a 61-column
+    float32 slice of 64-column rows also wrote columns 61 to 63). Harmless in padding cuadv allocated; in a
+    caller's array those bytes may be the caller's data."""
+    return (cols * itemsize) % 16 != 0
+
+
 def pitch_elements(cols: int, dtype: str | int) -> int:
     """The smallest row length (in elements) >= cols whose byte size is a multiple of 16: a legal row pitch.
     ``dtype``: a TMA element type name, or the element size in bytes."""

@@ -246,6 +246,6 @@ class TileKernel:
     def _zeroed_counter(stream: int) -> int:
         """atomic_counter: the launch's counter, and a memset of it to zero enqueued on its stream before the
         kernel (a memset node when the stream is being captured), as users of such a scheduler do."""
-        address, _captured = _counters.slot_for(stream)
+        address = _counters.slot_for(stream)[0]
         check(driver().cuMemsetD32Async(address, 0, 2, stream), "cuMemsetD32Async")
         return address
