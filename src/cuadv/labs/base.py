@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequenc
 if TYPE_CHECKING:
     from ..compiler import CompiledModule
     from ..device import DeviceCaps
-    from ..report.results import LabResult
+    from ..report.results import LabResult, Spread
     from ..timing import CopyCeiling
 
 K = TypeVar("K", bound=Hashable)
@@ -56,14 +56,15 @@ class Lab(Protocol):
 
 
 def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], rounds: int,
-                       on_round: Callable[[int], None] | None = None) -> dict[K, float]:
+                       on_round: Callable[[int], None] | None = None) -> dict[K, "Spread"]:
     """Median per variant over `rounds` rounds that each run every variant once, in the mapping's order, so a
     drift of clocks or temperature during a lab falls on all variants alike instead of on whichever ran last.
 
     variants: key -> a callable that measures one round of that variant and returns its samples (any unit);
     the median is taken over the samples of all rounds together. on_round(r) is called before round r (0-based),
-    e.g. to report progress."""
-    import numpy as np
+    e.g. to report progress. Each median is a ``Spread``: a float that also carries the 10th and 90th
+    percentiles of those samples, which tables show beside it and results.json records."""
+    from ..report.results import Spread
 
     samples: dict[K, list[float]] = {key: [] for key in variants}
     for r in range(rounds):
@@ -71,4 +72,4 @@ def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], roun
             on_round(r)
         for key, measure in variants.items():
             samples[key] += measure()
-    return {key: float(np.median(s)) for key, s in samples.items()}
+    return {key: Spread.of(s) for key, s in samples.items()}

@@ -56,11 +56,50 @@ class LabResult:
     selection: list[Selection] = field(default_factory=list)  # cells of the selection matrix it informs
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["figures"] = {k: float(v) if isinstance(v, Spread) else v for k, v in self.figures.items()}  # numbers
+        return d
+
+
+class Spread(float):
+    """A median with its spread: a float (the median) that also carries the 10th and 90th percentiles of the
+    samples it came from. Tables show ``median (p10-p90)``; results.json gets {"median", "p10", "p90"}; any
+    arithmetic on it is on the median."""
+
+    def __new__(cls, median: float, p10: float, p90: float):
+        self = super().__new__(cls, median)
+        self.p10, self.p90 = float(p10), float(p90)
+        return self
+
+    def __getnewargs__(self):  # copies (dataclasses.asdict) and pickles keep the spread
+        return float(self), self.p10, self.p90
+
+    @classmethod
+    def of(cls, samples) -> "Spread":
+        import numpy as np
+
+        a = np.asarray(samples, dtype=np.float64)
+        return cls(float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)))
+
+    def as_json(self) -> dict:
+        return {"median": float(self), "p10": self.p10, "p90": self.p90}
+
+
+def json_cells(value: Any) -> Any:
+    """``value`` with every Spread inside it (lists, dicts) as {"median", "p10", "p90"}, for results.json."""
+    if isinstance(value, Spread):
+        return value.as_json()
+    if isinstance(value, dict):
+        return {k: json_cells(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_cells(v) for v in value]
+    return value
 
 
 def fmt(value: Any) -> str:
-    """A table cell as text: 3 significant figures for floats."""
+    """A table cell as text: 3 significant figures for floats; a Spread as ``median (p10-p90)``."""
+    if isinstance(value, Spread):
+        return f"{fmt(float(value))} ({fmt(value.p10)}-{fmt(value.p90)})"
     if isinstance(value, float):
         if value != value:
             return "-"

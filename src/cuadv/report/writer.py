@@ -26,7 +26,7 @@ from pathlib import Path
 from .environment import environment_line, environment_table
 from .html_pages import (LabPage, document, esc, labs_table_html, missing_plots_html,
                          selection_cells, table_html, thumbnails_html, url, write_lab_page)
-from .results import LabResult, Table, fmt
+from .results import LabResult, Table, fmt, json_cells
 
 __all__ = ["Report", "write_report", "write_markdown", "write_html", "table_markdown", "table_html", "slug"]
 
@@ -43,9 +43,10 @@ class Report:
     environment: dict | None = None  # GPU, driver, clocks, versions: recorded by the runner (app.runner)
 
     def as_dict(self) -> dict:
+        """Plain data for results.json (a Spread cell as {"median", "p10", "p90"})."""
         from .selection import unsupported_features
 
-        return {"created": self.created, "command": self.command, "caps": self.caps, "ceiling_tb_s": self.ceiling_tb_s,
+        return json_cells({"created": self.created, "command": self.command, "caps": self.caps, "ceiling_tb_s": self.ceiling_tb_s,
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped],
                 "extra_tables": [asdict(t) for t in self.extra_tables],
                 "unsupported_features": [{"feature": f.name, "reason": why, "fallback": f.fallback}
@@ -54,7 +55,7 @@ class Report:
                 "environment": self.environment,
                 "pages": {"index": "index.html",
                           "labs": [{"lab": lp.result.lab, "page": lp.page, "csv": lp.csv_names()}
-                                   for lp in lab_pages(self)]}}
+                                   for lp in lab_pages(self)]}})
 
 
 # ---------------------------------------------------------------------------------- shared content
