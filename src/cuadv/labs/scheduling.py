@@ -32,6 +32,7 @@ from ..errors import ValidationError
 from ..report.results import LabResult, Selection, Table
 from ..timing import EventPair, StreamGate
 from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
+from ..work_stealing.perfetto import to_chrome_trace
 from ..work_stealing.timeline import common_window
 from .base import RunContext
 # The spin kernel, workloads, regimes and policies live in scheduling_support; their names are this lab's as well.
@@ -423,6 +424,12 @@ class SchedulingLab:
                              sm_count=ctx.caps.sm_count, highlight=span, window_us=window,
                              others=[(high, "high-priority kernel's tiles")], time_origin_ns=int(t0))
             result.plots.append(name)
+            if policy == "steal":  # the same two kernels for a profiler's timeline: one process each, one time base
+                perfetto = f"scheduling_preemption_{policy}.perfetto.json.gz"
+                to_chrome_trace([low, high], ctx.plot_path(perfetto),
+                                names=[f"low-priority kernel ({label})", "high-priority kernel"])
+                result.notes.append(f"block traces of the preemption run under {label}, both kernels, for Perfetto "
+                                    f"(https://ui.perfetto.dev) or chrome://tracing: {perfetto}")
             low = high = None  # free the trace buffers now: freeing may synchronize, never while a gate is held
 
     def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:
