@@ -171,21 +171,9 @@ TOOL_BUILDS = "peers"  # shared libraries the labs build with nvcc (the CUB peer
 
 
 def _tool_builds(root: Path) -> list[tuple[int, int, Path]]:
-    """(mtime_ns, size, path) of the builds in ``root/peers``: counted and cleared with the cache, not evicted
-    by its bound (a lab keeps one per GPU target and nvcc)."""
-    found = []
-    try:
-        paths = list((root / TOOL_BUILDS).iterdir())
-    except OSError:
-        return found
-    for path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        if path.is_file() and _TOOL_BUILD.fullmatch(path.name):  # only what a lab built (a user's files stay)
-            found.append((st.st_mtime_ns, st.st_size, path))
-    return found
+    """The builds in ``root/peers`` (only what a lab named so: a user's files stay): counted and cleared with
+    the cache, not evicted by its bound (a lab keeps one per GPU target and nvcc)."""
+    return _matching(root / TOOL_BUILDS, _TOOL_BUILD)
 
 
 _TOOL_BUILD = re.compile(r"[a-z_]+-sm_\d+[a-z]?-[0-9a-f]{24}\.so")  # labs/peers: name-target-hash.so
@@ -225,19 +213,26 @@ def _unlink(path: Path) -> bool:
 
 def _scan(root: Path) -> list[tuple[int, int, Path]]:
     """(mtime_ns, size, path) of every entry; removes temporary files left by dead writers."""
+    return _matching(root, _ENTRY, sweep=True)
+
+
+def _matching(folder: Path, name: re.Pattern, sweep: bool = False) -> list[tuple[int, int, Path]]:
+    """(mtime_ns, size, path) of every file in ``folder`` whose name matches; ``sweep``: also remove the
+    temporary files a dead writer left there."""
     found = []
     now = time.time()
     try:
-        it = os.scandir(root)
+        it = os.scandir(folder)
     except OSError:
         return found
     with it:
         for e in it:
             try:
-                if _ENTRY.fullmatch(e.name):
+                if name.fullmatch(e.name):
                     st = e.stat(follow_symlinks=False)
                     found.append((st.st_mtime_ns, st.st_size, Path(e.path)))
-                elif e.name.startswith(".tmp-") and now - e.stat(follow_symlinks=False).st_mtime > _STALE_TMP_S:
+                elif (sweep and e.name.startswith(".tmp-")
+                      and now - e.stat(follow_symlinks=False).st_mtime > _STALE_TMP_S):
                     _unlink(Path(e.path))
             except OSError:  # vanished between listing and stat
                 continue
