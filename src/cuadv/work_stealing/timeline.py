@@ -24,10 +24,14 @@ def _add_bars(ax, rows: np.ndarray, left: np.ndarray, width: np.ndarray, colors,
     ax.add_collection(PolyCollection(corners, facecolors=colors, linewidths=0, label=label))
 
 
-def _lanes(rec: np.ndarray, lanes: int, t0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _slots(rec: np.ndarray) -> np.ndarray:
+    """The resident slot of each tile on its SM (a slot: tiles that never overlap in time on that SM)."""
+    return assign_slots(rec["smid"].astype(np.int64), rec["start_ns"].astype(np.int64), rec["end_ns"].astype(np.int64))
+
+
+def _lanes(rec: np.ndarray, slot: np.ndarray, lanes: int, t0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(row y, start us, width us, bar height) of each tile: SM s spans [s - 0.45, s + 0.45], split into
-    ``lanes`` sub-rows, one per resident slot (a slot: tiles that never overlap in time on that SM)."""
-    slot = assign_slots(rec["smid"].astype(np.int64), rec["start_ns"].astype(np.int64), rec["end_ns"].astype(np.int64))
+    ``lanes`` sub-rows, one per resident slot."""
     lane = 0.9 / lanes
     y = rec["smid"].astype(np.float64) - 0.45 + (slot + 0.5) * lane
     start = (rec["start_ns"].astype(np.int64) - t0) / 1e3
@@ -65,16 +69,16 @@ def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | N
     handles = []
     if everything:
         t0 = time_origin_ns if time_origin_ns is not None else int(min(int(r["start_ns"].min()) for r in everything))
-        lanes = max(int(assign_slots(r["smid"].astype(np.int64), r["start_ns"].astype(np.int64),
-                                     r["end_ns"].astype(np.int64)).max()) + 1 for r in everything)
+        slots = {id(r): _slots(r) for r in everything}  # computed once: the lane count, then each bar's lane
+        lanes = max(int(slot.max()) + 1 for slot in slots.values())
         if len(rec):
-            y, start, width, height = _lanes(rec, lanes, t0)
+            y, start, width, height = _lanes(rec, slots[id(rec)], lanes, t0)
             _add_bars(ax, y, start, width, plt.cm.tab20((rec["block"] % 20) / 20.0), height)
             handles.append(Patch(facecolor=plt.cm.tab20(0.0),
                                  label=f"{getattr(trace, 'policy', '')} tiles (colour: block, 20 cycled)".strip()))
         for (o, label), colour in zip(other, OTHER_COLOURS):
             if len(o):
-                y, start, width, height = _lanes(o, lanes, t0)
+                y, start, width, height = _lanes(o, slots[id(o)], lanes, t0)
                 _add_bars(ax, y, start, width, colour, height, label=label)
                 handles.append(Patch(facecolor=colour, label=label))
         end = max(int(r["end_ns"].max()) for r in everything)
