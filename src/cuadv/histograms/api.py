@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -317,19 +317,29 @@ class PreparedHistogram:
             try:
                 counter.plan = self.eng.plan(self.bins + 1, "int32", self.variant)
             except LaunchConfigError:
-                return None
+                if self.variant != "exchange":
+                    return None
+                return self._closed_counter(self.eng.plan(self.bins, "int32", "exchange"))
         return counter
+
+    def _closed_counter(self, exchange: HistogramPlan) -> _Counter:
+        """The exchange over ``bins`` slots counting v == bins in the last bin itself (no extra slot): where
+        bins + 1 slots would leave the exchange (2^20 bins: 65,537 local bins per block of 16 are past its
+        16-bit mailbox entries)."""
+        return _Counter(self.eng, self.bins, "int32", self.variant, self.keep, plan=replace(exchange, closed=True))
 
     def _counts_in_place(self, ptr: int, n: int, stream: int) -> bool:
         """Whether int32 input over range=(0, bins) is counted in place. With ``auto``: where the plan for
         bins + 1 slots (the data sampled as the binning path samples its index) is the skew-aware one or
-        the same kind as for bins; not where the extra slot changes it (1M bins: 1M + 1 slots no longer
-        fit the exchange's 16-bit mailbox entries, so the binning pass and the exchange stay faster)."""
+        the same kind as for bins; where the extra slot takes the bins out of the exchange (1M bins: 1M + 1
+        slots no longer fit its 16-bit mailbox entries), the exchange over bins with a closed last bin."""
         if self._unit_ok is None:
             plan = self.unit.choose(ptr, n, stream)
             usual = self.eng.plan(self.bins, "int32", self.variant)
             self._unit_ok = plan.variant in ("hot", usual.variant)
-            if not self._unit_ok and self.counter.plan is None:
+            if not self._unit_ok and usual.variant == "exchange":
+                self.unit, self._unit_ok = self._closed_counter(usual), True
+            elif not self._unit_ok and self.counter.plan is None:
                 self.counter.plan = usual  # the sample found no skew: no second sample of the index
         return self._unit_ok
 

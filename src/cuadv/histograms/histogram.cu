@@ -780,10 +780,13 @@ __global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n
 // DSM exchange (mailboxes), int32 input: C blocks of 1024 threads per cluster (the launch's cluster size
 // must be C), V 16-byte vectors per thread per round, bins [0, hot) privatised per block; `cap`: the
 // run capacity the host computed (checked against ExchangeLayout::kCap); `atomic_sort`: 1 for the
-// atomic sort, 0 for the ballot sort (see Exchange::partition). Shared memory: ExchangeLayout.
+// atomic sort, 0 for the ballot sort (see Exchange::partition); `closed_last`: 1 where v == bins counts in
+// bin bins - 1 (numpy's closed last bin, for int32 input over range (0, bins) counted in place without the
+// extra slot that would push 2^20 bins past the 16-bit mailbox entries). Shared memory: ExchangeLayout.
 template <bool Packed, int C, int V>
 __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                         u32 bins, u32 hot, u32 cap, u32 atomic_sort) {
+                                                         u32 bins, u32 hot, u32 cap, u32 atomic_sort,
+                                                         u32 closed_last) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(C == 0, "hist_exchange needs sm_90 or newer (thread block clusters and distributed shared memory); "
                         "use hist_hot, hist_block or hist_global");
@@ -804,15 +807,19 @@ __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__
   cluster.sync();  // rule 2: every block's counters, cursors and stage are zeroed before any remote access
 
   Exchange<Packed, C, V> ex(smem, L, out, bins, hot, cluster.block_rank());
+  // The value counted in bin bins - 1 besides bins - 1 itself: bins where the last bin is closed. Never ~0u,
+  // which pads the last chunk and must stay out of range.
+  const u32 last = closed_last ? bins : bins - 1u;
+  const auto bin_of = [last, bins](u32 v) { return v == last ? bins - 1u : v; };
 
   // The unaligned head and the tail (fewer than 4 elements each): one remote atomic per element.
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   u64 head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(int);
   if (head > n) head = n;
-  if (tid < head) ex.scalar(static_cast<u32>(in[tid]));
+  if (tid < head) ex.scalar(bin_of(static_cast<u32>(in[tid])));
   const uint4* vec = reinterpret_cast<const uint4*>(in + head);
   const u64 nvec = (n - head) / 4u;
-  if (head + 4u * nvec + tid < n) ex.scalar(static_cast<u32>(in[head + 4u * nvec + tid]));
+  if (head + 4u * nvec + tid < n) ex.scalar(bin_of(static_cast<u32>(in[head + 4u * nvec + tid])));
 
   // Rounds: block b takes chunk r * gridDim.x + b in round r; every block of the cluster runs the same
   // number of rounds (the barrier needs all of them), with an empty chunk past the end.
@@ -829,7 +836,7 @@ __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__
     const u32 buf = static_cast<u32>(r & 1u);  // this round's stage and mailbox
 #pragma unroll
     for (int k = 0; k < V; ++k) {  // one 16-byte vector (4 elements) per thread at a time: fewer live registers
-      const u32 values[4] = {cur[k].x, cur[k].y, cur[k].z, cur[k].w};
+      const u32 values[4] = {bin_of(cur[k].x), bin_of(cur[k].y), bin_of(cur[k].z), bin_of(cur[k].w)};
       ex.partition(values, buf, cursors, atomic_sort != 0);
     }
     // The next chunk's loads fly during the barrier wait, the apply and the send (registers are
