@@ -60,7 +60,7 @@ for step in $STEPS; do
       # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report
       # and a summary of the counters that say why go into the report folder (ncu locks the clocks to base).
       mkdir -p "$OUT/report/profile"
-      t ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      t ncu -k regex:'hist_|Histogram|bincount|cuadv_read_only|spmv|csrmv|SpMV|vecscale' --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section WarpStateStats --section SchedulerStats -f -o "$OUT/report/profile/cases" \
         python3 scripts/profile_cases.py ${PROFILE_GROUPS:-hist spmv vecscale} > "$OUT/report/profile/ncu.log" 2>&1
       rc=$?
