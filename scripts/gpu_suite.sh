@@ -60,11 +60,14 @@ for step in $STEPS; do
       # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report
       # and a summary of the counters that say why go into the report folder (ncu locks the clocks to base).
       mkdir -p "$OUT/report/profile"
-      t ncu -k regex:'hist_|Histogram|bincount|cuadv_read_only|spmv|csrmv|SpMV|vecscale' --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      t ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section WarpStateStats --section SchedulerStats -f -o "$OUT/report/profile/cases" \
         python3 scripts/profile_cases.py ${PROFILE_GROUPS:-hist spmv vecscale} > "$OUT/report/profile/ncu.log" 2>&1
       rc=$?
-      python3 scripts/profile_cases.py --summary "$OUT/report/profile/cases.ncu-rep" > "$OUT/report/profile/summary.txt" 2>&1
+      python3 scripts/profile_cases.py --summary "$OUT/report/profile/cases.ncu-rep" "$OUT/report/profile/ncu.log" \
+        > "$OUT/report/profile/summary.txt" 2>&1
+      ncu -i "$OUT/report/profile/cases.ncu-rep" --csv --page raw | gzip > "$OUT/report/profile/raw.csv.gz"
+      rm -f "$OUT/report/profile/cases.ncu-rep"  # tens of MB: the raw counters above keep what it holds
       note "profile: exit $rc in $(( $(date +%s) - start )) s" ;;
     bench:*)
       t python3 -m cuadv bench "${step#bench:}" ${BENCH_ARGS:-} --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1

@@ -1,12 +1,12 @@
 """The workloads whose targets issue 18 misses, each run once, for Nsight Compute to profile.
 
-    ncu --section SpeedOfLight ... -o prof python3 scripts/profile_cases.py hist spmv vecscale
-    python3 scripts/profile_cases.py --summary prof.ncu-rep      (a compact table of the counters that say why)
+    ncu --profile-from-start off ... -o prof python3 scripts/profile_cases.py hist spmv vecscale > ncu.log 2>&1
+    python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
 ceiling kernel), spmv (power-law matrix: cuadv's variants and cuSPARSE), vecscale (1 GiB: steal and fixed_work).
-Every kernel of a group is launched once after its set-up, so each appears once in the profile (in order, with the
-case printed before it on stderr).
+Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
+region (cudaProfilerStart/Stop), its name printed on stderr before it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,25 @@ import sys
 GIB = 1 << 30
 
 
-def _case(name: str) -> None:
-    print(f"CASE {name}", file=sys.stderr, flush=True)
+class _case:
+    """The profiled region of one case: ncu runs with --profile-from-start off, so only the kernels launched
+    inside it are profiled (not the set-up, the warm-up or the first call that samples the data)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        print(f"CASE {self.name}", file=sys.stderr, flush=True)
+        cp.cuda.profiler.start()
+
+    def __exit__(self, *exc):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        cp.cuda.profiler.stop()
 
 
 def hist() -> None:
@@ -40,18 +57,17 @@ def hist() -> None:
         for label, (call, _kind) in calls.items():
             if label == CUADV_PREPARED or label.startswith("CUB") or (label.startswith("torch") and case.bins > 256):
                 call()  # the first call of a prepared histogram samples the data: outside the profiled call
-                cp.cuda.Device().synchronize()
-                _case(f"{case.key}: {label}")
-                call()
-                cp.cuda.Device().synchronize()
+                with _case(f"{case.key}: {label}"):
+                    call()
         del data, calls
         cp.get_default_memory_pool().free_all_blocks()
     kernel = compile_source(_READ_SOURCE, name="cuadv_read_only").kernel("cuadv_read_only")
     src = cp.empty(GIB, dtype=cp.uint8)
     out = cp.empty(2 * caps.sm_count, dtype=cp.uint32)
-    _case("read-only ceiling (1 GiB)")
-    launch(kernel, LaunchConfig(grid=2 * caps.sm_count, block=1024), src.data.ptr, GIB // 16, out.data.ptr)
-    cp.cuda.Device().synchronize()
+    config = LaunchConfig(grid=2 * caps.sm_count, block=1024)
+    launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
+    with _case("read-only ceiling (1 GiB)"):
+        launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
 
 
 def spmv() -> None:
@@ -69,17 +85,13 @@ def spmv() -> None:
         for tiling, k in kernels.items():
             for policy in ("fixed_work", "steal"):
                 dev.run(k, tiling, policy)
-                cp.cuda.Device().synchronize()
-                _case(f"spmv {kind}: {tiling} {policy}")
-                dev.run(k, tiling, policy)
-                cp.cuda.Device().synchronize()
+                with _case(f"spmv {kind}: {tiling} {policy}"):
+                    dev.run(k, tiling, policy)
         for peer_kind, label, call in peers(dev)[0]:
             if peer_kind == "cusparse":
                 call()
-                cp.cuda.Device().synchronize()
-                _case(f"spmv {kind}: {label}")
-                call()
-                cp.cuda.Device().synchronize()
+                with _case(f"spmv {kind}: {label}"):
+                    call()
         del dev
         cp.get_default_memory_pool().free_all_blocks()
 
@@ -96,10 +108,8 @@ def vecscale() -> None:
         k = vecscale_kernel(policy)
         for _ in range(3):  # steal learns its grid over its first launches
             k(tiles_for(n), data, n, np.float32(1.0), 0)
-        cp.cuda.Device().synchronize()
-        _case(f"vecscale 1 GiB: {policy}")
-        k(tiles_for(n), data, n, np.float32(1.0), 0)
-        cp.cuda.Device().synchronize()
+        with _case(f"vecscale 1 GiB: {policy}"):
+            k(tiles_for(n), data, n, np.float32(1.0), 0)
 
 
 # Counters that say why a kernel is short of the bandwidth ceiling (ncu --page raw names).
@@ -116,8 +126,19 @@ SUMMARY = {
 }
 
 
-def summary(report: str) -> None:
-    """One line per profiled kernel: its counters and its three largest warp-stall reasons."""
+def _scale(unit: str, base: str) -> float:
+    """The factor from ``unit`` to seconds (base "s": 'usecond' or 'us') or bytes (base "b": 'Mbyte' or 'MB')."""
+    prefixes = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    unit = unit.strip()
+    for word in (("second", "s") if base == "s" else ("byte", "B")):
+        unit = unit.replace(word, base.upper() if base == "b" else base)
+    suffix = "B" if base == "b" else "s"
+    return prefixes.get(unit[:-1], float("nan")) if unit.endswith(suffix) else float("nan")
+
+
+def summary(report: str, log: str) -> None:
+    """One line per profiled kernel: its counters and its four largest warp-stall reasons, under the case
+    that launched it (from the order of the CASE and ==PROF== lines in ncu's log)."""
     import csv
     import io
     import subprocess
@@ -137,7 +158,17 @@ def summary(report: str) -> None:
         except (ValueError, IndexError):
             return float("nan")
 
-    for row in body:
+    case_of, current = [], "?"
+    for line in open(log, errors="replace"):
+        if line.startswith("CASE "):
+            current = line[5:].strip()
+        elif line.startswith("==PROF== Profiling"):
+            case_of.append(current)
+    shown = None
+    for k, row in enumerate(body):
+        if k < len(case_of) and case_of[k] != shown:
+            shown = case_of[k]
+            print(f"--- {shown}")
         name = row[col.get("Kernel Name", 0)][:60]
         cells = []
         for label, metric in SUMMARY.items():
@@ -145,9 +176,9 @@ def summary(report: str) -> None:
                 v = num(row, col[metric])
                 unit = units[col[metric]]
                 if label == "dramGB":
-                    v = v * {"byte": 1e-9, "Kbyte": 1e-6, "Mbyte": 1e-3, "Gbyte": 1.0}.get(unit, float("nan"))
+                    v = v * _scale(unit, "b") / 1e9
                 if label == "us":
-                    v = v * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, float("nan"))
+                    v = v * _scale(unit, "s") * 1e6
                 cells.append(f"{label}={v:.3g}")
         stalls = sorted(((num(row, i), n.split("stalled_")[1].split("_per")[0].split(".")[0]) for n, i in stall),
                         reverse=True)[:4]
@@ -157,7 +188,7 @@ def summary(report: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--summary"]:
-        summary(sys.argv[2])
+        summary(sys.argv[2], sys.argv[3])
     else:
         for group in sys.argv[1:] or ["hist", "spmv", "vecscale"]:
             globals()[group]()

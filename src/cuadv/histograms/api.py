@@ -42,6 +42,7 @@ DIRECT_CHUNK = 1 << 31  # elements counted per launch where the input is the ind
 SAMPLES = 4096  # elements the skew check of variant="auto" reads
 SKEW_SHARE = 0.75  # auto takes the skew-aware path when this share of the sampled in-range values is hot
 AUX_THREADS = 256  # binning.cu kernels
+NO_FOLD = 0xFFFFFFFF  # hist_widen: no slot folded into the last bin
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,11 +231,9 @@ class _Counter:
         if n:
             kernel, config = self.eng.launch_config(plan, n)
             launch(kernel, config, idx_ptr, n, counts, plan.bins, *plan.scalar_args(), stream=stream)
-        _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate)),
+        fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
+        _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate), fold),
                     stream, self.eng.caps.arch, self.eng.caps.sm_count)
-        if self.fold_last:  # out[out_len - 1] += counts[bins - 1] (the closed right edge)
-            _aux_launch("hist_widen", 1, (counts + 4 * (self.bins - 1), 1, out_ptr + 8 * (out_len - 1), 1, 1),
-                        stream, self.eng.caps.arch, self.eng.caps.sm_count)
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
