@@ -38,6 +38,7 @@ blocks active at once on different streams share one set-aside.
 
 from __future__ import annotations
 
+import numbers
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -272,7 +273,8 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
     Every check runs here, before the GPU is touched: no persisting L2 raises UnsupportedFeatureError
     (fallback: plain caching), a window over the device's maximum window or a set-aside over its
     maximum raises LaunchConfigError naming the limit."""
-    if hit_ratio is not None and not (isinstance(hit_ratio, (int, float)) and 0.0 <= hit_ratio <= 1.0):
+    if hit_ratio is not None and (isinstance(hit_ratio, bool) or not isinstance(hit_ratio, numbers.Real)
+                                  or not 0.0 <= hit_ratio <= 1.0):
         raise LaunchConfigError(f"hit_ratio must be in [0, 1], got {hit_ratio!r}")
     if caps is None:
         from .device import current_device

@@ -33,7 +33,7 @@ import numpy as np
 from ..dims import PORTABLE_CLUSTER_SIZE, Dim3, as_dim3, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import device_array, empty, stream_handle, zeros
+from ..interop import device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 from ..launch import LaunchConfig, launch, prepare
 
@@ -114,8 +114,16 @@ def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int | None):
 
 
 def _check_block(block: int) -> None:
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"block must be an int number of threads, got {type(block).__name__} {block!r}")
     if not 1 <= int(block) <= 1024:
         raise LaunchConfigError(f"block of {block} threads is outside [1, 1024]")
+
+
+def _check_kernel(kernel: Any) -> None:
+    if not isinstance(kernel, Kernel):
+        raise KernelArgumentError(f"kernel must be a cuadv Kernel (CompiledModule.kernel(name)), got "
+                                  f"{type(kernel).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +155,8 @@ class BlockSum:
         if self.dtype.name not in BLOCK_SUM_TYPES:
             raise TypeError(f"block_sum takes int32 or float32, got {self.dtype}")
         _check_block(self.block)
+        if not isinstance(self.total, bool):
+            raise TypeError(f"total must be True or False, got {self.total!r}")
         if not 0 <= self.size <= MAX_ELEMENTS:
             raise ValueError(f"block_sum takes at most {MAX_ELEMENTS} elements (a 32-bit count), got {self.size}")
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")
@@ -175,10 +185,13 @@ class BlockSum:
             out = make(arr.library, (self.out_size,), self.dtype, like=x, stream=handle)
             out_ptr = device_array(out).ptr
         else:
-            o = _vector(out, "out", (self.dtype.name,), handle)
+            o = writable(_vector(out, "out", (self.dtype.name,), handle), "out")
             if o.size != self.out_size:
                 want = "1 (total=True)" if self.total else f"ceil({self.size} / {self.block}) = {self.out_size}"
                 raise ValueError(f"out must have {want} elements, got {o.size}")
+            if overlaps(o, arr):
+                raise ValueError(f"out (at {o.ptr:#x}) overlaps x (at {arr.ptr:#x}): blocks would overwrite elements "
+                                 "other blocks still read; pass a separate out, or out=None for a new array")
             out_ptr = o.ptr
             if self.size == 0 and o.nbytes:  # the sum of nothing is 0 (no launch reads x)
                 from .._cuda import check, driver
@@ -289,6 +302,8 @@ def max_cooperative_grid(kernel: Kernel, block: Dim3 | int | Sequence[int], shar
     """The largest grid (in blocks) a cooperative launch of ``kernel`` accepts on this GPU now: blocks
     per SM at this block size and dynamic shared memory (the occupancy API) times the SM count. MIG
     or other processes can lower it; every cooperative launch is checked against it."""
+    _check_kernel(kernel)
+    LaunchConfig(grid=1, block=block, shared_mem=shared_mem)  # the block and shared-memory limits, before the GPU
     return max_active_blocks_per_sm(kernel, block, shared_mem) * _sms()
 
 
@@ -298,6 +313,8 @@ def co_resident_max(k, block: int, shared_mem: int = 0) -> int:
 
 
 def _cooperative_config(kernel: Kernel, block, grid: int | None, shared_mem: int) -> LaunchConfig:
+    _check_kernel(kernel)
+    LaunchConfig(grid=1 if grid is None else grid, block=block, shared_mem=shared_mem)  # pure limits, before the GPU
     caps = _caps()
     require("cooperative_launch", caps.as_dict(), name="cooperative launch (grid.sync())",
             fallback=TWO_KERNELS_FALLBACK)
