@@ -216,13 +216,7 @@ class BlockSum:
 def prepare_block_sum(x: Any, block: int = 256, *, total: bool = False) -> BlockSum:
     """Check ``x`` (1-D int32/float32 device array) and build the kernel once; the returned BlockSum
     takes any array of the same size and dtype: ``sums = bs(x, out=None, stream=None)``."""
-    if isinstance(x, np.ndarray):
-        raise KernelArgumentError("x: a NumPy array lives in host memory; copy it to the GPU (cupy.asarray)")
-    arr = device_array(x)
-    if len(arr.shape) != 1:
-        raise ValueError(f"x must be 1-D, got shape {arr.shape}")
-    if arr.dtype is None or arr.dtype.name not in BLOCK_SUM_TYPES:
-        raise TypeError(f"block_sum takes int32 or float32, got {arr.type_name}")
+    arr = _vector(x, "x", tuple(BLOCK_SUM_TYPES), None)  # checks only: the call orders the data on its stream
     return BlockSum(arr.size, arr.dtype, block, total)
 
 
@@ -354,6 +348,13 @@ def two_phase_reference(x: np.ndarray, rounds: int) -> np.ndarray:
 MODES = ("grid_sync", "two_kernels")
 
 
+def _check_rounds(rounds: Any) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)):
+        raise TypeError(f"rounds must be an int, got {type(rounds).__name__} {rounds!r}")
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
+
+
 def _check_two_phase(x, rounds: int, mode: str) -> None:
     dtype = getattr(x, "dtype", None)
     if dtype is None:  # only the CUDA Array Interface or DLPack
@@ -364,8 +365,7 @@ def _check_two_phase(x, rounds: int, mode: str) -> None:
         is_u32 = str(dtype) == "torch.uint32"
     if not is_u32:
         raise ValueError(f"two_phase works on uint32, got {dtype}")
-    if rounds < 0:
-        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    _check_rounds(rounds)
     if mode not in MODES:
         raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {mode!r}")
 
@@ -412,8 +412,7 @@ class TwoPhase:
     block: int = PHASE_BLOCK
 
     def __post_init__(self):
-        if self.rounds < 0:
-            raise ValueError(f"rounds must be >= 0, got {self.rounds}")
+        _check_rounds(self.rounds)
         if self.mode not in MODES:
             raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {self.mode!r}")
         _check_block(self.block)

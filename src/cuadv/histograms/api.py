@@ -125,6 +125,8 @@ def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
         raise TypeError(f"out must have dtype int64 (the counts numpy returns), got {dst.dtype}")
     if length is not None and dst.shape != (length,):
         raise ValueError(f"out must have shape ({length},), got {dst.shape}")
+    if len(dst.shape) != 1:
+        raise ValueError(f"out must be 1-D (one count per bin), got shape {dst.shape}")
     if overlaps(dst, src):
         raise ValueError(f"out (bytes {dst.ptr:#x} + {dst.nbytes}) overlaps x (bytes {src.ptr:#x} + {src.nbytes}): the "
                          "counts would overwrite the data being counted; pass a separate array")
