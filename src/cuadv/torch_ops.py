@@ -10,7 +10,8 @@ them in one graph (a plain Python call into cuadv is opaque to Dynamo and breaks
     scale(v, 2.0)                                   # or torch.ops.mylib.scale(v, 2.0), also under torch.compile
 
 Each op runs on torch's current stream (cuadv's ``stream=None`` rule) and has a fake (meta) kernel that
-gives torch.compile the output's shape and dtype without running it. Needs torch with CUDA.
+gives torch.compile the output's shape and dtype without running it (and makes the op's cheap checks: bins, dtype,
+rank). Needs torch with CUDA; a CPU tensor raises KernelArgumentError naming torch's own op as the fallback.
 """
 
 from __future__ import annotations

@@ -142,10 +142,8 @@ def test_column_blocks_of_one_array_do_not_overlap(monkeypatch):
     """Not a mistake: a copy between side-by-side column blocks of one pitched array (they share no byte) passes
     every check and reaches the feature check (a GPU without TMA here)."""
     monkeypatch.setattr(tma_ops, "_device_caps", A100.as_dict)
-    whole = pitched(64, 128)
-    left = FakeArray((64, 64), "<f4", (512, 4), SRC)
-    right = FakeArray((64, 64), "<f4", (512, 4), SRC + 256)
-    assert whole.__cuda_array_interface__["strides"] == (512, 4)
+    left = FakeArray((64, 64), "<f4", (512, 4), SRC)  # columns 0 to 63 of 128-column rows
+    right = FakeArray((64, 64), "<f4", (512, 4), SRC + 256)  # columns 64 to 127
     with pytest.raises(UnsupportedFeatureError, match="cuadv.tma.copy"):
         tma.prepare_copy(left, right)
     with pytest.raises(LaunchConfigError, match="overlaps src"):  # four columns further: 64 to 67 are in both

@@ -66,20 +66,25 @@ def _device_has_tma() -> tuple[bool, str]:
     return caps.compute_capability >= (9, 0), caps.cc_string()
 
 
+def _named(name: Any) -> Variant | None:
+    """The variant ``name`` stands for (None: 'auto'); ValueError for anything else."""
+    if isinstance(name, Variant):
+        return name
+    if isinstance(name, str) and (name == "auto" or name in STENCIL_VARIANTS):
+        return STENCIL_VARIANTS.get(name)
+    raise ValueError(f"variant must be 'auto', one of {', '.join(map(repr, STENCIL_VARIANTS))} or a "
+                     f"cuadv.pipeline.Variant; got {name!r}")
+
+
 def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool, cc: str) -> Variant:
     """The variant for these arrays: a named one (checked against the GPU and the TMA rules) or 'auto'."""
-    if isinstance(name, Variant):
-        variant, name = name, name.label
-    elif name == "auto":
+    variant = _named(name)
+    if variant is None:
         if has_tma and src.tma_loadable:
             storable = dst is None or (dst.tma_loadable and not _store_spills(dst))
             return STENCIL_VARIANTS["tma_store" if storable else "tma"]
         return STENCIL_VARIANTS["thread"]
-    elif name in STENCIL_VARIANTS:
-        variant = STENCIL_VARIANTS[name]
-    else:
-        raise ValueError(f"variant must be 'auto', one of {', '.join(map(repr, STENCIL_VARIANTS))} or a "
-                         f"cuadv.pipeline.Variant; got {name!r}")
+    name = variant.label if isinstance(name, Variant) else name
     if variant.kind == "tma":
         if not has_tma:
             raise UnsupportedFeatureError(f"stencil variant {name!r} (TMA)", "compute capability >= 9.0", cc,
@@ -178,6 +183,7 @@ def prepare_stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: fl
     handle = stream_handle(stream, x)
     arr, src = _check_x(x, handle)
     dst = _check_out(out, arr, src, handle) if out is not None else None
+    _named(variant)
     has_tma, cc = _device_has_tma()
     if dst is None:  # the dense output out=None will make (a fresh allocation: its base is 256-byte aligned)
         dst = Grid2D(0, src.rows, src.cols, src.cols)
