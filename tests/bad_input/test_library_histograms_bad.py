@@ -38,8 +38,8 @@ def out(shape=(10,), typestr="<i8", address=OUT, **kw):
     (dict(x=FakeArray(typestr="<u4", address=X)), TypeError, "x has dtype uint32"),
     (dict(x=FakeArray(typestr="<c16", address=X)), TypeError, "x has dtype complex128"),
     (dict(x=FakeArray(typestr="<V2", address=X)), ValueError, "x has element type void16, which NumPy does not know"),
-    (dict(x=FakeArray((10,), "<i4", strides=(-4,), address=X)), KernelArgumentError, r"x must be C-contiguous \(strides "
-                                                                                     r"\(-4,\)"),
+    (dict(x=FakeArray((10,), "<i4", strides=(-4,), address=X)), KernelArgumentError,
+     r"x must be C-contiguous \(strides \(-4,\)"),
     (dict(bins=None), TypeError, "bins must be an int .*got NoneType None"),
     (dict(bins="10"), TypeError, "bins must be an int .*got str '10'"),
     (dict(bins=np.float64(10.0)), TypeError, "bins must be an int .*got float64"),

@@ -36,9 +36,10 @@ def no_gpu(monkeypatch):
                                                                     r"got tuple"),
     ([(FakeKernel(), CFG, {"x": 1})], {}, KernelArgumentError, r"step 0 \(k\): args must be a tuple or list of the "
                                                                r"kernel's arguments, got dict"),
-    ([(FakeKernel(), {"grid": 4, "block": 128}, ARGS)], {}, KernelArgumentError, r"step 0 \(k\): dict .* is not a cuadv "
-                                                                                 r"LaunchConfig"),
-    ([(FakeKernel(), LaunchConfig, ARGS)], {}, KernelArgumentError, r"step 0 \(k\): type .* is not a cuadv LaunchConfig"),
+    ([(FakeKernel(), {"grid": 4, "block": 128}, ARGS)], {}, KernelArgumentError,
+     r"step 0 \(k\): dict .* is not a cuadv LaunchConfig"),
+    ([(FakeKernel(), LaunchConfig, ARGS)], {}, KernelArgumentError,
+     r"step 0 \(k\): type .* is not a cuadv LaunchConfig"),
     ([(None, CFG, ARGS)], {}, KernelArgumentError, "step 0: NoneType None is not a cuadv Kernel"),
     ([(FakeKernel(), CFG, ARGS), (FakeKernel("k2"), CFG, ARGS + (1,))], {}, KernelArgumentError,
      r"step 1 \(k2\): the kernel takes 2 arguments, got 3"),

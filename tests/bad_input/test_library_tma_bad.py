@@ -82,11 +82,11 @@ def shifted(array: FakeArray, nbytes: int) -> FakeArray:
 @pytest.mark.parametrize("src, dst, kwargs, error, text", [
     (pitched(64, 64), pitched(64, 64), {}, LaunchConfigError, r"tma.copy: dst \(at 0x10000\) overlaps src \(at "
                                                               r"0x10000\).*pass a separate dst, or dst=None"),
-    (pitched(64, 64), shifted(pitched(64, 64), 256 * 63), {}, LaunchConfigError, "overlaps src"),  # dst row 0 = src row 63
+    (pitched(64, 64), shifted(pitched(64, 64), 256 * 63), {}, LaunchConfigError, "overlaps src"),  # dst row 0: src's 63
     (pitched(64, 64), pitched(64, 64, address=DST, readonly=True), {}, KernelArgumentError, "dst is read-only"),
     (pitched(64, 64), np.zeros((64, 64), np.float32), {}, tma.TensorMapError, "dst: cannot describe ndarray"),
-    (pitched(64, 64), FakeArray((64, 4, 16), address=DST), {}, LaunchConfigError, r"dst must be a 2-D array \(rows, "
-                                                                                  r"columns\); got shape \(64, 4, 16\)"),
+    (pitched(64, 64), FakeArray((64, 4, 16), address=DST), {}, LaunchConfigError,
+     r"dst must be a 2-D array \(rows, columns\); got shape \(64, 4, 16\)"),
     (pitched(64, 64), pitched(64, 64, "<i4", address=DST), {}, LaunchConfigError, r"dst is int32\(64, 64\), src "
                                                                                   r"float32\(64, 64\)"),
     (pitched(64, 64), None, dict(box=(8.5, 256)), TypeError, r"box must be two integers \(rows, columns\); got "

@@ -471,8 +471,9 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
 
     Returns int64 counts and the edges (float64; float32 for float32 input, as NumPy 2) in the input's
     library (torch in, torch out; else CuPy). ``out``: a writable int64 array of shape (bins,) in that
-    library, sharing no memory with x, filled and returned (a call that raises leaves it as it was). variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see
-    ``cuadv.histograms``); an unsupported variant raises UnsupportedFeatureError naming the fallback.
+    library, sharing no memory with x, filled and returned (a call that raises leaves it as it was).
+    variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see ``cuadv.histograms``); an
+    unsupported variant raises UnsupportedFeatureError naming the fallback.
     stream: None = the current stream of x's library.
 
     Differences from numpy/cupy: bins must be an int (no edge arrays, no 'auto'/'fd' rules), no
