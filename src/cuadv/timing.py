@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -86,11 +87,11 @@ def queue_ahead(microseconds: float, stream: int) -> None:
 
 
 def _count(value: Any, name: str, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
-def check_timing(fn: Any, setup: Any, warmup: Any, repeats: Any, queue_ahead_us: Any) -> None:
+def _check_timing(fn: Any, setup: Any, warmup: Any, repeats: Any, queue_ahead_us: Any) -> None:
     """time_gpu's arguments, before anything is enqueued."""
     if not callable(fn):
         raise TypeError(f"fn must be a callable that enqueues the GPU work to time, got {type(fn).__name__} {fn!r}")
@@ -98,7 +99,7 @@ def check_timing(fn: Any, setup: Any, warmup: Any, repeats: Any, queue_ahead_us:
         raise TypeError(f"setup must be None or a callable, got {type(setup).__name__} {setup!r}")
     _count(warmup, "warmup", 0)
     _count(repeats, "repeats (timed runs; the median needs one)", 1)
-    if isinstance(queue_ahead_us, bool) or not isinstance(queue_ahead_us, (int, float)) \
+    if isinstance(queue_ahead_us, bool) or not isinstance(queue_ahead_us, numbers.Real) \
             or not 0 <= queue_ahead_us < float("inf"):
         raise ValueError(f"queue_ahead_us must be a finite number of microseconds >= 0 (0: off), got "
                          f"{queue_ahead_us!r}")
@@ -113,7 +114,7 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
     host's time to launch ``fn`` (tens of microseconds from Python) is hidden behind it rather than
     counted in the timing; 0 turns it off (then launch overhead is part of what is measured).
     """
-    check_timing(fn, setup, warmup, repeats, queue_ahead_us)
+    _check_timing(fn, setup, warmup, repeats, queue_ahead_us)
     handle = stream_handle(stream)
     label = f"cuadv timed {getattr(fn, '__qualname__', 'call')}"
     for _ in range(warmup):
