@@ -59,7 +59,7 @@ def registry_reason(caps: dict) -> str | None:
 
 def check_domain(domain: str) -> None:
     """A domain name LaunchConfig accepts (the same message)."""
-    if domain not in MEM_SYNC_DOMAINS:
+    if not isinstance(domain, str) or domain not in MEM_SYNC_DOMAINS:
         raise LaunchConfigError(f"memory sync domain must be 'default' or 'remote', got {domain!r}")
 
 
@@ -72,10 +72,11 @@ def set_stream_domain(stream: Any, domain: str) -> None:
     """Put every later launch on ``stream`` (a CuPy / torch / cuda.core stream or a handle) in ``domain``,
     unless a launch names its own (``LaunchConfig(mem_sync_domain=...)``)."""
     check_domain(domain)
+    handle = stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
     drv = driver()
     value = drv.CUstreamAttrValue()
     value.memSyncDomain = getattr(drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{domain.upper()}")
-    check(drv.cuStreamSetAttribute(drv.CUstream(stream_handle(stream)), _attr(), value),
+    check(drv.cuStreamSetAttribute(drv.CUstream(handle), _attr(), value),
           f"cuStreamSetAttribute(MEM_SYNC_DOMAIN={domain})")
 
 
@@ -91,6 +92,7 @@ def stream_domain(stream: Any) -> str:
 def in_domain(stream: Any, domain: str) -> Iterator[None]:
     """Launches on ``stream`` inside the block go to ``domain``; the stream's previous domain comes back after."""
     check_domain(domain)
+    stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
     previous = stream_domain(stream)
     set_stream_domain(stream, domain)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -85,6 +86,25 @@ def queue_ahead(microseconds: float, stream: int) -> None:
     launch(_queue_ahead_kernel, LaunchConfig(grid=1, block=32), int(microseconds * 1000), stream=stream)
 
 
+def _count(value: Any, name: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def _check_timing(fn: Any, setup: Any, warmup: Any, repeats: Any, queue_ahead_us: Any) -> None:
+    """time_gpu's arguments, before anything is enqueued."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable that enqueues the GPU work to time, got {type(fn).__name__} {fn!r}")
+    if setup is not None and not callable(setup):
+        raise TypeError(f"setup must be None or a callable, got {type(setup).__name__} {setup!r}")
+    _count(warmup, "warmup", 0)
+    _count(repeats, "repeats (timed runs; the median needs one)", 1)
+    if isinstance(queue_ahead_us, bool) or not isinstance(queue_ahead_us, numbers.Real) \
+            or not 0 <= queue_ahead_us < float("inf"):
+        raise ValueError(f"queue_ahead_us must be a finite number of microseconds >= 0 (0: off), got "
+                         f"{queue_ahead_us!r}")
+
+
 def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repeats: int = 20,
              setup: Callable[[], Any] | None = None, queue_ahead_us: float = 150.0) -> Timing:
     """Time ``fn`` (which enqueues GPU work on ``stream``) with CUDA events.
@@ -94,6 +114,7 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
     host's time to launch ``fn`` (tens of microseconds from Python) is hidden behind it rather than
     counted in the timing; 0 turns it off (then launch overhead is part of what is measured).
     """
+    _check_timing(fn, setup, warmup, repeats, queue_ahead_us)
     handle = stream_handle(stream)
     label = f"cuadv timed {getattr(fn, '__qualname__', 'call')}"
     for _ in range(warmup):
@@ -183,6 +204,8 @@ _ceiling: CopyCeiling | None = None
 def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
     """Measure (once per process) a large device-to-device copy; every benchmark divides by it."""
     global _ceiling
+    _count(nbytes, "nbytes (bytes copied)", 1)
+    _count(repeats, "repeats (timed runs; the median needs one)", 1)
     if _ceiling is not None and _ceiling.nbytes == nbytes:
         return _ceiling
     from .device import current_device

@@ -53,12 +53,16 @@ def check_input(x: Any, *, integer_only: bool = False, what: str = "x") -> Devic
     """The device array ``x`` after every check: a device array (not host), C-contiguous, aligned, of a
     supported element type."""
     src = device_array(x, what)
-    name = src.dtype.name
+    check_dtype(src.dtype.name, integer_only=integer_only, what=what)
+    return src
+
+
+def check_dtype(name: str, *, integer_only: bool = False, what: str = "x") -> None:
+    """The element type (NumPy's name) is one cuadv counts."""
     allowed = INTEGER_TYPES if integer_only else tuple(INPUT_TYPES)
     if name not in allowed:
         kind = "non-negative integers" if integer_only else "numbers"
         raise TypeError(f"{what} has dtype {name}; cuadv counts {kind} of dtype {', '.join(allowed)}")
-    return src
 
 
 def check_bins(bins: Any) -> int:
@@ -94,15 +98,26 @@ def check_variant(variant: Any) -> str:
     return variant
 
 
+def check_stream(stream: Any) -> Any:
+    """``stream`` if it names a stream (None: the input library's current one, resolved at each call)."""
+    if stream is not None:
+        from ..interop import stream_handle
+
+        stream_handle(stream)  # pure for anything but None: KernelArgumentError for what is no stream
+    return stream
+
+
 def output_library(src: DeviceArray) -> str:
     """Torch in, torch out; anything else (CuPy, cuda.core, Numba) gives CuPy arrays."""
     return "torch" if src.library == "torch" else "cupy"
 
 
 def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
-    """``out`` must be a C-contiguous int64 device array of ``length`` elements (None: any length, for
-    bincount before the data's length is known) in the input's library."""
-    dst = device_array(out, "out")
+    """``out`` must be a writable C-contiguous int64 device array of ``length`` elements (None: any length, for
+    bincount before the data's length is known) in the input's library, sharing no byte with the input."""
+    from ..interop import overlaps, writable
+
+    dst = writable(device_array(out, "out"), "out")
     want = output_library(src)
     have = "torch" if dst.library == "torch" else "cupy" if dst.library == "cupy" else dst.library
     if have != want:
@@ -111,6 +126,11 @@ def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
         raise TypeError(f"out must have dtype int64 (the counts numpy returns), got {dst.dtype}")
     if length is not None and dst.shape != (length,):
         raise ValueError(f"out must have shape ({length},), got {dst.shape}")
+    if len(dst.shape) != 1:
+        raise ValueError(f"out must be 1-D (one count per bin), got shape {dst.shape}")
+    if overlaps(dst, src):
+        raise ValueError(f"out (bytes {dst.ptr:#x} + {dst.nbytes}) overlaps x (bytes {src.ptr:#x} + {src.nbytes}): the "
+                         "counts would overwrite the data being counted; pass a separate array")
     return dst
 
 
@@ -284,7 +304,7 @@ class PreparedHistogram:
         self.bins = check_bins(bins)
         self.range = check_range(range)
         self.variant = check_variant(variant)
-        self.stream = stream
+        self.stream = check_stream(stream)
         self.x = x
         self.keep = keep
         # Fixed edges: computed on the GPU per call where numpy's arithmetic allows (no host array, no
@@ -459,9 +479,10 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
     (``numpy.histogram_bin_edges``), and each value is placed against them exactly as numpy places it.
 
     Returns int64 counts and the edges (float64; float32 for float32 input, as NumPy 2) in the input's
-    library (torch in, torch out; else CuPy). ``out``: an int64 array of shape (bins,) in that library,
-    filled and returned. variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see
-    ``cuadv.histograms``); an unsupported variant raises UnsupportedFeatureError naming the fallback.
+    library (torch in, torch out; else CuPy). ``out``: a writable int64 array of shape (bins,) in that
+    library, sharing no memory with x, filled and returned (a call that raises leaves it as it was).
+    variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see ``cuadv.histograms``); an
+    unsupported variant raises UnsupportedFeatureError naming the fallback.
     stream: None = the current stream of x's library.
 
     Differences from numpy/cupy: bins must be an int (no edge arrays, no 'auto'/'fd' rules), no
@@ -503,7 +524,7 @@ class PreparedBincount:
             raise ValueError(f"minlength = {minlength} exceeds the most bins, {MAX_BINS}")
         self.minlength = int(minlength)
         self.variant = check_variant(variant)
-        self.stream, self.x, self.keep = stream, x, keep
+        self.stream, self.x, self.keep = check_stream(stream), x, keep
         self.eng = engine()
         self._counters: dict[int, _Counter] = {}
         self._index: Scratch | None = None
@@ -589,7 +610,8 @@ def bincount(x: Any, minlength: int = 0, *, out: Any = None, variant: str = "aut
 
     No ``weights`` (counts only). A negative value raises ValueError as numpy does; the check is the
     min/max pass that also gives the length (one read of x on the GPU, one 2-value copy to the host,
-    which waits for the stream, as cupy.bincount does). ``out``: an int64 array of that length.
+    which waits for the stream, as cupy.bincount does). ``out``: a writable int64 array of that length,
+    sharing no memory with x (a call that raises leaves it as it was).
     Float input raises TypeError (numpy: cannot cast safely). At most 2**30 bins.
     """
     if out is not None:  # its type and library before any GPU call; its length once the data's max is known
