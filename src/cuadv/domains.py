@@ -32,6 +32,8 @@ from .features import why_not as _feature_why_not
 from .interop import stream_handle
 from .launch import MEM_SYNC_DOMAINS
 
+__all__ = ["DOMAINS", "why_not", "registry_reason", "in_domain", "set_stream_domain", "stream_domain"]
+
 DOMAINS: tuple[str, ...] = tuple(MEM_SYNC_DOMAINS)  # ("default", "remote"), as LaunchConfig accepts them
 FALLBACK = "launch in the default domain"
 

@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from .errors import CuadvError, KernelArgumentError
 
+__all__ = ["register", "tile_op"]
+
 NAMESPACE = "cuadv"
 _libraries: dict[str, Any] = {}  # namespace -> torch.library.Library: an op lives as long as its library
 
