@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Table, spread_map
+from .profile_notes import histogram_note
 
 BINS = (256, 4096, 65536, 262144, 1 << 20, 1 << 24)
 BINS_QUICK = (256, 4096, 65536, 1 << 20)
@@ -111,8 +112,10 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
                 checks = targets(case)
                 goal = "; ".join(t[0] for t in checks) or "-"
                 met = "; ".join(verdict(values[t[1]], t[2]) for t in checks) or "-"
+                why = histogram_note(case.dtype, case.dist, case.bins)
                 for what, key, least in checks:
-                    lines.append(f"{case.group} {case.bins} bins: {values[key]:.2f} ({what}): {verdict(values[key], least)}")
+                    line = f"{case.group} {case.bins} bins: {values[key]:.2f} ({what}): {verdict(values[key], least)}"
+                    lines.append(line + (f"; {why}" if why and values[key] < least else ""))
             tables.setdefault(case.group, []).append([
                 case.bins, r.label + (f" [{r.plan}]" if r.plan else ""), r.ms, r.gbps, pct, x_cub,
                 x_best, best.label if best and r.kind == "cuadv" else "-", goal, met])
