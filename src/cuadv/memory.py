@@ -31,11 +31,14 @@ class DeviceBuffer:
         else:
             check(driver().cuMemsetD8Async(self.ptr, byte & 0xFF, self.nbytes, stream), "cuMemsetD8Async")
 
-    def to_host(self, dtype=np.uint8, stream: int = 0) -> np.ndarray:
-        drv = driver()
+    def to_host(self, dtype=np.uint8, stream: int = 0, *, what: str | None = None) -> np.ndarray:
+        """The bytes as ``dtype``, after the work queued on ``stream`` (a bounded wait: ``cuadv.waiting``;
+        ``what``: the work that writes the buffer, named if it times out)."""
+        from .waiting import wait
+
         out = np.empty(self.nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
-        check(drv.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
+        wait(stream, what=what)
+        check(driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
         return out
 
     def from_host(self, array: np.ndarray) -> None:
