@@ -154,7 +154,7 @@ def launches(draw):
     return caps, kernel, grid, block, cluster, shared, cooperative, priority
 
 
-@settings(max_examples=500, deadline=None, derandomize=True,
+@settings(max_examples=500, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(launch=launches())
 @example(launch=(H200, StandInKernel(1024, 0), (1, 1, 1), (1, 1, 1), None, 0, False, None))
