@@ -11,13 +11,14 @@ from cuadv.errors import CudaDriverError, CuadvError, GpuTimeoutError
 
 
 class FakeClock:
-    """Time that passes only when the loop sleeps."""
+    """Time that passes when the loop sleeps, and a microsecond per reading (a poll's cost)."""
 
     def __init__(self):
         self.now = 100.0
         self.sleeps: list[float] = []
 
     def clock(self) -> float:
+        self.now += 1e-6
         return self.now
 
     def sleep(self, seconds: float) -> None:
@@ -34,23 +35,27 @@ def ready_after(polls: int):
     return done, calls
 
 
-@pytest.mark.parametrize("polls", [0, 1, 5, 40])
+@pytest.mark.parametrize("polls", [0, 1, 5, 2000, 3000])
 def test_wait_returns_once_the_query_is_ready(polls):
     t = FakeClock()
     done, calls = ready_after(polls)
     waiting.wait_until(done, "kernel k", timeout_s=10, clock=t.clock, sleep=t.sleep)
     assert len(calls) == polls + 1 and len(t.sleeps) == polls
-    assert t.sleeps == sorted(t.sleeps)  # the pause between polls grows ...
-    assert all(s <= waiting.LONGEST_PAUSE_S for s in t.sleeps)  # ... up to a bound
-    if polls:
-        assert t.sleeps[0] == waiting.FIRST_PAUSE_S
+    spun = [s for s in t.sleeps if s == 0]  # the first millisecond (a microsecond a poll): polls that only yield
+    assert t.sleeps[:len(spun)] == spun
+    assert len(spun) == (polls if polls < 900 else pytest.approx(1000, abs=2))
+    slept = t.sleeps[len(spun):]
+    assert slept == sorted(slept)  # then the pause between polls grows ...
+    assert all(s <= waiting.LONGEST_PAUSE_S for s in slept)  # ... up to a bound
+    if slept:
+        assert slept[0] == waiting.FIRST_PAUSE_S
 
 
 def test_a_query_that_never_turns_ready_raises_naming_the_work_and_the_timeout():
     t = FakeClock()
     with pytest.raises(GpuTimeoutError) as info:
         waiting.wait_until(lambda: False, "kernel spin_forever", timeout_s=1.5, clock=t.clock, sleep=t.sleep)
-    assert t.now - 100.0 == pytest.approx(1.5)  # the last sleep stops at the deadline, not past it
+    assert t.now - 100.0 == pytest.approx(1.5, abs=1e-5)  # the last sleep stops at the deadline, not past it
     err = info.value
     assert isinstance(err, CuadvError) and err.what == "kernel spin_forever" and err.timeout_s == 1.5
     msg = str(err)

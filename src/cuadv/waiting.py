@@ -3,10 +3,11 @@
 Every wait of cuadv's host for the GPU (timing, readbacks, the labs, ``cuadv check``'s runs) goes
 through here and lasts at most a timeout: a kernel that never ends (a deadlock, a spin on a flag
 nobody sets) raises ``GpuTimeoutError`` naming what was waited for, instead of hanging the process.
-A stream or an event is polled (``cuStreamQuery`` / ``cuEventQuery``, sleeping between polls, from
-20 us up to 2 ms, so a finished wait overshoots by at most about 2 ms); the driver has no query for
-a whole context, so ``wait_device`` runs ``cuCtxSynchronize`` on a helper thread and gives up on it
-after the timeout.
+A stream or an event is polled (``cuStreamQuery`` / ``cuEventQuery``): without sleeping for the first
+millisecond (a short wait ends within microseconds of the work, as a synchronize would), then with
+sleeps from 50 us up to 2 ms between polls (a longer wait overshoots by at most that). The driver has
+no query for a whole context, so ``wait_device`` runs ``cuCtxSynchronize`` on a helper thread and gives
+up on it after the timeout.
 
 The timeout: the ``timeout_s`` argument, else the enclosing ``scope(timeout_s=...)`` (the lab
 runner's), else ``CUADV_TIMEOUT_S`` (seconds; ``inf``: no limit), else 60 s.
@@ -36,7 +37,8 @@ from .interop import stream_handle
 
 TIMEOUT_ENV = "CUADV_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
-FIRST_PAUSE_S = 20e-6  # the first sleep between polls; each next one doubles ...
+SPIN_S = 1e-3  # polls without sleeping (only yielding the GIL) for this long first
+FIRST_PAUSE_S = 50e-6  # then the first sleep between polls; each next one doubles ...
 LONGEST_PAUSE_S = 2e-3  # ... up to this: what a finished wait may overshoot by
 EXIT_GRACE_S = 5.0  # at exit after a timeout: how long the GPU may take to go idle before the process ends at once
 EXIT_STATUS = 1
@@ -93,14 +95,18 @@ def wait_until(done: Callable[[], bool], what: str, timeout_s: float | None = No
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep) -> None:
     """Poll ``done()`` until it is true; GpuTimeoutError naming ``what`` once the timeout has passed."""
     limit = resolve_timeout(timeout_s)
-    deadline = clock() + limit
+    start = clock()
+    deadline, spin_until = start + limit, start + SPIN_S
     pause = FIRST_PAUSE_S
     while not done():
-        left = deadline - clock()
-        if left <= 0:
+        now = clock()
+        if now >= deadline:
             current = _scope.get()
             raise GpuTimeoutError(what, limit, current.activity if current else None)
-        sleep(min(pause, left))
+        if now < spin_until:
+            sleep(0)  # lets other threads run
+            continue
+        sleep(min(pause, deadline - now))
         pause = min(2 * pause, LONGEST_PAUSE_S)
 
 
