@@ -154,3 +154,17 @@ def test_exit_after_a_timeout_ends_the_process_only_while_the_gpu_is_busy(monkey
     monkeypatch.setattr(waiting, "_synchronize_context", failed)
     waiting._end_if_still_busy(context=None)
     assert exits == []
+
+
+def test_events_of_each_library_are_told_from_streams():
+    from cuda.bindings import driver as drv
+
+    class Event:  # as cuda.core's (handle) and CuPy's (ptr) name theirs
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    assert int(waiting._event(Event(handle=0x1230))) == 0x1230
+    assert int(waiting._event(Event(ptr=0x4560))) == 0x4560
+    raw = drv.CUevent(0x7890)
+    assert waiting._event(raw) is raw
+    assert waiting._event(None) is None and waiting._event(0) is None  # streams: the current one, the legacy one

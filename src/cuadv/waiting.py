@@ -112,10 +112,10 @@ def wait_until(done: Callable[[], bool], what: str, timeout_s: float | None = No
 
 def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None = None) -> None:
     """Wait for the work queued so far on a stream (anything ``stream_handle`` takes; None: the current
-    stream) or until an event (a ``CUevent`` or a cuda.core Event) has happened, at most the timeout."""
+    stream) or until an event (a ``CUevent``, a cuda.core or CuPy Event) has happened, at most the timeout."""
     drv = driver()
-    if isinstance(target, drv.CUevent) or type(target).__name__ == "Event":
-        event = target if isinstance(target, drv.CUevent) else drv.CUevent(int(target.handle))
+    event = _event(target)
+    if event is not None:
         done = _ready(lambda: drv.cuEventQuery(event), "cuEventQuery")
         what = what or "a CUDA event"
     else:
@@ -129,6 +129,17 @@ def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None
 def wait_device(*, timeout_s: float | None = None, what: str | None = None) -> None:
     """Wait for all work of the current CUDA context (every stream), at most the timeout."""
     _guarded(lambda: _synchronize_context(_current_context(), what or "all GPU work of this process", timeout_s))
+
+
+def _event(target: Any) -> Any:
+    """The CUevent of a CUevent, a cuda.core Event (``handle``) or a CuPy Event (``ptr``); None for anything else."""
+    drv = driver()
+    if isinstance(target, drv.CUevent):
+        return target
+    if type(target).__name__ == "Event":
+        handle = getattr(target, "handle", None)
+        return drv.CUevent(int(handle if handle is not None else target.ptr))
+    return None
 
 
 def _ready(query: Callable[[], tuple], call: str) -> Callable[[], bool]:
