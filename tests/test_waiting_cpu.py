@@ -168,3 +168,30 @@ def test_events_of_each_library_are_told_from_streams():
     raw = drv.CUevent(0x7890)
     assert waiting._event(raw) is raw
     assert waiting._event(None) is None and waiting._event(0) is None  # streams: the current one, the legacy one
+
+
+def test_after_a_timeout_device_memory_is_not_freed(monkeypatch):
+    """Freeing synchronizes: after a timeout it could wait for the timed-out work for ever, so it is skipped."""
+    from cuadv import memory
+
+    freed = []
+    monkeypatch.setattr(memory, "driver", lambda: type("Driver", (), {"cuMemFree": staticmethod(freed.append)}))
+    monkeypatch.setattr(memory, "timed_out", lambda: False)
+    memory.free(0x1000)
+    monkeypatch.setattr(memory, "timed_out", lambda: True)
+    memory.free(0x2000)
+    assert freed == [0x1000]
+
+
+def test_the_first_timeout_arms_the_exit_check_once(monkeypatch):
+    registered = []
+    monkeypatch.setattr(waiting, "_timed_out", waiting.threading.Lock())
+    monkeypatch.setattr(waiting.atexit, "register", lambda fn, *args: registered.append((fn, args)))
+    monkeypatch.setattr(waiting, "_current_context", lambda: "context")
+    assert not waiting.timed_out()
+    waiting._guarded(lambda: None)  # a wait that ends arms nothing
+    assert not registered
+    for _ in range(2):
+        with pytest.raises(GpuTimeoutError):
+            waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
+    assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ("context",))]

@@ -8,6 +8,15 @@ import threading
 import numpy as np
 
 from ._cuda import check, driver
+from .waiting import timed_out
+
+
+def free(ptr: int) -> None:
+    """cuMemFree, skipped once a GPU wait of this process has timed out: freeing synchronizes, so it could wait
+    for the timed-out work for ever (the memory then goes with the process). Its status is not checked: it
+    fails only in a context a kernel fault already broke, and that fault is the error to report."""
+    if not timed_out():
+        driver().cuMemFree(ptr)
 
 
 class DeviceBuffer:
@@ -53,7 +62,7 @@ class DeviceBuffer:
 
     def __del__(self):
         try:
-            driver().cuMemFree(self.ptr)
+            free(self.ptr)
         except Exception:
             pass
 

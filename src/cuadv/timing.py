@@ -10,6 +10,7 @@ from typing import Any, Callable
 from ._cuda import check, driver
 from . import nvtx
 from .interop import stream_handle
+from .memory import free
 from .waiting import wait, wait_device
 
 
@@ -213,8 +214,8 @@ def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
         t = time_gpu(lambda: check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync"),
                      stream=stream, warmup=3, repeats=repeats)
     finally:
-        drv.cuMemFree(src)
-        drv.cuMemFree(dst)
+        free(src)
+        free(dst)
     _ceiling = CopyCeiling(bytes_per_s=t.rate(2 * nbytes), nbytes=nbytes, timing=t)
     return _ceiling
 
@@ -276,8 +277,8 @@ def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
         t = time_gpu(lambda: launch(kernel, config, int(src), nbytes // 16, int(out), stream=0), stream=0,
                      warmup=3, repeats=repeats)
     finally:
-        drv.cuMemFree(src)
+        free(src)
         if out is not None:
-            drv.cuMemFree(out)
+            free(out)
     _read_ceiling = ReadCeiling(bytes_per_s=t.rate(nbytes // 16 * 16), nbytes=nbytes, timing=t)
     return _read_ceiling

@@ -12,10 +12,11 @@ up on it after the timeout.
 The timeout: the ``timeout_s`` argument, else the enclosing ``scope(timeout_s=...)`` (the lab
 runner's), else ``CUADV_TIMEOUT_S`` (seconds; ``inf``: no limit), else 60 s.
 
-After a timeout the GPU is still running that work, and the CUDA teardown at exit (freeing memory,
-destroying the context) would wait for it for ever. So once a wait has timed out, cuadv checks at
-exit whether the GPU is idle by then (for up to 5 s) and, where it is not, ends the process at once
-with status 1, skipping that teardown.
+After a timeout the GPU is still running that work, and what synchronizes (freeing device memory,
+the CUDA teardown at exit) would wait for it for ever. So once a wait has timed out, cuadv frees no
+more device memory of its own (``timed_out``; the memory goes with the process), and at exit checks
+whether the GPU is idle by then (for up to 5 s); where it is not, it ends the process at once with
+status 1, skipping that teardown.
 """
 
 from __future__ import annotations
@@ -187,22 +188,25 @@ def _synchronize_context(context: Any, what: str, timeout_s: float | None) -> No
         raise failure[0]
 
 
+def timed_out() -> bool:
+    """Whether a GPU wait of this process has timed out. The GPU may still run that work, so what would wait
+    for it (freeing device memory: ``cuMemFree`` synchronizes) is better skipped, the memory left to the
+    process's end, than left to hang."""
+    return _timed_out.locked()
+
+
+_timed_out = threading.Lock()  # taken by the first timeout of the process, never released
+
+
 def _guarded(run_wait: Callable[[], None]) -> None:
-    """Run a GPU wait; after its first timeout, check at exit whether the GPU went idle (see module docs)."""
+    """Run a GPU wait; after the process's first timeout, check at exit whether the GPU went idle (see module
+    docs)."""
     try:
         run_wait()
     except GpuTimeoutError:
-        _arm_exit_check()
+        if _timed_out.acquire(blocking=False):
+            atexit.register(_end_if_still_busy, _current_context())
         raise
-
-
-_exit_check_armed = threading.Lock()
-
-
-def _arm_exit_check() -> None:
-    if not _exit_check_armed.acquire(blocking=False):
-        return  # armed by an earlier timeout
-    atexit.register(_end_if_still_busy, _current_context())
 
 
 def _end_if_still_busy(context: Any) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
 from ..interop import DeviceArray
+from ..memory import free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
 
@@ -149,7 +150,7 @@ class Scratch:
         if getattr(self, "ptr", 0):
             try:
                 if self.keep:
-                    driver().cuMemFree(self.ptr)
+                    free(self.ptr)
                 else:
                     driver().cuMemFreeAsync(self.ptr, self.stream)
             except Exception:
