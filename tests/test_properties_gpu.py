@@ -35,7 +35,7 @@ def bin_boundaries() -> list[int]:
     edges |= {c * words - 1 for c in CLUSTER_SIZES} | {2 * c * words - 1 for c in CLUSTER_SIZES}  # 32- / 16-bit dsm
     edges |= {c * EXCHANGE_MAX_LOCAL for c in EXCHANGE_CLUSTER_SIZES}  # the exchange's 16-bit mailbox entries
     edges |= {hot_max(optin), 255, 256}
-    return sorted(b + d for b in edges for d in (0, 1) if 1 <= b + d <= (1 << 21))
+    return sorted({b + d for b in edges for d in (0, 1) if 1 <= b + d <= (1 << 21)})
 
 
 def size_boundaries() -> list[int]:
