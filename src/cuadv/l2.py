@@ -48,6 +48,7 @@ from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
 from .features import require as require_feature
 from .interop import device_array, stream_handle
 from .launch import AccessPolicyWindow
+from .waiting import wait
 
 __all__ = ["persist", "Persist", "SetAside", "hit_ratio_for", "reset_persisting_lines", "get_set_aside", "set_set_aside",
            "get_stream_window", "set_stream_window", "unsupported_reason"]
@@ -240,7 +241,7 @@ class Persist:
     def __exit__(self, *exc) -> None:
         try:
             # The work enqueued in the block should run while the set-aside is still reserved.
-            check(driver().cuStreamSynchronize(driver().CUstream(self.stream)), "cuStreamSynchronize")
+            wait(self.stream, what="the work enqueued in a persist() block")
             if self.window is not None:
                 set_stream_window(self.stream, None, self.caps)
         finally:

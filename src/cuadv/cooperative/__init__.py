@@ -36,6 +36,7 @@ from ..features import require
 from ..interop import device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 from ..launch import LaunchConfig, launch, prepare
+from ..waiting import wait
 
 __all__ = [
     "BlockSum", "TwoPhase", "active_clusters", "block_sum", "cluster_config", "cluster_launch",
@@ -504,6 +505,7 @@ def cluster_ring(cluster: int | None, grid: int, fixed: bool = False) -> np.ndar
     k = kernel("cluster_ring_fixed" if fixed else "cluster_ring")
     out = cp.full(3 * grid, -1, dtype=cp.int32)
     _launch(k, LaunchConfig(grid=grid, block=RING_BLOCK, cluster=cluster), out)
+    wait(None, what=f"the DSM ring kernel ({k.name})")  # bounded: the copy below would wait without a bound
     return cp.asnumpy(out).reshape(grid, 3)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
 from ..interop import DeviceArray
+from ..memory import free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
 
@@ -170,7 +171,7 @@ class Scratch:
         if getattr(self, "ptr", 0):
             try:
                 if self.keep:
-                    driver().cuMemFree(self.ptr)
+                    free(self.ptr)
                 else:
                     driver().cuMemFreeAsync(self.ptr, self.stream)
             except Exception:
@@ -185,12 +186,15 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     launch(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
 
 
-def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int) -> np.ndarray:
-    """A small device buffer on the host, after the work queued on ``stream`` (waits for the stream)."""
-    drv = driver()
+def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int, what: str) -> np.ndarray:
+    """A small device buffer on the host, after the work queued on ``stream``: a bounded wait for the stream
+    before the copy (a copy to pageable memory would itself wait, without a bound), then the copy on it."""
+    from ..waiting import wait
+
+    wait(stream, what=f"the histogram's {what}")
     out = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-    check(drv.cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-    check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    check(driver().cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
+    wait(stream, what=f"the copy of the histogram's {what}")
     return out
 
 
@@ -232,7 +236,7 @@ class _Counter:
             tally = Scratch(8, stream, keep=False)
             _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), tally.ptr), stream,
                         self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
-            in_range, in_hot = (int(v) for v in _to_host(tally.ptr, 8, np.uint32, stream))
+            in_range, in_hot = (int(v) for v in _to_host(tally.ptr, 8, np.uint32, stream, "skew sample (hist_sample)"))
             tally.release(stream)
             if in_range and in_hot >= SKEW_SHARE * in_range:
                 plan = self.eng.plan(self.bins, "int32", "hot")
@@ -267,7 +271,8 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
                 arch, sm_count, grid=blocks)
-    host = _to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream)
+    host = _to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
+                    "min/max pass (hist_minmax)")
     part.release(stream)
     lo, hi = host[0::2], host[1::2]
     return lo.min(), hi.max()  # NumPy's min/max propagate NaN as the kernel does

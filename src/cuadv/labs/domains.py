@@ -29,7 +29,7 @@ from ..errors import LaunchConfigError, UnsupportedFeatureError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..params import c_struct
 from ..report.results import LabResult, Spread, Table, spread_map
-from ..timing import synchronize
+from ..timing import synchronize, synchronize_device
 from .base import RunContext
 
 FENCE_BLOCK = 128
@@ -128,7 +128,7 @@ class FenceExperiment:
         self.overlap.fill(0)
         self.passes.fill(0)
         self.slots.fill(np.uint32(0xFFFFFFFF))
-        cp.cuda.Device().synchronize()
+        synchronize_device()
         if writer_domain is not None:
             cfg = LaunchConfig(grid=self.writer_blocks, block=WRITER_BLOCK, mem_sync_domain=writer_domain)
             launch(self.writer, cfg, self._writer_params(), stream=self.writer_stream)

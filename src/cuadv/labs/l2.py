@@ -81,7 +81,7 @@ def reference(inp: np.ndarray, table: np.ndarray, lookups: int, seed: int) -> np
 def cupy_done(cp) -> None:
     """Wait for CuPy's current stream (the legacy default stream unless one is set): CuPy fills and
     generates there, and the lab's non-blocking stream does not wait for it."""
-    cp.cuda.get_current_stream().synchronize()
+    synchronize(cp.cuda.get_current_stream())
 
 
 class Lookup:

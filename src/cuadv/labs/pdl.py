@@ -33,7 +33,7 @@ from ..errors import ValidationError
 from ..launch import LaunchConfig, launch
 from ..pdl import Chain as PdlChain, prepare_chain
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
-from ..timing import EventPair, synchronize, time_gpu
+from ..timing import EventPair, synchronize, synchronize_device, time_gpu
 from .base import RunContext, interleaved_rounds
 # The producer/consumer pair of the race lives in pdl_support; its names are this lab's as well.
 from .pdl_support import (CONSUMERS, DEMO_DTYPE, DEMO_MAX_CONSUMER_BLOCKS, DEMO_PRODUCER_BLOCKS, POISON,  # noqa: F401
@@ -97,7 +97,7 @@ class Chain:
         non-blocking and would not wait for the fill). Call it only when no chain is in flight."""
         for b in self.bufs:
             b.fill(0)
-        self.cp.cuda.Device().synchronize()
+        synchronize_device()
 
     def prepare(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None,
                 graph: bool = False) -> PdlChain:
@@ -122,7 +122,7 @@ class Chain:
         def clear():
             stamps[0::2] = np.iinfo(np.uint64).max
             stamps[1::2] = 0
-            self.cp.cuda.Device().synchronize()  # CuPy's fill is on its own stream
+            synchronize_device()  # CuPy's fill is on its own stream
 
         self.reset()
         clear()

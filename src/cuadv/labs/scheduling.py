@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Selection, Spread, Table
-from ..timing import EventPair, StreamGate
+from ..timing import EventPair, StreamGate, synchronize, synchronize_device
 from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
 from ..work_stealing.perfetto import to_chrome_trace
 from ..work_stealing.timeline import common_window
@@ -305,7 +305,7 @@ class SchedulingLab:
         short_d = cp.full(short_tiles, 20_000, dtype=cp.uint32)
         short = spin_kernel("fixed_work", name="urgent")
         short_done = cp.zeros(short_tiles, dtype=cp.uint32)
-        cp.cuda.Device().synchronize()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
+        synchronize_device()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
 
         gate = StreamGate()
 
@@ -324,16 +324,16 @@ class SchedulingLab:
         # Load the kernel before any gated launch: loading a kernel (lazily, at its first launch)
         # may wait for the context to go idle, which a held stream never does.
         short(short_tiles, short_d, short_done, 0, stream=high_stream)
-        high_stream.synchronize()
+        synchronize(high_stream)
         for _ in range(3):
             high_latency_ms()  # warm-up
         alone = Spread.of([high_latency_ms() for _ in range(repeats)])
 
         def latency_under(kernel: TileKernel) -> tuple[Spread, Spread]:
             long_done = cp.zeros(long_d.size, dtype=cp.uint32)
-            cp.cuda.Device().synchronize()
+            synchronize_device()
             kernel(long_d.size, long_d, long_done, 0, stream=low_stream)  # compile + validate first
-            low_stream.synchronize()
+            synchronize(low_stream)
             if not bool((long_done == 1).all()):
                 raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
             lat, total = [], []
@@ -408,7 +408,7 @@ class SchedulingLab:
         for label, policy, q in (POLICIES[1], POLICIES[2]):
             k = spin_kernel(policy, q, name="background")
             done = cp.zeros(long_d.size, dtype=cp.uint32)
-            cp.cuda.Device().synchronize()
+            synchronize_device()
             low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
             gate.hold(high_stream.ptr)  # then the high-priority kernel, as in the latency measurement
             high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)

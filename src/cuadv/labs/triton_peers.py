@@ -272,12 +272,17 @@ def _checked(candidates: list[_Row], target, expected, result: LabResult, what: 
     differs is left out with a note, a cuadv one raises (ValidationError when it differs)."""
     import torch
 
+    from ..errors import GpuTimeoutError
+    from ..timing import synchronize_device
+
     rows = []
     for r in candidates:
         target.fill_(float("nan"))
         try:
             r.fn()
-            torch.cuda.synchronize()
+            synchronize_device()
+        except GpuTimeoutError:  # the GPU is still busy: no later candidate can run either
+            raise
         except Exception as exc:  # a tile that does not fit (OutOfResources), a compile error
             if r.cuadv:
                 raise

@@ -173,9 +173,10 @@ class PersistentKernel:
 
     def compile(self, arch: str) -> CompiledModule:
         """Compile for a target (no GPU needed)."""
-        if arch not in self._modules:
-            self._modules[arch] = compile_source(self.source(), name=self.name, arch=arch)
-        return self._modules[arch]
+        module = self._modules.get(arch)
+        if module is None:  # threads compiling at once keep the first module: one loaded kernel
+            module = self._modules.setdefault(arch, compile_source(self.source(), name=self.name, arch=arch))
+        return module
 
     def kernel(self) -> Kernel:
         from ..device import current_device
