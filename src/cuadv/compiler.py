@@ -117,6 +117,7 @@ class CompiledModule:
     lowered_names: dict[str, str] = field(default_factory=dict)
     resources: dict[str, KernelResources] = field(default_factory=dict)
     from_cache: bool = False
+    source: str = field(default="", repr=False, compare=False)  # what was compiled: kernels' declared parameters
     _object_code: object = field(default=None, repr=False, compare=False)
     _kernels: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -202,6 +203,7 @@ def compile_source(
             name=name, arch=arch, ptx=payload[:ptx_len].decode(), cubin=payload[ptx_len:], log=meta["log"],
             options=tuple(opts), lowered_names=meta["lowered"],
             resources={k: KernelResources(**v) for k, v in meta["resources"].items()}, from_cache=True,
+            source=source,
         )
     module = _nvrtc_compile(source, name, arch, opts, exprs, headers)
     ptx_bytes = module.ptx.encode()
@@ -246,7 +248,7 @@ def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
         rtc.nvrtcDestroyProgram(prog)
     return CompiledModule(
         name=name, arch=arch, cubin=cubin, ptx=ptx.rstrip(b"\x00").decode(), log=log, options=tuple(opts),
-        lowered_names=lowered, resources=parse_resource_report(log),
+        lowered_names=lowered, resources=parse_resource_report(log), source=source,
     )
 
 
