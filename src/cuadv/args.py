@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import KernelArgumentError
-from .interop import DeviceArray, array_device, device_array, device_pointer
+from .interop import DeviceArray, array_device, device_array, device_pointer, library_of
+from .memory import DeviceBuffer
 from .signature import CType, DeclaredParam, Signature
 
 _INT_BY_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -155,8 +156,7 @@ def _pack_array(value: Any, where: str, param: DeclaredParam | None, device: int
     if param is not None and not param.pointer and param.ctype is not None:
         raise KernelArgumentError(f"{where}: an array cannot be passed for {param.type_name}, which is no pointer; "
                                   f"pass {_what_fits(param)}")
-    if param is not None and param.pointer and (hasattr(value, "__cuda_array_interface__")
-                                                or hasattr(value, "__dlpack__")):
+    if param is not None and param.pointer and not _untyped(value):
         _check_layout(device_array(value), param, where)
     if device is not None:
         on = array_device(value, ptr)
@@ -166,6 +166,12 @@ def _pack_array(value: Any, where: str, param: DeclaredParam | None, device: int
                 f"there (with cupy.cuda.Device({device}): cupy.asarray(x)), or run cuadv on GPU {on} "
                 f"(CUADV_DEVICE={on})")
     return ptr.to_bytes(8, "little")
+
+
+def _untyped(value: Any) -> bool:
+    """Memory with no element type or shape of its own (a cuda.core Buffer, cuadv's DeviceBuffer): it fits any
+    pointer, as ``void*`` takes any array."""
+    return isinstance(value, DeviceBuffer) or (library_of(value) == "cuda.core" and type(value).__name__ == "Buffer")
 
 
 def _check_layout(array: DeviceArray, param: DeclaredParam, where: str) -> None:
@@ -178,11 +184,12 @@ def _check_layout(array: DeviceArray, param: DeclaredParam, where: str) -> None:
             f"{where}: got a {array.type_name} array, but {param.type_name} reads {' or '.join(sorted(ctype.elements))}"
             f" elements; convert it (x.astype(cupy.{wanted}), torch: x.to(torch.{wanted})) or declare the "
             "parameter void*")
-    if not array.contiguous:
+    if not array.contiguous and not param.strided:
         raise KernelArgumentError(
             f"{where}: the {array.type_name} array of shape {array.shape} has strides {array.strides} B, not "
             f"C-contiguous; {param.type_name} reads it as one dense block. Pass cupy.ascontiguousarray(x) (torch: "
-            "x.contiguous()), or its address as an int to a kernel that takes the strides itself")
+            f"x.contiguous()), or, for a kernel that addresses rows itself, declare {param.name or 'the pointer'}_pitch"
+            " (or _stride) beside it")
     alignment = ctype.alignment if ctype is not None else 1
     if array.ptr % alignment:
         raise KernelArgumentError(
@@ -388,15 +395,16 @@ class ArgumentPacker:
         if size == 8 and _is_cupy_ndarray(kind) and (param is None or pointer or param.ctype is None):
             elements = param.ctype.elements if pointer and param.ctype is not None else None
             alignment = param.ctype.alignment if pointer and param.ctype is not None else 1
+            dense = pointer and not param.strided
 
             def pack(value: Any) -> None:
                 if type(value) is not kind:
                     raise _TypeChanged
                 data = value.data
                 ptr = data.ptr  # == __cuda_array_interface__["data"][0], without the dict
-                if not value.size or device is not None and data.device_id != device or pointer and (
-                        ptr % alignment or not value.flags.c_contiguous
-                        or elements is not None and value.dtype.name not in elements):
+                if not value.size or device is not None and data.device_id != device or ptr % alignment or (
+                        dense and not value.flags.c_contiguous) or (
+                        elements is not None and value.dtype.name not in elements):
                     slow(value)  # an empty array (whatever its interface says), or the canonical error
                 else:
                     _U64(buf, offset, ptr)

@@ -25,7 +25,7 @@ from . import cache as disk_cache
 from ._cuda import check, nvrtc, nvrtc_version
 from .arch import parse_arch
 from .device import current_device
-from .errors import CompileError, CuadvError
+from .errors import CompileError, CuadvError, NoGpuError
 from .kernel import Kernel
 
 PACKAGE_DIR = Path(__file__).parent
@@ -150,6 +150,53 @@ class CompiledModule:
         return kernel
 
 
+@cache
+def nvrtc_targets() -> tuple[int, ...]:
+    """The compute capabilities this NVRTC compiles for, as 90, 100, ... (nvrtcGetSupportedArchs)."""
+    return tuple(int(a) for a in check(nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
+
+
+def check_target(arch: str) -> None:
+    """Raise ValueError unless ``arch`` is sm_XY[a|f] and this NVRTC compiles for compute capability X.Y."""
+    major, minor = parse_arch(arch)
+    targets = nvrtc_targets()
+    if major * 10 + minor not in targets:
+        major_v, minor_v = nvrtc_version()
+        raise ValueError(f"target {arch!r}: NVRTC {major_v}.{minor_v} compiles for "
+                         f"{', '.join(f'sm_{t}' for t in targets)} (with an 'a' suffix from sm_90 on); got compute "
+                         f"capability {major}.{minor}")
+
+
+_MACRO = re.compile(r"^[A-Za-z_]\w*(\([\w\s,.]*\))?$")  # NAME or NAME(args)
+
+
+def check_inputs(defines: Mapping[str, object], options: Iterable[str], name_expressions: Iterable[str],
+                 headers: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The compile inputs NVRTC would refuse with a less direct message (or misread: a str of options is
+    iterated character by character). Returns the options and name expressions as tuples."""
+    for key, value in defines.items():
+        if not isinstance(key, str) or not _MACRO.match(key):
+            raise ValueError(f"define {key!r} is not a macro name (an identifier, or NAME(args)), as -D takes it")
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))) \
+                or "\n" in str(value):
+            raise ValueError(f"define {key}={value!r}: a value is None, a number or one line of text (True/False: "
+                             "pass 1/0)")
+    lists = []
+    for what, items in (("options", options), ("name_expressions", name_expressions)):
+        if isinstance(items, (str, bytes)):
+            raise TypeError(f"{what} is a list of str, got the single {type(items).__name__} {items!r}: pass "
+                            f"[{items!r}]")
+        items = tuple(items)
+        if not all(isinstance(item, str) for item in items):
+            raise TypeError(f"{what} is a list of str, got {items!r}")
+        lists.append(items)
+    for include, text in headers.items():
+        if not isinstance(include, str) or not isinstance(text, str):
+            raise TypeError(f"headers maps include names to header text (str to str), got {include!r}: "
+                            f"{type(text).__name__}")
+    return lists[0], lists[1]
+
+
 def _options(arch: str, defines: Mapping[str, object], extra: Iterable[str], rdc: bool) -> list[str]:
     opts = [
         f"-arch={arch}",
@@ -185,11 +232,16 @@ def compile_source(
     lowered names are recorded so ``module.kernel(expr)`` finds them. ``headers`` maps include names
     to contents for headers that live only in memory.
     """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be CUDA C++ text (a str), got {type(source).__name__}")
     if arch is None:
-        arch = current_device().caps.arch
-    parse_arch(arch)
+        try:
+            arch = current_device().caps.arch
+        except NoGpuError as exc:
+            raise NoGpuError(f"{exc}; without a GPU, compile for a named target: arch='sm_90a'") from None
+    check_target(arch)
+    options, exprs = check_inputs(defines or {}, options, name_expressions, headers or {})
     opts = _options(arch, defines or {}, options, rdc)
-    exprs = tuple(name_expressions)
     headers = dict(headers or {})
     key = disk_cache.make_key(
         arch, "\x00".join(opts), repr(nvrtc_version()), source, _header_fingerprint(),

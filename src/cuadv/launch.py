@@ -159,7 +159,7 @@ def check_shared_memory(kernel: Kernel, shared_mem: int, caps: DeviceCaps) -> No
     if total > caps.shared_mem_per_block_optin:
         raise LaunchConfigError(
             f"shared_mem = {shared_mem} B dynamic + {kernel.static_shared_bytes} B static shared memory exceeds "
-            f"the per-block opt-in limit of {caps.shared_mem_per_block_optin} B of this GPU (compute capability "
+            f"the per-block limit of {caps.shared_mem_per_block_optin} B (the opt-in maximum of compute capability "
             f"{caps.cc_string()}, CUDA Programming Guide: Technical Specifications per Compute Capability)")
 
 

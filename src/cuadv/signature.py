@@ -8,6 +8,9 @@ types and the alignment it takes (``CType``). What it cannot read is left unchec
 ``void*``, structs, template parameters and typedefs accept anything, and a kernel declared behind a macro,
 or twice in two different ways, has no signature.
 
+A pointer parameter ``p`` takes a strided (pitched) array where the kernel also declares ``p_pitch``,
+``p_stride`` or ``p_strides``: it then addresses rows itself. Every other pointer takes C-contiguous arrays.
+
 Leading parameters named ``cuadv_*`` are passed by cuadv's own wrappers (TileKernel's schedule,
 PersistentKernel's queue), not by the caller: argument positions and counts in messages start after them.
 """
@@ -15,7 +18,7 @@ PersistentKernel's queue), not by the caller: argument positions and counts in m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 
@@ -98,6 +101,7 @@ class DeclaredParam:
     type_name: str  # 'const float*', 'unsigned int', or the text where it could not be read
     pointer: bool  # a pointer (or array) parameter
     ctype: CType | None  # the scalar type, or what a one-level pointer points to; None: not checked
+    strided: bool = False  # a pointer the kernel declares <name>_pitch / _stride / _strides for
 
     def describe(self) -> str:
         return f"{self.type_name} {self.name}" if self.name else self.type_name
@@ -171,6 +175,7 @@ class Signature:
         return True
 
 
+STRIDE_SUFFIXES = ("_pitch", "_stride", "_strides")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)  # preprocessor lines, with their continuations
 _GLOBAL = re.compile(r"\b__global__\b")
@@ -196,7 +201,9 @@ def declared_signature(source: str, kernel: str) -> Signature | None:
         found.append(() if parts in ([], ["void"]) else tuple(parse_param(p) for p in parts))
     if not found or any([p.type_name for p in f] != [p.type_name for p in found[0]] for f in found):
         return None
-    params = found[0]
+    names = {p.name for p in found[0]}
+    params = tuple(replace(p, strided=True) if p.pointer and p.name and names & {f"{p.name}{s}" for s in STRIDE_SUFFIXES}
+                   else p for p in found[0])
     hidden = 0
     while hidden < len(params) and (params[hidden].name or "").startswith("cuadv_"):
         hidden += 1
