@@ -178,10 +178,12 @@ def _check_layout(array: DeviceArray, param: DeclaredParam, where: str) -> None:
     """What a pointer parameter reads: elements of its type (any for void* and the types cuadv does not
     know), one after another from the first (C-contiguous), starting at an address its type's alignment divides."""
     ctype = param.ctype
-    if ctype is not None and array.type_name not in ctype.elements:
+    # NumPy has no bfloat16: producers without ml_dtypes describe its elements as 2-byte voids ('<V2')
+    element = "bfloat16" if array.dtype is None and array.itemsize == 2 else array.type_name
+    if ctype is not None and element not in ctype.elements:
         wanted = sorted(ctype.elements)[0]
         raise KernelArgumentError(
-            f"{where}: got a {array.type_name} array, but {param.type_name} reads {' or '.join(sorted(ctype.elements))}"
+            f"{where}: got a {element} array, but {param.type_name} reads {' or '.join(sorted(ctype.elements))}"
             f" elements; convert it (x.astype(cupy.{wanted}), torch: x.to(torch.{wanted})) or declare the "
             "parameter void*")
     if not array.contiguous and not param.strided:
