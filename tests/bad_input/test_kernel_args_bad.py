@@ -220,3 +220,69 @@ def test_a_launch_with_a_mismatched_array_reaches_no_gpu(fake_gpu):
     kernel = FakeKernel(name="add", sizes=(8, 4), source=source)
     with pytest.raises(KernelArgumentError, match=r"kernel 'add', argument 0 \(float\* y\): got a float64 array"):
         launch(kernel, LaunchConfig(grid=4, block=256), DeviceArray("float64"), 1024)
+
+
+# -- on the GPU: real CuPy arrays and tensors into a compiled kernel; the context stays usable -----------
+GPU_SOURCE = r"""
+extern "C" __global__ void add_rows(float* y, const float4* v, unsigned int* hits, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { y[i] += v[i / 4].x; atomicAdd(hits, 1u); }
+}
+"""
+
+
+@pytest.fixture
+def add_rows():
+    from cuadv.compiler import compile_source
+
+    return compile_source(GPU_SOURCE, name="bad_input_add_rows").kernel("add_rows")
+
+
+def _gpu_args(cp, n=64):
+    return cp.zeros(n, cp.float32), cp.ones(n, cp.float32), cp.zeros(1, cp.uint32)
+
+
+@pytest.mark.gpu
+def test_gpu_mismatched_strided_and_misaligned_arrays_raise_then_a_good_call_runs(cp, add_rows):
+    y, v, hits = _gpu_args(cp)
+    config = LaunchConfig(grid=1, block=64)
+    with pytest.raises(KernelArgumentError, match=r"argument 0 \(float\* y\): got a float64 array"):
+        launch(add_rows, config, y.astype(cp.float64), v, hits, 64)
+    with pytest.raises(KernelArgumentError, match=r"argument 0 \(float\* y\): the float32 array of shape \(32,\) has "
+                                                  r"strides \(8,\) B, not C-contiguous"):
+        launch(add_rows, config, y[::2], v, hits, 32)
+    with pytest.raises(KernelArgumentError, match=r"argument 1 \(const float4\* v\): the array starts at 0x[0-9a-f]+, "
+                                                  r"4 B past a multiple of 16 B"):
+        launch(add_rows, config, y, v[1:], hits, 63)
+    with pytest.raises(KernelArgumentError, match=r"argument 2 \(unsigned int\* hits\): got a int32 array"):
+        launch(add_rows, config, y, v, hits.view(cp.int32), 64)
+    launch(add_rows, config, y, v, hits, 64)  # the same launcher, the right arguments: it runs once
+    cp.cuda.Device().synchronize()
+    assert int(hits.get()[0]) == 64 and (y.get() == 1).all()
+
+
+@pytest.mark.gpu
+def test_gpu_an_int32_tensor_for_an_unsigned_pointer(cp, add_rows):
+    torch = pytest.importorskip("torch")
+    y, v, _ = _gpu_args(cp)
+    hits = torch.zeros(1, dtype=torch.int32, device="cuda")
+    with pytest.raises(KernelArgumentError, match=r"argument 2 \(unsigned int\* hits\): got a int32 array, but "
+                                                  r"unsigned int\* reads uint32 elements"):
+        launch(add_rows, LaunchConfig(grid=1, block=64), y, v, hits, 64)
+    assert int(hits.item()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_an_array_on_another_gpu(cp, add_rows):
+    from cuadv.device import current_device
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    here = current_device().ordinal
+    other = 1 if here == 0 else 0
+    with cp.cuda.Device(other):
+        y_there = cp.zeros(64, cp.float32)
+    _, v, hits = _gpu_args(cp)
+    with pytest.raises(KernelArgumentError, match=rf"argument 0 \(float\* y\): the array is in the memory of GPU "
+                                                  rf"{other}, but the kernel launches on GPU {here}"):
+        launch(add_rows, LaunchConfig(grid=1, block=64), y_there, v, hits, 64)

@@ -203,3 +203,33 @@ def test_fixed_blocks_with_more_shared_memory_than_the_gpu_allows(fake_gpu, monk
                                                 r"the per-block limit of 232448 B \(the opt-in maximum of compute "
                                                 r"capability 9\.0"):
         k(1000, DeviceArray(), 4)
+
+
+# -- on the GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_fixed_blocks_over_the_opt_in_shared_memory(cp):
+    from cuadv.device import current_device
+
+    limit = current_device().caps.shared_mem_per_block_optin
+    k = TileKernel("float* data", "data[tile.x] = 1.0f;", policy="fixed_blocks", shared_mem=limit + 1024,
+                   name="bad_input_big_smem")
+    data = cp.zeros(64, cp.float32)
+    with pytest.raises(LaunchConfigError, match=rf"shared_mem = {limit + 1024} B dynamic \+ \d+ B static shared "
+                                                rf"memory exceeds the per-block limit of {limit} B"):
+        k(64, data)
+    assert not data.get().any()
+
+
+@pytest.mark.gpu
+def test_gpu_argument_count_after_the_schedule(cp):
+    k = TileKernel("float* data", "data[tile.x] = 1.0f;", policy="fixed_work", name="bad_input_count")
+    data = cp.zeros(64, cp.float32)
+    with pytest.raises(KernelArgumentError, match=r"TileKernel 'bad_input_count' takes 1 argument after tiles "
+                                                  r"\(float\* data\), got 2"):
+        k(64, data, 64)
+    with pytest.raises(KernelArgumentError, match=r"kernel 'bad_input_count', argument 0 \(float\* data\): got a "
+                                                  r"float64 array"):
+        k(64, data.astype(cp.float64))
+    k(64, data)
+    cp.cuda.Device().synchronize()
+    assert (data.get() == 1).all()
