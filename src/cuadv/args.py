@@ -5,6 +5,11 @@ The kernel's own parameter sizes (from ``cuKernelGetParamInfo``) decide how a Py
 receives a double. Arrays are passed as their device pointer: anything with
 ``__cuda_array_interface__`` or DLPack (CuPy, PyTorch, cuda.core buffers).
 
+Where the kernel's source is known (``Kernel.signature``, see ``cuadv.signature``), each argument is also
+checked against its declaration: an array's element type, C-contiguity and alignment against what a typed
+pointer reads, a scalar against the range and kind of its C type; and, given the launch's GPU, an array in
+another GPU's memory raises. A raw address (an int) for a pointer is passed unchecked.
+
 ``PackedArguments`` packs one call from scratch. ``ArgumentPacker`` is the repeated-launch form:
 one parameter buffer and one ``void*`` array for the kernel's lifetime, and per tuple of argument
 types a plan (one packer per parameter) checked once through ``pack_argument`` and reused, so a
