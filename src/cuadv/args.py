@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import KernelArgumentError
-from .interop import DeviceArray, array_device, device_array, device_pointer, library_of
+from .interop import DLPACK_CUDA, DeviceArray, array_device, device_array, device_pointer, library_of
 from .memory import DeviceBuffer
 from .signature import CType, DeclaredParam, Signature
 
@@ -400,7 +400,9 @@ class ArgumentPacker:
                 return pack
             return checked
         if size == 8 and _is_cupy_ndarray(kind) and (param is None or pointer or param.ctype is None):
-            elements = param.ctype.elements if pointer and param.ctype is not None else None
+            # dtype objects, not names: dtype.name is a costly property (bfloat16, not in NumPy, takes the slow path)
+            elements = frozenset(np.dtype(n) for n in param.ctype.elements if n != "bfloat16") \
+                if pointer and param.ctype is not None else None
             alignment = param.ctype.alignment if pointer and param.ctype is not None else 1
             dense = pointer and not param.strided
 
@@ -411,20 +413,33 @@ class ArgumentPacker:
                 ptr = data.ptr  # == __cuda_array_interface__["data"][0], without the dict
                 if not value.size or device is not None and data.device_id != device or ptr % alignment or (
                         dense and not value.flags.c_contiguous) or (
-                        elements is not None and value.dtype.name not in elements):
+                        elements is not None and value.dtype not in elements):
                     slow(value)  # an empty array (whatever its interface says), or the canonical error
                 else:
                     _U64(buf, offset, ptr)
             return pack
-        if size == 8 and _plain_device_array(kind) and param is None and device is None:
+        if size == 8 and _plain_device_array(kind) and (param is None or pointer or param.ctype is None):
+            typestrs = frozenset(np.dtype(n).str for n in param.ctype.elements if n != "bfloat16") \
+                if pointer and param.ctype is not None else None
+            alignment = param.ctype.alignment if pointer and param.ctype is not None else 1
+            dense = pointer and not param.strided
+            dlpack_device = device is not None and hasattr(kind, "__dlpack_device__")  # torch: no driver query
+
             def pack(value: Any) -> None:
                 if type(value) is not kind:
                     raise _TypeChanged
                 cai = getattr(value, "__cuda_array_interface__", None)
                 if cai is None:  # e.g. a tensor of the same type in host memory: the canonical path
                     slow(value)
+                    return
+                ptr = int(cai["data"][0])
+                # strides None: C-contiguous (the interface's convention); anything else is decided exactly below
+                if ptr % alignment or typestrs is not None and cai["typestr"] not in typestrs or (
+                        dense and cai.get("strides") is not None) or device is not None and (
+                        not dlpack_device or value.__dlpack_device__() != (DLPACK_CUDA, device)):
+                    slow(value)
                 else:
-                    _U64(buf, offset, int(cai["data"][0]))
+                    _U64(buf, offset, ptr)
             return pack
         return checked
 

@@ -170,7 +170,7 @@ def array_device(obj: Any, ptr: int) -> int | None:
     dlpack_device = getattr(obj, "__dlpack_device__", None)
     if dlpack_device is not None:
         kind, ordinal = dlpack_device()
-        return int(ordinal) if int(kind) == _DLPACK_CUDA else None
+        return int(ordinal) if int(kind) == DLPACK_CUDA else None
     if not ptr:
         return None
     drv = driver()
@@ -187,7 +187,7 @@ def array_device(obj: Any, ptr: int) -> int | None:
     return ordinal if device_memory and not managed else None
 
 
-_DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (kDLCUDAHost 3 and kDLCUDAManaged 13 are reachable from every GPU)
+DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (kDLCUDAHost 3 and kDLCUDAManaged 13 are reachable from every GPU)
 
 
 def wait_for_stream(waiter: int, producer: int) -> None:

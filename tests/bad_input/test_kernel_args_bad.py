@@ -214,6 +214,36 @@ def test_a_cached_plan_checks_each_cupy_array(bad, message):
         packer.pack((ndarray(), 2**31))
 
 
+class Tensor:
+    """What the packer reads of a PyTorch CUDA tensor: the CUDA Array Interface (a property of the class) and the
+    DLPack device."""
+
+    def __init__(self, typestr="<f4", ptr=PTR, strides=None, device=0):
+        self._cai = {"data": (ptr, False), "shape": (1024,), "typestr": typestr, "strides": strides, "version": 2}
+        self.device = device
+
+    @property
+    def __cuda_array_interface__(self):
+        return dict(self._cai)
+
+    def __dlpack_device__(self):
+        return (2, self.device)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (Tensor("<f8"), r"got a float64 array, but float\* reads float32 elements"),
+    (Tensor(strides=(8,)), r"the float32 array of shape \(1024,\) has strides \(8,\) B, not C-contiguous"),
+    (Tensor(ptr=PTR + 2), r"the array starts at 0x7f0000000002, 2 B past a multiple of 4 B"),
+    (Tensor(device=1), r"the array is in the memory of GPU 1, but the kernel launches on GPU 0"),
+])
+def test_a_cached_plan_checks_each_tensor(bad, message):
+    packer = ArgumentPacker((8, 4), declared_signature('extern "C" __global__ void add(float* y, int n) {}', "add"),
+                            device=0)
+    packer.pack((Tensor(), 5))  # the plan for (Tensor, int)
+    with pytest.raises(KernelArgumentError, match=r"kernel 'add', argument 0 \(float\* y\): " + message):
+        packer.pack((bad, 5))
+
+
 def test_a_launch_with_a_mismatched_array_reaches_no_gpu(fake_gpu):
     fake_gpu(HOPPER)
     source = 'extern "C" __global__ void add(float* y, int n) {}'
