@@ -23,13 +23,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._cuda import check, driver
-from .args import ArgumentPacker, PackedArguments
 import numpy as np
 
+from ._cuda import check, driver
+from .args import ArgumentPacker, PackedArguments
 from .device import DeviceCaps, current_device
-from .dims import (MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK, PORTABLE_CLUSTER_SIZE, Dim3, is_int,
-                   as_dim3, volume)
+from .dims import (MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK, PORTABLE_CLUSTER_SIZE, Dim3, as_dim3,
+                   is_int, volume)
 from .errors import LaunchConfigError
 from .features import require
 from .interop import stream_handle

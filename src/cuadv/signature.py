@@ -96,7 +96,6 @@ def _canonical(words: list[str]) -> str:
 class DeclaredParam:
     """One parameter as the source declares it."""
 
-    text: str  # as written, whitespace collapsed
     name: str | None
     type_name: str  # 'const float*', 'unsigned int', or the text where it could not be read
     pointer: bool  # a pointer (or array) parameter
@@ -115,10 +114,10 @@ def parse_param(text: str) -> DeclaredParam:
     text = " ".join(text.split())
     tokens = _TOKEN.findall(re.sub(r"\s*::\s*", "::", text))
     if not tokens or any(not (t[0].isalpha() or t[0] in "_:") and t not in ("*", "[", "]") for t in tokens):
-        return DeclaredParam(text, None, text, False, None)
+        return DeclaredParam(None, text, False, None)
     names = [t for t in tokens if t not in ("*", "[", "]")]
     words = [t for t in names if t not in _QUALIFIERS]
-    last = next(t for t in reversed(tokens) if t not in ("[", "]"))
+    last = next((t for t in reversed(tokens) if t not in ("[", "]")), None)
     name = words[-1] if len(words) >= 2 and last == words[-1] and words[-1] not in _TYPE_WORDS else None
     type_words = words[:-1] if name else words
     levels = tokens.count("*") + (1 if "[" in tokens else 0)
@@ -127,7 +126,7 @@ def parse_param(text: str) -> DeclaredParam:
     const = "const " if "const" in tokens[:star] else ""
     type_name = f"{const}{spelling}{'*' * levels}" if levels else spelling
     ctype = TYPES.get(spelling) if levels <= 1 else None
-    return DeclaredParam(text, name, type_name, levels > 0, ctype)
+    return DeclaredParam(name, type_name, levels > 0, ctype)
 
 
 def split_params(params: str) -> list[str]:
