@@ -7,8 +7,9 @@
 #   PYTEST_ARGS="-k clusters" CHECK_ARGS="--lab vecscale" RUN_ARGS="--only vecscale" scripts/gpu_suite.sh tests
 #   BENCH_ARGS=--peer scripts/gpu_suite.sh bench:domains     (on a machine with 2 GPUs)
 #
-# Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | bench:LAB
-# $OUT ends with at most 8 files: env.txt, build.log, pytest.log, check.log, run.log, bench.log, report.tar.gz, summary.txt.
+# Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | examples | profile | bench:LAB
+# $OUT ends with at most 8 files: env.txt, build.log, pytest.log, check.log, run.log, bench.log or examples.log,
+# report.tar.gz (reports, benches, profiles), summary.txt.
 set -u
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
@@ -50,6 +51,24 @@ for step in $STEPS; do
       flag=--quick; [ "$step" = run-full ] && flag=
       t python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
+    examples)
+      for ex in examples/*.py; do
+        echo "== $ex"; t python3 "$ex"; echo "== $ex: exit $?"
+      done > "$OUT/examples.log" 2>&1
+      note "examples: $(grep -c ': exit 0$' "$OUT/examples.log") of $(ls examples/*.py | wc -l) exit 0 in $(( $(date +%s) - start )) s" ;;
+    profile)
+      # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report
+      # and a summary of the counters that say why go into the report folder (ncu locks the clocks to base).
+      mkdir -p "$OUT/report/profile"
+      t ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats -f -o "$OUT/report/profile/cases" \
+        python3 scripts/profile_cases.py ${PROFILE_GROUPS:-hist spmv vecscale} > "$OUT/report/profile/ncu.log" 2>&1
+      rc=$?
+      python3 scripts/profile_cases.py --summary "$OUT/report/profile/cases.ncu-rep" "$OUT/report/profile/ncu.log" \
+        > "$OUT/report/profile/summary.txt" 2>&1
+      ncu -i "$OUT/report/profile/cases.ncu-rep" --csv --page raw | gzip > "$OUT/report/profile/raw.csv.gz"
+      rm -f "$OUT/report/profile/cases.ncu-rep"  # tens of MB: the raw counters above keep what it holds
+      note "profile: exit $rc in $(( $(date +%s) - start )) s" ;;
     bench:*)
       t python3 -m cuadv bench "${step#bench:}" ${BENCH_ARGS:-} --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;

@@ -47,9 +47,11 @@ def screenshot(html: Path, png: Path, width: int = 1400, height: int = 3000, chr
     png.parent.mkdir(parents=True, exist_ok=True)
     png.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="cuadv-chromium-") as profile:
-        # --no-sandbox: Chromium refuses to run as root otherwise (containers, CI);
-        # a throw-away profile so a running browser's lock does not get in the way.
+        # --no-sandbox: Chromium refuses to run as root otherwise (containers, CI); no background
+        # networking: without a network Chromium's calls home fail and slow it; a throw-away profile
+        # so a running browser's lock does not get in the way.
         cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+               "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
                f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={width},{height}",
                html.as_uri()]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -6,19 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-
-def _gpu_reason() -> str | None:
-    from cuadv._cuda import init_driver
-    from cuadv.errors import NoGpuError
-
-    try:
-        init_driver()
-    except NoGpuError as exc:
-        return str(exc)
-    return None
-
-
-GPU_REASON = _gpu_reason()
+from gpu_presence import GPU_REASON  # noqa: E402  (after the path to src/ is set)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GPU_REASON
+from gpu_presence import GPU_REASON
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,6 +11,7 @@ import pytest
 from cuadv import cooperative as co
 from cuadv.compiler import compile_source
 from cuadv.errors import CompileError, KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
+from cuadv.kernel import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,10 +156,15 @@ class FakeCaps:
         return dict(self.features)
 
 
-class FakeKernel:
+class FakeKernel(Kernel):
+    """A Kernel with nothing loaded (occupancy queries and launches would fail)."""
+
     name = "fake"
     static_shared_bytes = 0
     compile_time_cluster = None
+
+    def __init__(self):
+        pass
 
 
 def _no_launch(*args, **kwargs):

@@ -56,3 +56,17 @@ def test_l2_example_compiles_and_its_reference_pairs_each_float4():
     x, table = np.arange(8, dtype=np.float32), np.arange(16, dtype=np.float32)
     out = l2.reference(x, table, np.arange(8))
     assert np.array_equal(out[:4] - x[:4], np.full(4, out[0] - x[0]))  # one table pair per float4
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_nvtx_example_compiles_both_kernels(arch):
+    module = load("nvtx_ranges").build(arch)
+    for name in ("smooth", "scale"):
+        assert module.resources_for(name).spill_store_bytes == 0
+
+
+def test_nvtx_example_reference_smooths_then_scales():
+    example = load("nvtx_ranges")
+    x = np.array([3, 0, 6, 3], dtype=np.float32)
+    assert np.array_equal(example.reference(x, 2.0, 1), np.array([6, 6, 6, 6], dtype=np.float32))
+    assert "nsys profile -t cuda,nvtx" in example.__doc__

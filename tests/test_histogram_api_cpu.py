@@ -79,7 +79,7 @@ def test_histogram_out_library_and_shape():
         api.check_out(FakeCupy(shape=(11,), typestr="<i8"), 10, src)
     with pytest.raises(ValueError, match=r"shape \(10,\)"):
         api.check_out(FakeCupy(shape=(2, 5), typestr="<i8"), 10, src)
-    assert api.check_out(FakeCupy(shape=(10,), typestr="<i8"), 10, src).size == 10
+    assert api.check_out(FakeCupy(shape=(10,), typestr="<i8", ptr=1 << 21), 10, src).size == 10
 
     class FakeTorch(Fake):
         pass

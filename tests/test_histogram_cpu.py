@@ -253,11 +253,11 @@ def test_exchange_default_plans(bins, cluster, bits):
     plan = h.plan_histogram(bins, variant="exchange")
     assert (plan.variant, plan.cluster, plan.counter_bits, plan.hot, plan.vectors) == ("exchange", cluster, bits, 0, 2)
     assert plan.clustered and plan.threads == h.THREADS and plan.kernel_expr in h.kernel_expressions()
-    assert plan.scalar_args() == (0, plan.cap, 1) and plan.cap == h.exchange_cap(cluster, 2)
+    assert plan.scalar_args() == (0, plan.cap, 1, 0) and plan.cap == h.exchange_cap(cluster, 2)
     assert plan.shared_bytes == h.exchange_layout(bins, cluster, bits, 0, plan.cap)["bytes"] <= h.H200_SHARED_PER_BLOCK
     assert plan.label == f"dsm exchange c={cluster} ({bits}-bit, 8K/round, atomic sort)"  # atomic: the default
     ballot = h.plan_histogram(bins, variant="exchange", sort="ballot", vectors=1)
-    assert ballot.scalar_args() == (0, h.exchange_cap(cluster, 1), 0) and ballot.sort == "ballot"
+    assert ballot.scalar_args() == (0, h.exchange_cap(cluster, 1), 0, 0) and ballot.sort == "ballot"
     assert ballot.label == f"dsm exchange c={cluster} ({bits}-bit, 4K/round, ballot sort)"
 
 
@@ -286,7 +286,7 @@ def test_exchange_sizes_and_layout():
     big = h.plan_histogram(1 << 20, variant="exchange", hot=h.EXCHANGE_HOT)
     assert big.shared_bytes == 230_208 <= h.H200_SHARED_PER_BLOCK
     assert big.label == "dsm exchange c=16 (16-bit, 8K/round, atomic sort) +hot 4096"
-    assert big.scalar_args() == (4096, 640, 1)  # 1: the atomic sort
+    assert big.scalar_args() == (4096, 640, 1, 0)  # 1: the atomic sort
     # At 70,001 bins over 2 blocks the 32-bit shard and a hot range no longer fit: 16-bit counters instead.
     assert h.plan_histogram(70_001, variant="exchange", cluster=2, hot=4096).counter_bits == 16
 

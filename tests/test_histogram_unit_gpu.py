@@ -47,6 +47,19 @@ def test_unit_width_counts_in_place_exactly(cp, bins, variant):
         assert h2 is out and np.array_equal(cp.asnumpy(out), want)
 
 
+@pytest.mark.parametrize("variant", ["auto", "exchange"])
+def test_exchange_closes_the_last_bin_where_the_extra_slot_does_not_fit(cp, variant):
+    bins = 1 << 20  # bins + 1 slots over 16 blocks: 65,537 local bins, past the 16-bit mailbox entries
+    if engine().plan(bins, "int32").variant != "exchange":
+        pytest.skip("the exchange does not hold 1M bins here")
+    rng = np.random.default_rng(5)
+    host = edgy(rng, 2_000_011, bins)
+    p = prepare_histogram(cp.asarray(host), bins, range=(0, bins), variant=variant)
+    hist, _ = p()
+    assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(0, bins))[0])
+    assert p.plan.variant == "exchange" and p.plan.closed and p.plan.bins == bins and p._index is None
+
+
 def test_chunks_accumulate_the_folded_edge(cp, monkeypatch):
     from cuadv.histograms import api
 

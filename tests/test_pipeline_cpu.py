@@ -177,11 +177,6 @@ def test_copy_alignment_is_what_the_array_guarantees():
         lab.Grid2D.of(FakeArray((10, 8), strides=(64, 8)), "x")
 
 
-def test_byte_span():
-    assert lab.Grid2D.of(FakeArray((3, 5), strides=(32, 4)), "x").byte_span() == (0x10000, 0x10000 + 4 * (2 * 8 + 5))
-    assert lab.Grid2D.of(FakeArray((0, 5)), "x").byte_span() == (0x10000, 0x10000)
-
-
 def test_tile_count():
     assert lab.tile_count(0, 5) == 0 and lab.tile_count(1, 1) == 1
     assert lab.tile_count(16, 128) == 1 and lab.tile_count(17, 129) == 4

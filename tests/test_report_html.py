@@ -2,19 +2,17 @@
 external asset), working links, the same content in report.md and results.json; and a real
 headless-browser render. tests/test_report_pages.py checks every link of every page and the CSVs."""
 
-import importlib.util
 import json
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from browser import require_chromium, screenshot_module
 from cuadv.report.writer import Report, write_report
 from cuadv.report.results import LabResult, Selection, Table
 from cuadv.report.selection import selection_matrix
 
-ROOT = Path(__file__).resolve().parents[1]
 CAPS = {"name": "NVIDIA H200", "compute_capability": (9, 0), "sm_count": 132, "l2_cache_bytes": 62_914_560,
         "clc": False, "cluster_launch": True, "tma": True, "pdl": True, "cooperative_launch": True,
         "persisting_l2_max_bytes": 39_321_600, "mem_sync_domain_count": 4, "stream_priority_low": 0,
@@ -175,20 +173,11 @@ def test_report_without_gpu(tmp_path):
     assert "No GPU was used" in text and "capabilities were not read" in text and "no CUDA GPU" in text
 
 
-def _screenshot_module():
-    spec = importlib.util.spec_from_file_location("screenshot_report", ROOT / "scripts" / "screenshot_report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_headless_browser_renders_the_report(written, tmp_path):
-    shot = _screenshot_module()
-    if shot.find_chromium() is None:
-        pytest.skip("no Chromium binary (install chromium or set CUADV_CHROMIUM)")
+    chromium = require_chromium()
+    shot = screenshot_module()
     _, paths = written
-    png = shot.screenshot(paths["index.html"], tmp_path / "shot.png", width=1400, height=3000)
+    png = shot.screenshot(paths["index.html"], tmp_path / "shot.png", width=1400, height=3000, chromium=chromium)
     ink = shot.measure_ink(png)
     assert (ink.width, ink.height) == (1400, 3000)
     assert not ink.blank, ink
@@ -198,6 +187,6 @@ def test_blank_screenshot_is_detected(tmp_path):
     import matplotlib.image as mpimg
     import numpy as np
 
-    shot = _screenshot_module()
+    shot = screenshot_module()
     mpimg.imsave(tmp_path / "white.png", np.ones((50, 80, 3)))
     assert shot.measure_ink(tmp_path / "white.png").blank

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpu_presence import GPU_REASON
 from cuadv.simulate import (POLICIES, KernelSpec, Machine, SimulationError, Variant, high_priority_kernel,
                             ideal_ns, make_workload, preemption, seed_table, simulate, simulator_result,
                             spin_kernel, study, verdicts)
@@ -298,7 +299,7 @@ def test_simulator_result_for_the_report(tmp_path):
     assert result.checks and result.notes
 
 
-@pytest.mark.skipif(__import__("conftest").GPU_REASON is None, reason="this machine has a GPU")
+@pytest.mark.skipif(GPU_REASON is None, reason="this machine has a GPU")
 def test_run_without_gpu_has_the_simulator_and_an_explained_selection_matrix(tmp_path):
     r = cuadv("run", "--quick", "--only", "vecscale", "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr

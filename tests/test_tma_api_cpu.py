@@ -114,9 +114,9 @@ def test_transpose_rules(no_gpu_work):
     with pytest.raises(tma.TensorMapError, match=r"dst \(the transposed box 32 x 2\): .*inner extent .*8 B"):
         tma.prepare_transpose(pitched(100, 64), box=(2, 32))
     with pytest.raises(tma.TensorMapError, match=r"dst: .*inner extent"):
-        tma.prepare_transpose(pitched(100, 64), pitched(64, 100), box=(2, 32))
+        tma.prepare_transpose(pitched(100, 64), pitched(64, 100, address=0x20000), box=(2, 32))
     with pytest.raises(tma.TensorMapError, match=r"dst: .*stride 100 B"):
-        tma.prepare_transpose(pitched(100, 64, "|u1"), FakeArray((64, 100), "|u1"))
+        tma.prepare_transpose(pitched(100, 64, "|u1"), FakeArray((64, 100), "|u1", address=0x20000))
 
 
 @pytest.mark.parametrize("prepare, name", [(tma.prepare_copy, "cuadv.tma.copy"),
@@ -125,14 +125,15 @@ def test_a_gpu_without_tma_gets_the_fallback(gpu_without_tma, prepare, name):
     src = pitched(1, 13)  # a legal array: the feature check is what fails
     with pytest.raises(UnsupportedFeatureError, match=rf"{name} \(TMA bulk tensor copies\) needs compute capability "
                                                       r">= 9.0 \(got 8.6\); fallback: cupy.copyto") as info:
-        prepare(src, pitched(13, 1) if prepare is tma.prepare_transpose else pitched(1, 13))
+        prepare(src, pitched(13, 1, address=0x20000) if prepare is tma.prepare_transpose else
+                pitched(1, 13, address=0x20000))
     assert info.value.fallback and "torch" in info.value.fallback
 
 
 def test_a_single_dense_row_is_legal(gpu_without_tma):
     # A (1, 13) float32 array reports a 52-byte row stride; with one row TMA never uses it.
     with pytest.raises(UnsupportedFeatureError):
-        tma.prepare_copy(FakeArray((1, 13)), FakeArray((1, 13)))
+        tma.prepare_copy(FakeArray((1, 13)), FakeArray((1, 13), address=0x20000))
 
 
 def test_empty_arrays_need_no_gpu(no_gpu_work):

@@ -18,13 +18,14 @@ any array with ``__cuda_array_interface__`` or DLPack, returns arrays of the cal
     LaunchConfig, AccessPolicyWindow, launch   every launch option, checked before launch
     prepare, Launcher                          a launch checked once, then repeated at low host cost
     time_gpu, copy_ceiling                     CUDA-event timing and the bandwidth ceiling
+    wait, GpuTimeoutError                      every host wait for the GPU bounded (CUADV_TIMEOUT_S)
 """
 
 from . import cooperative, domains, features, l2, pdl, persistent, pipeline, tma
 from .compiler import CompiledModule, compile_source
 from .cooperative import block_sum, grid_sync_launch, max_cooperative_grid, prepare_block_sum
 from .device import Device, DeviceCaps, current_device
-from .errors import (CompileError, CuadvError, KernelArgumentError, LaunchConfigError, NoGpuError,
+from .errors import (CompileError, CuadvError, GpuTimeoutError, KernelArgumentError, LaunchConfigError, NoGpuError,
                      UnsupportedFeatureError, ValidationError)
 from .histograms import bincount, histogram, prepare_bincount, prepare_histogram
 from .kernel import Kernel
@@ -32,16 +33,17 @@ from .launch import AccessPolicyWindow, LaunchConfig, Launcher, launch, prepare
 from .pdl import launch_chain, prepare_chain
 from .persistent import PersistentKernel, prepare_persistent
 from .timing import Timing, copy_ceiling, time_gpu
+from .waiting import wait
 from .work_stealing import Schedule, TileKernel, TileOrder, Trace
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "Device", "DeviceCaps", "Kernel",
-    "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "PersistentKernel",
+    "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "Device", "DeviceCaps", "GpuTimeoutError",
+    "Kernel", "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "PersistentKernel",
     "Schedule", "TileKernel", "TileOrder", "Timing", "Trace", "UnsupportedFeatureError", "ValidationError",
     "bincount", "block_sum", "compile_source", "cooperative", "copy_ceiling", "current_device", "domains",
     "features", "grid_sync_launch", "histogram", "l2", "launch", "launch_chain", "max_cooperative_grid", "pdl",
     "persistent", "pipeline", "prepare", "prepare_bincount", "prepare_block_sum", "prepare_chain",
-    "prepare_histogram", "prepare_persistent", "time_gpu", "tma",
+    "prepare_histogram", "prepare_persistent", "time_gpu", "tma", "wait",
 ]

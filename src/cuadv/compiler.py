@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -120,6 +121,8 @@ class CompiledModule:
     source: str = field(default="", repr=False, compare=False)  # what was compiled: kernels' declared parameters
     _object_code: object = field(default=None, repr=False, compare=False)
     _kernels: dict = field(default_factory=dict, repr=False, compare=False)
+    # Held while a kernel is loaded: threads asking at once get one module load and one Kernel object.
+    _loading: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def resources_for(self, name: str) -> KernelResources:
         return self.resources[self.lowered_names.get(name, name)]
@@ -133,20 +136,24 @@ class CompiledModule:
         """Load (once) and return the named kernel as a cuadv Kernel: the same object on every call,
         because it caches what belongs to the CUDA kernel (its launchers, its shared-memory and
         cluster attributes), which two objects for one kernel would each get wrong."""
-        from cuda.core import ObjectCode
-
         kernel = self._kernels.get(name)
         if kernel is None:
-            if self._object_code is None:
-                self._object_code = ObjectCode.from_cubin(self.cubin)
-            symbol = self.lowered_names.get(name, name)
-            if b"\x00" + symbol.encode() + b"\x00" not in self.cubin:  # the ELF string table names every kernel
-                raise CuadvError(f"module {self.name!r} has no kernel {name!r}; its kernels: "
-                                 f"{', '.join(self.kernel_names()) or 'none'}")
-            # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
-            # they accept for symbol_mapping values.
-            kernel = Kernel(self._object_code.get_kernel(symbol), name=name, module=self)
-            kernel = self._kernels.setdefault(name, kernel)
+            with self._loading:
+                kernel = self._kernels.get(name) or self._load(name)
+        return kernel
+
+    def _load(self, name: str) -> Kernel:
+        from cuda.core import ObjectCode
+
+        if self._object_code is None:
+            self._object_code = ObjectCode.from_cubin(self.cubin)
+        symbol = self.lowered_names.get(name, name)
+        if b"\x00" + symbol.encode() + b"\x00" not in self.cubin:  # the ELF string table names every kernel
+            raise CuadvError(f"module {self.name!r} has no kernel {name!r}; its kernels: "
+                             f"{', '.join(self.kernel_names()) or 'none'}")
+        # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
+        # they accept for symbol_mapping values.
+        kernel = self._kernels[name] = Kernel(self._object_code.get_kernel(symbol), name=name, module=self)
         return kernel
 
 

@@ -32,6 +32,8 @@ from .features import why_not as _feature_why_not
 from .interop import stream_handle
 from .launch import MEM_SYNC_DOMAINS
 
+__all__ = ["DOMAINS", "why_not", "registry_reason", "in_domain", "set_stream_domain", "stream_domain"]
+
 DOMAINS: tuple[str, ...] = tuple(MEM_SYNC_DOMAINS)  # ("default", "remote"), as LaunchConfig accepts them
 FALLBACK = "launch in the default domain"
 
@@ -59,7 +61,7 @@ def registry_reason(caps: dict) -> str | None:
 
 def check_domain(domain: str) -> None:
     """A domain name LaunchConfig accepts (the same message)."""
-    if domain not in MEM_SYNC_DOMAINS:
+    if not isinstance(domain, str) or domain not in MEM_SYNC_DOMAINS:
         raise LaunchConfigError(f"memory sync domain must be 'default' or 'remote', got {domain!r}")
 
 
@@ -72,10 +74,11 @@ def set_stream_domain(stream: Any, domain: str) -> None:
     """Put every later launch on ``stream`` (a CuPy / torch / cuda.core stream or a handle) in ``domain``,
     unless a launch names its own (``LaunchConfig(mem_sync_domain=...)``)."""
     check_domain(domain)
+    handle = stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
     drv = driver()
     value = drv.CUstreamAttrValue()
     value.memSyncDomain = getattr(drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{domain.upper()}")
-    check(drv.cuStreamSetAttribute(drv.CUstream(stream_handle(stream)), _attr(), value),
+    check(drv.cuStreamSetAttribute(drv.CUstream(handle), _attr(), value),
           f"cuStreamSetAttribute(MEM_SYNC_DOMAIN={domain})")
 
 
@@ -91,6 +94,7 @@ def stream_domain(stream: Any) -> str:
 def in_domain(stream: Any, domain: str) -> Iterator[None]:
     """Launches on ``stream`` inside the block go to ``domain``; the stream's previous domain comes back after."""
     check_domain(domain)
+    stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
     previous = stream_domain(stream)
     set_stream_domain(stream, domain)
     try:

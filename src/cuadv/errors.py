@@ -53,3 +53,18 @@ class CudaDriverError(CuadvError):
 
 class ValidationError(CuadvError):
     """A lab's result did not match its reference."""
+
+
+class GpuTimeoutError(CuadvError):
+    """A host wait for GPU work outlasted its timeout; the message names what was waited for, the
+    timeout and what to do (``cuadv.waiting``)."""
+
+    def __init__(self, what: str, timeout_s: float, activity: str | None = None):
+        self.what, self.timeout_s, self.activity = what, timeout_s, activity
+        during = f" (during {activity})" if activity else ""
+        super().__init__(
+            f"{what}{during} did not finish within the timeout of {timeout_s:g} s. The GPU is still busy with it: a "
+            "kernel that never ends (a deadlock, a spin on a flag nobody sets) or far more work than expected. "
+            "This CUDA context cannot be used until that work ends; end the process (cuadv then exits without the "
+            "CUDA teardown, which would wait for it). For longer work set CUADV_TIMEOUT_S (seconds; inf: no "
+            "limit) or pass timeout_s=.")

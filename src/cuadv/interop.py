@@ -41,6 +41,7 @@ class DeviceArray:
     library: str  # 'cupy', 'torch', 'cuda.core' or 'other'
     type_name: str  # NumPy's name for the element type ('float32'), 'bfloat16' where NumPy has none
     owner: Any = None
+    readonly: bool = False  # the producer marks the data read-only (CAI data[1], DLPack's read-only flag)
 
     @property
     def size(self) -> int:
@@ -69,6 +70,58 @@ class DeviceArray:
             return True
         dense = c_strides(self.shape, self.itemsize)
         return all(s == d for s, d, n in zip(self.strides, dense, self.shape) if n > 1)
+
+
+def writable(arr: DeviceArray, what: str) -> DeviceArray:
+    """``arr`` if cuadv may write it; KernelArgumentError naming ``what`` where its producer marks it read-only."""
+    if arr.readonly:
+        raise KernelArgumentError(f"{what} is read-only (its producer marks the data read-only); pass a writable "
+                                  "array")
+    return arr
+
+
+def overlaps(a: DeviceArray, b: DeviceArray) -> bool:
+    """Whether two arrays share a byte. Exact where each is contiguous or a stack of contiguous rows and the two
+    have one row pitch (views of one pitched allocation, e.g. side-by-side column blocks); otherwise whether their
+    byte ranges intersect (which may say True for interleaved arrays that share no byte)."""
+    if a.size == 0 or b.size == 0:
+        return False
+    (a_lo, a_hi), (b_lo, b_hi) = _byte_range(a), _byte_range(b)
+    if a_hi <= b_lo or b_hi <= a_lo:
+        return False
+    ra, rb = _rows(a), _rows(b)
+    if ra is None or rb is None:
+        return True
+    (a0, a_rows, a_pitch, a_len), (b0, b_rows, b_pitch, b_len) = ra, rb
+    if a_rows > 1 and b_rows > 1 and a_pitch != b_pitch:
+        return True
+    pitch = a_pitch if a_rows > 1 else b_pitch
+    if a_rows == 1 and b_rows == 1:
+        return True  # two byte ranges, which intersect
+    # Rows r of a and s of b meet where -b_len < (b0 - a0) + k * pitch < a_len for k = s - r (a single row has
+    # only r = 0 or s = 0).
+    d = b0 - a0
+    k_lo = max(-(a_rows - 1), (-b_len - d) // pitch + 1)
+    k_hi = min(b_rows - 1, -((d - a_len) // pitch) - 1)
+    return k_lo <= k_hi
+
+
+def _byte_range(arr: DeviceArray) -> tuple[int, int]:
+    """[first, last + 1) of the bytes ``arr``'s elements occupy (strides may be negative)."""
+    lo = hi = arr.ptr
+    for n, s in zip(arr.shape, arr.strides):
+        lo, hi = lo + min(0, s * (n - 1)), hi + max(0, s * (n - 1))
+    return lo, hi + arr.itemsize
+
+
+def _rows(arr: DeviceArray) -> tuple[int, int, int, int] | None:
+    """(base, rows, row pitch, bytes per row) of a contiguous array (one row) or a 2-D array of contiguous rows
+    with a positive pitch; None for any other layout."""
+    if arr.contiguous:
+        return arr.ptr, 1, arr.nbytes, arr.nbytes
+    if len(arr.shape) == 2 and (arr.shape[1] == 1 or arr.strides[1] == arr.itemsize) and arr.strides[0] > 0:
+        return arr.ptr, arr.shape[0], arr.strides[0], arr.shape[1] * arr.itemsize
+    return None
 
 
 def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
@@ -107,7 +160,8 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         if stream is not None and producer is not None and _legacy_as_one(int(producer)) != _legacy_as_one(stream) \
                 and not capturing(stream):
             wait_for_stream(stream, int(producer))  # 1 and 2 are the driver's legacy and per-thread handles too
-        return DeviceArray(int(cai["data"][0]), shape, strides, typestr, itemsize, library, _type_name(typestr), obj)
+        return DeviceArray(int(cai["data"][0]), shape, strides, typestr, itemsize, library, _type_name(typestr), obj,
+                           bool(cai["data"][1]))
     if hasattr(obj, "__dlpack__"):
         from cuda.core.utils import StridedMemoryView
 
@@ -122,7 +176,8 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         itemsize = int(view.dtype.itemsize)
         strides = (tuple(int(v) * itemsize for v in view.strides) if view.strides is not None
                    else c_strides(shape, itemsize))
-        return DeviceArray(int(view.ptr), shape, strides, view.dtype.str, itemsize, library, view.dtype.name, obj)
+        return DeviceArray(int(view.ptr), shape, strides, view.dtype.str, itemsize, library, view.dtype.name, obj,
+                           bool(getattr(view, "readonly", False)))
     raise KernelArgumentError(
         f"cannot use {type(obj).__name__} as a device array: it has neither __cuda_array_interface__ nor "
         "__dlpack__ (pass a CuPy array, a PyTorch CUDA tensor or a cuda.core buffer)")

@@ -38,6 +38,7 @@ blocks active at once on different streams share one set-aside.
 
 from __future__ import annotations
 
+import numbers
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,10 @@ from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
 from .features import require as require_feature
 from .interop import device_array, stream_handle
 from .launch import AccessPolicyWindow
+from .waiting import wait
+
+__all__ = ["persist", "Persist", "SetAside", "hit_ratio_for", "reset_persisting_lines", "get_set_aside", "set_set_aside",
+           "get_stream_window", "set_stream_window", "unsupported_reason"]
 
 FALLBACK = "plain caching: the same code without persist() (same results; the buffer competes for L2)"
 
@@ -236,7 +241,7 @@ class Persist:
     def __exit__(self, *exc) -> None:
         try:
             # The work enqueued in the block should run while the set-aside is still reserved.
-            check(driver().cuStreamSynchronize(driver().CUstream(self.stream)), "cuStreamSynchronize")
+            wait(self.stream, what="the work enqueued in a persist() block")
             if self.window is not None:
                 set_stream_window(self.stream, None, self.caps)
         finally:
@@ -258,6 +263,11 @@ class Persist:
                 f"set_aside={self.requested_set_aside}, active={self.active})")
 
 
+def _is_int(value: Any) -> bool:
+    """An int or NumPy integer (``arr.nbytes`` of NumPy is one), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | None = None, stream: Any = None,
             set_aside: int | None = None, caps=None) -> Persist:
     """A context manager that keeps ``array_or_ptr`` (a device array, or an address with ``nbytes``) in the
@@ -272,7 +282,8 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
     Every check runs here, before the GPU is touched: no persisting L2 raises UnsupportedFeatureError
     (fallback: plain caching), a window over the device's maximum window or a set-aside over its
     maximum raises LaunchConfigError naming the limit."""
-    if hit_ratio is not None and not (isinstance(hit_ratio, (int, float)) and 0.0 <= hit_ratio <= 1.0):
+    if hit_ratio is not None and (isinstance(hit_ratio, bool) or not isinstance(hit_ratio, numbers.Real)
+                                  or not 0.0 <= hit_ratio <= 1.0):
         raise LaunchConfigError(f"hit_ratio must be in [0, 1], got {hit_ratio!r}")
     if caps is None:
         from .device import current_device
@@ -286,7 +297,7 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
         like: tuple = (array_or_ptr,)
         if nbytes is None:
             nbytes = size
-        elif isinstance(nbytes, int) and nbytes > size:
+        elif _is_int(nbytes) and nbytes > size:
             raise LaunchConfigError(f"nbytes = {nbytes} exceeds the array's {size} B; the window lies inside the array")
     else:
         ptr, like = int(array_or_ptr), ()
@@ -294,14 +305,15 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
             raise LaunchConfigError(f"a device address must be positive, got {array_or_ptr!r}")
         if nbytes is None:
             raise LaunchConfigError("persist(address) needs nbytes: the window's size in bytes")
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+    if not _is_int(nbytes) or nbytes <= 0:
         raise LaunchConfigError(f"nbytes must be a positive int (the window's size in bytes), got {nbytes!r}")
+    nbytes = int(nbytes)
     check_window_bytes(nbytes, int(features["access_policy_max_window_bytes"]))
     maximum = int(features["persisting_l2_max_bytes"])
     if set_aside is None:
         set_aside = maximum
-    elif isinstance(set_aside, bool) or not isinstance(set_aside, int):
+    elif not _is_int(set_aside):
         raise LaunchConfigError(f"set_aside must be an int number of bytes, got {set_aside!r}")
     check_set_aside(set_aside, maximum)
-    return Persist(ptr, nbytes, None if hit_ratio is None else float(hit_ratio), stream_handle(stream, *like), set_aside,
-                   caps)
+    return Persist(ptr, nbytes, None if hit_ratio is None else float(hit_ratio), stream_handle(stream, *like),
+                   int(set_aside), caps)

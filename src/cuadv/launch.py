@@ -371,12 +371,20 @@ def prepare(kernel: Kernel, config: LaunchConfig) -> Launcher:
     launchers = kernel._launchers
     launcher = launchers.get(config)
     if launcher is None:
-        launcher = Launcher(kernel, config)
-        if len(launchers) >= MAX_LAUNCHERS:  # many one-off configurations: forget the oldest (checked again if reused)
-            launchers.pop(next(iter(launchers), None), None)
-        launchers[config] = launcher
+        with _preparing:
+            launcher = launchers.get(config)
+            if launcher is None:
+                launcher = Launcher(kernel, config)
+                if len(launchers) >= MAX_LAUNCHERS:  # many one-off configurations: forget the oldest (checked again)
+                    launchers.pop(next(iter(launchers), None), None)
+                launchers[config] = launcher
     kernel._last = (config, launcher)
     return launcher
+
+
+# Held while a configuration is checked and its launcher stored: threads preparing at once then do not
+# interleave the kernel's attribute settings (the checks set them) or evict from a dictionary being iterated.
+_preparing = threading.RLock()
 
 
 BACKENDS = ("auto", "driver", "core")

@@ -8,6 +8,15 @@ import threading
 import numpy as np
 
 from ._cuda import check, driver
+from .waiting import timed_out
+
+
+def free(ptr: int) -> None:
+    """cuMemFree, skipped once a GPU wait of this process has timed out: freeing synchronizes, so it could wait
+    for the timed-out work for ever (the memory then goes with the process). Its status is not checked: it
+    fails only in a context a kernel fault already broke, and that fault is the error to report."""
+    if not timed_out():
+        driver().cuMemFree(ptr)
 
 
 class DeviceBuffer:
@@ -31,11 +40,14 @@ class DeviceBuffer:
         else:
             check(driver().cuMemsetD8Async(self.ptr, byte & 0xFF, self.nbytes, stream), "cuMemsetD8Async")
 
-    def to_host(self, dtype=np.uint8, stream: int = 0) -> np.ndarray:
-        drv = driver()
+    def to_host(self, dtype=np.uint8, stream: int = 0, *, what: str | None = None) -> np.ndarray:
+        """The bytes as ``dtype``, after the work queued on ``stream`` (a bounded wait: ``cuadv.waiting``;
+        ``what``: the work that writes the buffer, named if it times out)."""
+        from .waiting import wait
+
         out = np.empty(self.nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
-        check(drv.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
+        wait(stream, what=what)
+        check(driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
         return out
 
     def from_host(self, array: np.ndarray) -> None:
@@ -50,7 +62,7 @@ class DeviceBuffer:
 
     def __del__(self):
         try:
-            driver().cuMemFree(self.ptr)
+            free(self.ptr)
         except Exception:
             pass
 

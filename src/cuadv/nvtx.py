@@ -11,6 +11,8 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+__all__ = ["annotate", "push", "Steps"]
+
 DOMAIN = "cuadv"
 
 

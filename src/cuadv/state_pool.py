@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 
-from ._cuda import check, driver
 from .errors import LaunchConfigError
 from .interop import capturing as is_capturing
 from .memory import DeviceBuffer
+from .waiting import wait
 
 STATE_BYTES = 16  # sizeof(cuadv::ws::StealState)
 
@@ -36,7 +36,7 @@ class StatePool:
             if self._buffer is None:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
                 if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
-                    check(driver().cuStreamSynchronize(driver().CUstream(0)), "cuStreamSynchronize")
+                    wait(0, what=f"the zeroing of the {self.user} counters")
             if not capturing and stream in self._by_stream:
                 return self._by_stream[stream], False
             if self._next >= self._slots:

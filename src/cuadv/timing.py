@@ -1,7 +1,9 @@
-"""Timing with CUDA events: warm-up, repeats, median / min / max; the copy and read-only bandwidth ceilings."""
+"""Timing with CUDA events: warm-up, repeats, median / min / max; the copy and read-only bandwidth ceilings.
+Every host wait here is bounded (``cuadv.waiting``): a timed call that never ends raises GpuTimeoutError."""
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -9,6 +11,8 @@ from typing import Any, Callable
 from ._cuda import check, driver
 from . import nvtx
 from .interop import stream_handle
+from .memory import free
+from .waiting import wait, wait_device
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,11 @@ class EventPair:
     def record_stop(self, stream: Any = None) -> None:
         check(driver().cuEventRecord(self.stop, stream_handle(stream)), "cuEventRecord")
 
-    def elapsed_ms(self) -> float:
-        drv = driver()
-        check(drv.cuEventSynchronize(self.stop), "cuEventSynchronize")
-        return float(check(drv.cuEventElapsedTime(self.start, self.stop), "cuEventElapsedTime"))
+    def elapsed_ms(self, *, what: str | None = None, timeout_s: float | None = None) -> float:
+        """Milliseconds between the two events, once the stop event has happened (at most the timeout;
+        ``what``: the timed work, named if it times out)."""
+        wait(self.stop, timeout_s=timeout_s, what=what or "the timed region")
+        return float(check(driver().cuEventElapsedTime(self.start, self.stop), "cuEventElapsedTime"))
 
     def __del__(self):
         try:
@@ -61,8 +66,15 @@ class EventPair:
             pass
 
 
-def synchronize(stream: Any = None) -> None:
-    check(driver().cuStreamSynchronize(stream_handle(stream)), "cuStreamSynchronize")
+def synchronize(stream: Any = None, *, what: str | None = None, timeout_s: float | None = None) -> None:
+    """Wait for the work queued on ``stream`` (None: the current stream), at most the timeout
+    (``cuadv.waiting``); ``what``: that work, named if it times out."""
+    wait(stream, timeout_s=timeout_s, what=what)
+
+
+def synchronize_device(*, what: str | None = None, timeout_s: float | None = None) -> None:
+    """Wait for every stream of the context (as ``cudaDeviceSynchronize``), at most the timeout."""
+    wait_device(timeout_s=timeout_s, what=what)
 
 
 _QUEUE_AHEAD_SOURCE = r"""
@@ -85,22 +97,48 @@ def queue_ahead(microseconds: float, stream: int) -> None:
     launch(_queue_ahead_kernel, LaunchConfig(grid=1, block=32), int(microseconds * 1000), stream=stream)
 
 
+def _count(value: Any, name: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def _check_timing(fn: Any, setup: Any, warmup: Any, repeats: Any, queue_ahead_us: Any) -> None:
+    """time_gpu's arguments, before anything is enqueued."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable that enqueues the GPU work to time, got {type(fn).__name__} {fn!r}")
+    if setup is not None and not callable(setup):
+        raise TypeError(f"setup must be None or a callable, got {type(setup).__name__} {setup!r}")
+    _count(warmup, "warmup", 0)
+    _count(repeats, "repeats (timed runs; the median needs one)", 1)
+    if isinstance(queue_ahead_us, bool) or not isinstance(queue_ahead_us, numbers.Real) \
+            or not 0 <= queue_ahead_us < float("inf"):
+        raise ValueError(f"queue_ahead_us must be a finite number of microseconds >= 0 (0: off), got "
+                         f"{queue_ahead_us!r}")
+
+
 def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repeats: int = 20,
-             setup: Callable[[], Any] | None = None, queue_ahead_us: float = 150.0) -> Timing:
+             setup: Callable[[], Any] | None = None, queue_ahead_us: float = 150.0, timeout_s: float | None = None,
+             what: str | None = None) -> Timing:
     """Time ``fn`` (which enqueues GPU work on ``stream``) with CUDA events.
 
     ``setup`` runs before every call outside the timed region (to reset outputs or rotate inputs).
     ``queue_ahead_us``: a spin kernel of this length is enqueued before each start event, so the
     host's time to launch ``fn`` (tens of microseconds from Python) is hidden behind it rather than
     counted in the timing; 0 turns it off (then launch overhead is part of what is measured).
+    ``timeout_s``: the longest each wait for the GPU may take (default ``cuadv.waiting``'s, 60 s);
+    past it GpuTimeoutError names ``what`` (default: ``fn``'s name, or its repr, which for a prepared
+    launcher names the kernel).
     """
+    _check_timing(fn, setup, warmup, repeats, queue_ahead_us)
     handle = stream_handle(stream)
-    label = f"cuadv timed {getattr(fn, '__qualname__', 'call')}"
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    what = what or f"the timed call {name}"
+    label = f"cuadv timed {name}"
     for _ in range(warmup):
         if setup:
             setup()
         fn()
-    synchronize(handle)
+    synchronize(handle, what=f"{what} (warm-up)", timeout_s=timeout_s)
     events = [EventPair() for _ in range(repeats)]
     for ev in events:
         if setup:
@@ -112,7 +150,7 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
         fn()
         ev.record_stop(handle)
         pop()
-    samples = [ev.elapsed_ms() for ev in events]
+    samples = [ev.elapsed_ms(what=what, timeout_s=timeout_s) for ev in events]
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 
@@ -133,7 +171,7 @@ class StreamGate:
         drv = driver()
         self._flag = DeviceBuffer(4, fill=0)
         # The zero lands before any stream (non-blocking ones included) can wait on the flag.
-        check(drv.cuStreamSynchronize(drv.CUstream(0)), "cuStreamSynchronize")
+        wait(0, what="the zeroing of a stream gate's flag")
         self._opened = 0
         flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
         self._side = check(drv.cuStreamCreate(flags), "cuStreamCreate")
@@ -183,6 +221,8 @@ _ceiling: CopyCeiling | None = None
 def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
     """Measure (once per process) a large device-to-device copy; every benchmark divides by it."""
     global _ceiling
+    _count(nbytes, "nbytes (bytes copied)", 1)
+    _count(repeats, "repeats (timed runs; the median needs one)", 1)
     if _ceiling is not None and _ceiling.nbytes == nbytes:
         return _ceiling
     from .device import current_device
@@ -197,8 +237,8 @@ def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
         t = time_gpu(lambda: check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync"),
                      stream=stream, warmup=3, repeats=repeats)
     finally:
-        drv.cuMemFree(src)
-        drv.cuMemFree(dst)
+        free(src)
+        free(dst)
     _ceiling = CopyCeiling(bytes_per_s=t.rate(2 * nbytes), nbytes=nbytes, timing=t)
     return _ceiling
 
@@ -260,8 +300,8 @@ def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
         t = time_gpu(lambda: launch(kernel, config, int(src), nbytes // 16, int(out), stream=0), stream=0,
                      warmup=3, repeats=repeats)
     finally:
-        drv.cuMemFree(src)
+        free(src)
         if out is not None:
-            drv.cuMemFree(out)
+            free(out)
     _read_ceiling = ReadCeiling(bytes_per_s=t.rate(nbytes // 16 * 16), nbytes=nbytes, timing=t)
     return _read_ceiling

@@ -10,14 +10,17 @@ them in one graph (a plain Python call into cuadv is opaque to Dynamo and breaks
     scale(v, 2.0)                                   # or torch.ops.mylib.scale(v, 2.0), also under torch.compile
 
 Each op runs on torch's current stream (cuadv's ``stream=None`` rule) and has a fake (meta) kernel that
-gives torch.compile the output's shape and dtype without running it. Needs torch with CUDA.
+gives torch.compile the output's shape and dtype without running it (and makes the op's cheap checks: bins, dtype,
+rank). Needs torch with CUDA; a CPU tensor raises KernelArgumentError naming torch's own op as the fallback.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import CuadvError
+from .errors import CuadvError, KernelArgumentError
+
+__all__ = ["register", "tile_op"]
 
 NAMESPACE = "cuadv"
 _libraries: dict[str, Any] = {}  # namespace -> torch.library.Library: an op lives as long as its library
@@ -52,28 +55,50 @@ def register() -> None:
     torch = _torch()
     if _defined(f"{NAMESPACE}::histogram"):
         return
-    from .histograms.api import bincount, histogram
+    from .histograms.api import bincount, check_bins, check_dtype, histogram
 
     lib = _library(NAMESPACE)
     lib.define("histogram(Tensor x, int bins, float? lo=None, float? hi=None) -> Tensor")
     lib.define("bincount(Tensor x, int minlength=0) -> Tensor")
 
-    def histogram_cuda(x, bins, lo=None, hi=None):
+    def range_of(lo, hi):
         if (lo is None) != (hi is None):
-            raise ValueError("give both lo and hi, or neither (the range is then x.min(), x.max())")
-        counts, _ = histogram(x, bins=bins, range=None if lo is None else (lo, hi))
+            raise ValueError(f"give both lo and hi, or neither (the range is then x.min(), x.max()); got lo={lo!r}, "
+                             f"hi={hi!r}")
+        return None if lo is None else (lo, hi)
+
+    def histogram_cuda(x, bins, lo=None, hi=None):
+        counts, _ = histogram(x, bins=bins, range=range_of(lo, hi))
         return counts
 
     def bincount_cuda(x, minlength=0):
         return bincount(x, minlength=minlength)
 
+    def on_cpu(op: str, fallback: str):
+        def refuse(x, *args):
+            raise KernelArgumentError(f"torch.ops.cuadv.{op} needs a CUDA tensor; x is on {x.device}; fallback: "
+                                      f"{fallback}")
+        return refuse
+
     lib.impl("histogram", histogram_cuda, "CUDA")
     lib.impl("bincount", bincount_cuda, "CUDA")
+    lib.impl("histogram", on_cpu("histogram", "torch.histc(x, bins, lo, hi) (float counts)"), "CPU")
+    lib.impl("bincount", on_cpu("bincount", "torch.bincount(x, minlength=minlength)"), "CPU")
 
+    def dtype_name(x) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    # The fake kernels make the real op's cheap checks too, so torch.compile reports a bad call where it traces it
+    # (a symbolic bins is left to the real op).
     def histogram_fake(x, bins, lo=None, hi=None):
-        return x.new_empty((bins,), dtype=torch.int64)
+        check_dtype(dtype_name(x))
+        range_of(lo, hi)
+        return x.new_empty((check_bins(bins) if isinstance(bins, int) else bins,), dtype=torch.int64)
 
     def bincount_fake(x, minlength=0):
+        check_dtype(dtype_name(x), integer_only=True)
+        if x.dim() != 1:
+            raise ValueError(f"bincount needs a 1-D tensor, got shape {tuple(x.shape)}")
         length = torch.library.get_ctx().new_dynamic_size()  # max(x.max() + 1, minlength): known only from the data
         return x.new_empty((length,), dtype=torch.int64)
 
@@ -89,6 +114,11 @@ def tile_op(qualname: str, kernel: Any, schema: str, launch: Callable[..., tuple
     launch(*op_args) -> (tiles, kernel_args): the tile grid and the kernel's arguments (after the schedule) for one
     call. Returns a callable that calls ``torch.ops.namespace.name``."""
     torch = _torch()
+    if not isinstance(qualname, str) or not isinstance(schema, str):
+        raise TypeError(f"qualname and schema must be str, got {type(qualname).__name__} and {type(schema).__name__}")
+    if not callable(kernel) or not callable(launch):
+        raise TypeError(f"kernel (a TileKernel) and launch (op args -> (tiles, kernel args)) must be callable, got "
+                        f"{type(kernel).__name__} and {type(launch).__name__}")
     if qualname.count("::") != 1 or not all(qualname.split("::")):
         raise ValueError(f"qualname must look like 'mylib::name', got {qualname!r}")
     namespace, name = qualname.split("::")

@@ -22,9 +22,13 @@ from ..report.writer import Report
 from ..report.results import LabResult
 
 
-def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = "", peer: bool = False) -> Report:
+def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = "", peer: bool = False,
+             timeout_s: float | None = None) -> Report:
+    """``timeout_s``: the longest any one wait for the GPU may take (default ``CUADV_TIMEOUT_S``, else 60 s);
+    a lab whose wait outlasts it fails with GpuTimeoutError naming the lab and its step (``cuadv.waiting``)."""
     from ..device import current_device
     from ..timing import copy_ceiling
+    from ..waiting import scope
 
     device = current_device()
     caps = device.caps
@@ -44,13 +48,15 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
             bar.update(task, lab=f"lab {i} of {len(labs)}: {lab.name}", description="")
             steps = nvtx.Steps()  # each progress message opens a range in Nsight Systems, ending the last one
 
-            def progress(msg: str, t=task, steps=steps) -> None:
-                bar.update(t, description=msg)
-                steps.step(f"{lab.name}: {msg}")
-
-            ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling, progress=progress, peer=peer)
             started = time.perf_counter()
-            with nvtx.annotate(f"cuadv lab {lab.name}"):
+            with nvtx.annotate(f"cuadv lab {lab.name}"), scope(timeout_s=timeout_s, activity=f"lab {lab.name}") as waits:
+
+                def progress(msg: str, t=task, steps=steps, waits=waits) -> None:
+                    bar.update(t, description=msg)
+                    steps.step(f"{lab.name}: {msg}")
+                    waits.activity = f"lab {lab.name}: {msg}"  # named by a wait that times out
+
+                ctx = RunContext(out_dir=out_dir, quick=quick, caps=caps, ceiling=ceiling, progress=progress, peer=peer)
                 try:
                     result = run_one(lab, ctx)
                 finally:

@@ -98,6 +98,8 @@ def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckO
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src_dir),
                                                        os.environ.get("PYTHONPATH", "")]),
                CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
+    # Kernels run many times slower under a sanitizer: the child's GPU waits get the whole run's bound.
+    env.setdefault("CUADV_TIMEOUT_S", str(timeout))
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist
     # (cuGetProcAddress errors at import); cuadv checks every driver call's status itself.
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20", "--report-api-errors", "no"]

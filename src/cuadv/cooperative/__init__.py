@@ -33,9 +33,10 @@ import numpy as np
 from ..dims import PORTABLE_CLUSTER_SIZE, Dim3, as_dim3, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import device_array, empty, stream_handle, zeros
+from ..interop import device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 from ..launch import LaunchConfig, launch, prepare
+from ..waiting import wait
 
 __all__ = [
     "BlockSum", "TwoPhase", "active_clusters", "block_sum", "cluster_config", "cluster_launch",
@@ -114,8 +115,16 @@ def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int | None):
 
 
 def _check_block(block: int) -> None:
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"block must be an int number of threads, got {type(block).__name__} {block!r}")
     if not 1 <= int(block) <= 1024:
         raise LaunchConfigError(f"block of {block} threads is outside [1, 1024]")
+
+
+def _check_kernel(kernel: Any) -> None:
+    if not isinstance(kernel, Kernel):
+        raise KernelArgumentError(f"kernel must be a cuadv Kernel (CompiledModule.kernel(name)), got "
+                                  f"{type(kernel).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +156,8 @@ class BlockSum:
         if self.dtype.name not in BLOCK_SUM_TYPES:
             raise TypeError(f"block_sum takes int32 or float32, got {self.dtype}")
         _check_block(self.block)
+        if not isinstance(self.total, bool):
+            raise TypeError(f"total must be True or False, got {self.total!r}")
         if not 0 <= self.size <= MAX_ELEMENTS:
             raise ValueError(f"block_sum takes at most {MAX_ELEMENTS} elements (a 32-bit count), got {self.size}")
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")
@@ -175,10 +186,13 @@ class BlockSum:
             out = make(arr.library, (self.out_size,), self.dtype, like=x, stream=handle)
             out_ptr = device_array(out).ptr
         else:
-            o = _vector(out, "out", (self.dtype.name,), handle)
+            o = writable(_vector(out, "out", (self.dtype.name,), handle), "out")
             if o.size != self.out_size:
                 want = "1 (total=True)" if self.total else f"ceil({self.size} / {self.block}) = {self.out_size}"
                 raise ValueError(f"out must have {want} elements, got {o.size}")
+            if overlaps(o, arr):
+                raise ValueError(f"out (at {o.ptr:#x}) overlaps x (at {arr.ptr:#x}): blocks would overwrite elements "
+                                 "other blocks still read; pass a separate out, or out=None for a new array")
             out_ptr = o.ptr
             if self.size == 0 and o.nbytes:  # the sum of nothing is 0 (no launch reads x)
                 from .._cuda import check, driver
@@ -203,13 +217,7 @@ class BlockSum:
 def prepare_block_sum(x: Any, block: int = 256, *, total: bool = False) -> BlockSum:
     """Check ``x`` (1-D int32/float32 device array) and build the kernel once; the returned BlockSum
     takes any array of the same size and dtype: ``sums = bs(x, out=None, stream=None)``."""
-    if isinstance(x, np.ndarray):
-        raise KernelArgumentError("x: a NumPy array lives in host memory; copy it to the GPU (cupy.asarray)")
-    arr = device_array(x)
-    if len(arr.shape) != 1:
-        raise ValueError(f"x must be 1-D, got shape {arr.shape}")
-    if arr.dtype is None or arr.dtype.name not in BLOCK_SUM_TYPES:
-        raise TypeError(f"block_sum takes int32 or float32, got {arr.type_name}")
+    arr = _vector(x, "x", tuple(BLOCK_SUM_TYPES), None)  # checks only: the call orders the data on its stream
     return BlockSum(arr.size, arr.dtype, block, total)
 
 
@@ -289,6 +297,8 @@ def max_cooperative_grid(kernel: Kernel, block: Dim3 | int | Sequence[int], shar
     """The largest grid (in blocks) a cooperative launch of ``kernel`` accepts on this GPU now: blocks
     per SM at this block size and dynamic shared memory (the occupancy API) times the SM count. MIG
     or other processes can lower it; every cooperative launch is checked against it."""
+    _check_kernel(kernel)
+    LaunchConfig(grid=1, block=block, shared_mem=shared_mem)  # the block and shared-memory limits, before the GPU
     return max_active_blocks_per_sm(kernel, block, shared_mem) * _sms()
 
 
@@ -298,6 +308,8 @@ def co_resident_max(k, block: int, shared_mem: int = 0) -> int:
 
 
 def _cooperative_config(kernel: Kernel, block, grid: int | None, shared_mem: int) -> LaunchConfig:
+    _check_kernel(kernel)
+    LaunchConfig(grid=1 if grid is None else grid, block=block, shared_mem=shared_mem)  # pure limits, before the GPU
     caps = _caps()
     require("cooperative_launch", caps.as_dict(), name="cooperative launch (grid.sync())",
             fallback=TWO_KERNELS_FALLBACK)
@@ -337,6 +349,13 @@ def two_phase_reference(x: np.ndarray, rounds: int) -> np.ndarray:
 MODES = ("grid_sync", "two_kernels")
 
 
+def _check_rounds(rounds: Any) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)):
+        raise TypeError(f"rounds must be an int, got {type(rounds).__name__} {rounds!r}")
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
+
+
 def _check_two_phase(x, rounds: int, mode: str) -> None:
     dtype = getattr(x, "dtype", None)
     if dtype is None:  # only the CUDA Array Interface or DLPack
@@ -347,8 +366,7 @@ def _check_two_phase(x, rounds: int, mode: str) -> None:
         is_u32 = str(dtype) == "torch.uint32"
     if not is_u32:
         raise ValueError(f"two_phase works on uint32, got {dtype}")
-    if rounds < 0:
-        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    _check_rounds(rounds)
     if mode not in MODES:
         raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {mode!r}")
 
@@ -395,8 +413,7 @@ class TwoPhase:
     block: int = PHASE_BLOCK
 
     def __post_init__(self):
-        if self.rounds < 0:
-            raise ValueError(f"rounds must be >= 0, got {self.rounds}")
+        _check_rounds(self.rounds)
         if self.mode not in MODES:
             raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {self.mode!r}")
         _check_block(self.block)
@@ -488,6 +505,7 @@ def cluster_ring(cluster: int | None, grid: int, fixed: bool = False) -> np.ndar
     k = kernel("cluster_ring_fixed" if fixed else "cluster_ring")
     out = cp.full(3 * grid, -1, dtype=cp.int32)
     _launch(k, LaunchConfig(grid=grid, block=RING_BLOCK, cluster=cluster), out)
+    wait(None, what=f"the DSM ring kernel ({k.name})")  # bounded: the copy below would wait without a bound
     return cp.asnumpy(out).reshape(grid, 3)
 
 

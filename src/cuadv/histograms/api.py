@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
 from ..interop import DeviceArray
+from ..memory import free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
 
@@ -42,6 +43,7 @@ DIRECT_CHUNK = 1 << 31  # elements counted per launch where the input is the ind
 SAMPLES = 4096  # elements the skew check of variant="auto" reads
 SKEW_SHARE = 0.75  # auto takes the skew-aware path when this share of the sampled in-range values is hot
 AUX_THREADS = 256  # binning.cu kernels
+NO_FOLD = 0xFFFFFFFF  # hist_widen: no slot folded into the last bin
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,12 +54,16 @@ def check_input(x: Any, *, integer_only: bool = False, what: str = "x") -> Devic
     """The device array ``x`` after every check: a device array (not host), C-contiguous, aligned, of a
     supported element type."""
     src = device_array(x, what)
-    name = src.dtype.name
+    check_dtype(src.dtype.name, integer_only=integer_only, what=what)
+    return src
+
+
+def check_dtype(name: str, *, integer_only: bool = False, what: str = "x") -> None:
+    """The element type (NumPy's name) is one cuadv counts."""
     allowed = INTEGER_TYPES if integer_only else tuple(INPUT_TYPES)
     if name not in allowed:
         kind = "non-negative integers" if integer_only else "numbers"
         raise TypeError(f"{what} has dtype {name}; cuadv counts {kind} of dtype {', '.join(allowed)}")
-    return src
 
 
 def check_bins(bins: Any) -> int:
@@ -93,15 +99,26 @@ def check_variant(variant: Any) -> str:
     return variant
 
 
+def check_stream(stream: Any) -> Any:
+    """``stream`` if it names a stream (None: the input library's current one, resolved at each call)."""
+    if stream is not None:
+        from ..interop import stream_handle
+
+        stream_handle(stream)  # pure for anything but None: KernelArgumentError for what is no stream
+    return stream
+
+
 def output_library(src: DeviceArray) -> str:
     """Torch in, torch out; anything else (CuPy, cuda.core, Numba) gives CuPy arrays."""
     return "torch" if src.library == "torch" else "cupy"
 
 
 def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
-    """``out`` must be a C-contiguous int64 device array of ``length`` elements (None: any length, for
-    bincount before the data's length is known) in the input's library."""
-    dst = device_array(out, "out")
+    """``out`` must be a writable C-contiguous int64 device array of ``length`` elements (None: any length, for
+    bincount before the data's length is known) in the input's library, sharing no byte with the input."""
+    from ..interop import overlaps, writable
+
+    dst = writable(device_array(out, "out"), "out")
     want = output_library(src)
     have = "torch" if dst.library == "torch" else "cupy" if dst.library == "cupy" else dst.library
     if have != want:
@@ -110,6 +127,11 @@ def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
         raise TypeError(f"out must have dtype int64 (the counts numpy returns), got {dst.dtype}")
     if length is not None and dst.shape != (length,):
         raise ValueError(f"out must have shape ({length},), got {dst.shape}")
+    if len(dst.shape) != 1:
+        raise ValueError(f"out must be 1-D (one count per bin), got shape {dst.shape}")
+    if overlaps(dst, src):
+        raise ValueError(f"out (bytes {dst.ptr:#x} + {dst.nbytes}) overlaps x (bytes {src.ptr:#x} + {src.nbytes}): the "
+                         "counts would overwrite the data being counted; pass a separate array")
     return dst
 
 
@@ -149,7 +171,7 @@ class Scratch:
         if getattr(self, "ptr", 0):
             try:
                 if self.keep:
-                    driver().cuMemFree(self.ptr)
+                    free(self.ptr)
                 else:
                     driver().cuMemFreeAsync(self.ptr, self.stream)
             except Exception:
@@ -164,12 +186,15 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     launch(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
 
 
-def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int) -> np.ndarray:
-    """A small device buffer on the host, after the work queued on ``stream`` (waits for the stream)."""
-    drv = driver()
+def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int, what: str) -> np.ndarray:
+    """A small device buffer on the host, after the work queued on ``stream``: a bounded wait for the stream
+    before the copy (a copy to pageable memory would itself wait, without a bound), then the copy on it."""
+    from ..waiting import wait
+
+    wait(stream, what=f"the histogram's {what}")
     out = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-    check(drv.cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-    check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    check(driver().cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
+    wait(stream, what=f"the copy of the histogram's {what}")
     return out
 
 
@@ -211,7 +236,7 @@ class _Counter:
             tally = Scratch(8, stream, keep=False)
             _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), tally.ptr), stream,
                         self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
-            in_range, in_hot = (int(v) for v in _to_host(tally.ptr, 8, np.uint32, stream))
+            in_range, in_hot = (int(v) for v in _to_host(tally.ptr, 8, np.uint32, stream, "skew sample (hist_sample)"))
             tally.release(stream)
             if in_range and in_hot >= SKEW_SHARE * in_range:
                 plan = self.eng.plan(self.bins, "int32", "hot")
@@ -230,11 +255,9 @@ class _Counter:
         if n:
             kernel, config = self.eng.launch_config(plan, n)
             launch(kernel, config, idx_ptr, n, counts, plan.bins, *plan.scalar_args(), stream=stream)
-        _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate)),
+        fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
+        _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate), fold),
                     stream, self.eng.caps.arch, self.eng.caps.sm_count)
-        if self.fold_last:  # out[out_len - 1] += counts[bins - 1] (the closed right edge)
-            _aux_launch("hist_widen", 1, (counts + 4 * (self.bins - 1), 1, out_ptr + 8 * (out_len - 1), 1, 1),
-                        stream, self.eng.caps.arch, self.eng.caps.sm_count)
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
@@ -248,7 +271,8 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
                 arch, sm_count, grid=blocks)
-    host = _to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream)
+    host = _to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
+                    "min/max pass (hist_minmax)")
     part.release(stream)
     lo, hi = host[0::2], host[1::2]
     return lo.min(), hi.max()  # NumPy's min/max propagate NaN as the kernel does
@@ -285,7 +309,7 @@ class PreparedHistogram:
         self.bins = check_bins(bins)
         self.range = check_range(range)
         self.variant = check_variant(variant)
-        self.stream = stream
+        self.stream = check_stream(stream)
         self.x = x
         self.keep = keep
         # Fixed edges: computed on the GPU per call where numpy's arithmetic allows (no host array, no
@@ -317,19 +341,29 @@ class PreparedHistogram:
             try:
                 counter.plan = self.eng.plan(self.bins + 1, "int32", self.variant)
             except LaunchConfigError:
-                return None
+                if self.variant != "exchange":
+                    return None
+                return self._closed_counter(self.eng.plan(self.bins, "int32", "exchange"))
         return counter
+
+    def _closed_counter(self, exchange: HistogramPlan) -> _Counter:
+        """The exchange over ``bins`` slots counting v == bins in the last bin itself (no extra slot): where
+        bins + 1 slots would leave the exchange (2^20 bins: 65,537 local bins per block of 16 are past its
+        16-bit mailbox entries)."""
+        return _Counter(self.eng, self.bins, "int32", self.variant, self.keep, plan=replace(exchange, closed=True))
 
     def _counts_in_place(self, ptr: int, n: int, stream: int) -> bool:
         """Whether int32 input over range=(0, bins) is counted in place. With ``auto``: where the plan for
         bins + 1 slots (the data sampled as the binning path samples its index) is the skew-aware one or
-        the same kind as for bins; not where the extra slot changes it (1M bins: 1M + 1 slots no longer
-        fit the exchange's 16-bit mailbox entries, so the binning pass and the exchange stay faster)."""
+        the same kind as for bins; where the extra slot takes the bins out of the exchange (1M bins: 1M + 1
+        slots no longer fit its 16-bit mailbox entries), the exchange over bins with a closed last bin."""
         if self._unit_ok is None:
             plan = self.unit.choose(ptr, n, stream)
             usual = self.eng.plan(self.bins, "int32", self.variant)
             self._unit_ok = plan.variant in ("hot", usual.variant)
-            if not self._unit_ok and self.counter.plan is None:
+            if not self._unit_ok and usual.variant == "exchange":
+                self.unit, self._unit_ok = self._closed_counter(usual), True
+            elif not self._unit_ok and self.counter.plan is None:
                 self.counter.plan = usual  # the sample found no skew: no second sample of the index
         return self._unit_ok
 
@@ -450,9 +484,10 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
     (``numpy.histogram_bin_edges``), and each value is placed against them exactly as numpy places it.
 
     Returns int64 counts and the edges (float64; float32 for float32 input, as NumPy 2) in the input's
-    library (torch in, torch out; else CuPy). ``out``: an int64 array of shape (bins,) in that library,
-    filled and returned. variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see
-    ``cuadv.histograms``); an unsupported variant raises UnsupportedFeatureError naming the fallback.
+    library (torch in, torch out; else CuPy). ``out``: a writable int64 array of shape (bins,) in that
+    library, sharing no memory with x, filled and returned (a call that raises leaves it as it was).
+    variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see ``cuadv.histograms``); an
+    unsupported variant raises UnsupportedFeatureError naming the fallback.
     stream: None = the current stream of x's library.
 
     Differences from numpy/cupy: bins must be an int (no edge arrays, no 'auto'/'fd' rules), no
@@ -494,7 +529,7 @@ class PreparedBincount:
             raise ValueError(f"minlength = {minlength} exceeds the most bins, {MAX_BINS}")
         self.minlength = int(minlength)
         self.variant = check_variant(variant)
-        self.stream, self.x, self.keep = stream, x, keep
+        self.stream, self.x, self.keep = check_stream(stream), x, keep
         self.eng = engine()
         self._counters: dict[int, _Counter] = {}
         self._index: Scratch | None = None
@@ -580,7 +615,8 @@ def bincount(x: Any, minlength: int = 0, *, out: Any = None, variant: str = "aut
 
     No ``weights`` (counts only). A negative value raises ValueError as numpy does; the check is the
     min/max pass that also gives the length (one read of x on the GPU, one 2-value copy to the host,
-    which waits for the stream, as cupy.bincount does). ``out``: an int64 array of that length.
+    which waits for the stream, as cupy.bincount does). ``out``: a writable int64 array of that length,
+    sharing no memory with x (a call that raises leaves it as it was).
     Float input raises TypeError (numpy: cannot cast safely). At most 2**30 bins.
     """
     if out is not None:  # its type and library before any GPU call; its length once the data's max is known

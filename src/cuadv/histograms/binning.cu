@@ -9,7 +9,7 @@
 //                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside.
 //   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
 //   hist_sample                counts of a strided sample in [0, bins) and in [0, hot).
-//   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins).
+//   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins), a slot folded into the last.
 //   hist_edges<E>              numpy.histogram_bin_edges for even bins (numpy.linspace's arithmetic), on the GPU.
 
 #include <cuda/std/cstdint>
@@ -123,12 +123,15 @@ extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restr
   }
 }
 
-// out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64.
+// out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64; the last output also
+// takes counts[fold] where fold != ~0u (the slot that counted v == bins: numpy's closed last bin).
 extern "C" __global__ void __launch_bounds__(256) hist_widen(const u32* __restrict__ counts, u32 m,
-                                                             long long* __restrict__ out, u64 len, u32 accumulate) {
+                                                             long long* __restrict__ out, u64 len, u32 accumulate,
+                                                             u32 fold) {
   for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < len;
        i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
+    long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
+    if (i == len - 1u && fold != ~0u) add += counts[fold];
     out[i] = accumulate ? out[i] + add : add;
   }
 }

@@ -215,23 +215,39 @@ static __device__ __forceinline__ void packed_wrap_corrections(u32* out, u32 bin
 // -1 to the high bin (the carry landed there); an increment whose 32-bit add wraps adds 65536 to
 // the high bin. The thread that made the atomic sees the old value, so each wrap is counted by
 // exactly one thread; the flush adds what is left in each half. See add_wrap_corrections.
-template <typename T, bool Packed, bool Aggregate, bool Remote>
+//
+// Log2R >= 0: the replica count known at compile time (R = 32 for every bin count up to 512 that one
+// block holds). Then the word of slot s for lane l is s * 32 + l, whose byte offset (s << 7) | (l << 2)
+// is one shift-and-mask of the loaded word (the ncu profile of the uint8 kernel found it issue-bound
+// at six instructions per element: extract, clamp, runtime shift, add, atomic). InRange: every value
+// is < bins (uint8 over 256 bins), so no clamp to the trash slot.
+template <typename T, bool Packed, bool Aggregate, bool Remote, int Log2R = -1, bool InRange = false>
 struct SharedSink {
+  static_assert(Log2R < 0 || (!Packed && !Remote), "a compile-time replica count is for local 32-bit counters");
   u32* out;            // global bins (packed wrap corrections go here during the run)
   u32 bins;            // real bins; slot `bins` is the trash slot
   u32 log2c;           // log2 of the cluster size (0 for one block)
   u32 word_shift;      // log2 of the bytes between consecutive local indices of one replica
   u32 rep_addr;        // shared::cta address of word 0 of this thread's replica
+  u32 base_addr;       // shared::cta address of word 0 (Log2R >= 0)
   u32 lane;
 
   __device__ __forceinline__ SharedSink(u32* out_, u32 bins_, u32 log2c_, u32 log2r, const u32* counters)
       : out(out_), bins(bins_), log2c(log2c_), word_shift(log2r + 2u) {
     lane = threadIdx.x & 31u;
-    rep_addr = static_cast<u32>(__cvta_generic_to_shared(counters)) + 4u * (lane & ((1u << log2r) - 1u));
+    base_addr = static_cast<u32>(__cvta_generic_to_shared(counters));
+    rep_addr = base_addr + 4u * (lane & ((1u << log2r) - 1u));
   }
+
+  __device__ __forceinline__ u32 clamp(u32 v) const { return InRange ? v : min(v, bins); }
 
   // Adds `count` to slot s (s <= bins); returns the old 32-bit word (Packed) or 0.
   __device__ __forceinline__ u32 increment(u32 s, u32 count) {
+    if constexpr (Log2R >= 0) {
+      constexpr u32 kLanes = (1u << Log2R) - 1u;
+      red_shared_cta_add(base_addr + ((s << (Log2R + 2)) | ((lane & kLanes) << 2)), count);
+      return 0;
+    }
     const u32 local = Remote ? (s >> log2c) : s;
     const u32 addr = rep_addr + ((Packed ? (local >> 1) : local) << word_shift);
     const u32 delta = Packed ? (count << ((local & 1u) << 4)) : count;
@@ -260,7 +276,7 @@ struct SharedSink {
   }
 
   __device__ __forceinline__ void scalar(u32 v) {
-    const u32 s = min(v, bins);
+    const u32 s = clamp(v);
     const u32 old = increment(s, 1u);
     if constexpr (Packed) add_wrap_corrections(s, 1u, old);
   }
@@ -702,8 +718,17 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
   for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;
   __syncthreads();  // the zeroed counters are visible to every thread of the block before the first increment
 
-  cuadv_hist::SharedSink<T, false, false, false> sink(out, bins, 0u, log2r, counters);
-  cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
+  constexpr int U = BatchVectors<T, false>::value;
+  if (log2r == 5 && sizeof(T) == 1 && bins >= 256) {  // uint8 over 256 bins: every value in range
+    cuadv_hist::SharedSink<T, false, false, false, 5, true> sink(out, bins, 0u, log2r, counters);
+    cuadv_hist::stream_values<T, U>(in, n, sink);
+  } else if (log2r == 5) {
+    cuadv_hist::SharedSink<T, false, false, false, 5> sink(out, bins, 0u, log2r, counters);
+    cuadv_hist::stream_values<T, U>(in, n, sink);
+  } else {
+    cuadv_hist::SharedSink<T, false, false, false> sink(out, bins, 0u, log2r, counters);
+    cuadv_hist::stream_values<T, U>(in, n, sink);
+  }
 
   __syncthreads();  // every increment of this block is complete before the counters are read
   const u32 start = cuadv_hist::flush_start(blockIdx.x, bins);
@@ -780,10 +805,13 @@ __global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n
 // DSM exchange (mailboxes), int32 input: C blocks of 1024 threads per cluster (the launch's cluster size
 // must be C), V 16-byte vectors per thread per round, bins [0, hot) privatised per block; `cap`: the
 // run capacity the host computed (checked against ExchangeLayout::kCap); `atomic_sort`: 1 for the
-// atomic sort, 0 for the ballot sort (see Exchange::partition). Shared memory: ExchangeLayout.
+// atomic sort, 0 for the ballot sort (see Exchange::partition); `closed_last`: 1 where v == bins counts in
+// bin bins - 1 (numpy's closed last bin, for int32 input over range (0, bins) counted in place without the
+// extra slot that would push 2^20 bins past the 16-bit mailbox entries). Shared memory: ExchangeLayout.
 template <bool Packed, int C, int V>
 __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                         u32 bins, u32 hot, u32 cap, u32 atomic_sort) {
+                                                         u32 bins, u32 hot, u32 cap, u32 atomic_sort,
+                                                         u32 closed_last) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(C == 0, "hist_exchange needs sm_90 or newer (thread block clusters and distributed shared memory); "
                         "use hist_hot, hist_block or hist_global");
@@ -804,15 +832,19 @@ __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__
   cluster.sync();  // rule 2: every block's counters, cursors and stage are zeroed before any remote access
 
   Exchange<Packed, C, V> ex(smem, L, out, bins, hot, cluster.block_rank());
+  // The value counted in bin bins - 1 besides bins - 1 itself: bins where the last bin is closed. Never ~0u,
+  // which pads the last chunk and must stay out of range.
+  const u32 last = closed_last ? bins : bins - 1u;
+  const auto bin_of = [last, bins](u32 v) { return v == last ? bins - 1u : v; };
 
   // The unaligned head and the tail (fewer than 4 elements each): one remote atomic per element.
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   u64 head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(int);
   if (head > n) head = n;
-  if (tid < head) ex.scalar(static_cast<u32>(in[tid]));
+  if (tid < head) ex.scalar(bin_of(static_cast<u32>(in[tid])));
   const uint4* vec = reinterpret_cast<const uint4*>(in + head);
   const u64 nvec = (n - head) / 4u;
-  if (head + 4u * nvec + tid < n) ex.scalar(static_cast<u32>(in[head + 4u * nvec + tid]));
+  if (head + 4u * nvec + tid < n) ex.scalar(bin_of(static_cast<u32>(in[head + 4u * nvec + tid])));
 
   // Rounds: block b takes chunk r * gridDim.x + b in round r; every block of the cluster runs the same
   // number of rounds (the barrier needs all of them), with an empty chunk past the end.
@@ -829,7 +861,7 @@ __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__
     const u32 buf = static_cast<u32>(r & 1u);  // this round's stage and mailbox
 #pragma unroll
     for (int k = 0; k < V; ++k) {  // one 16-byte vector (4 elements) per thread at a time: fewer live registers
-      const u32 values[4] = {cur[k].x, cur[k].y, cur[k].z, cur[k].w};
+      const u32 values[4] = {bin_of(cur[k].x), bin_of(cur[k].y), bin_of(cur[k].z), bin_of(cur[k].w)};
       ex.partition(values, buf, cursors, atomic_sort != 0);
     }
     // The next chunk's loads fly during the barrier wait, the apply and the send (registers are

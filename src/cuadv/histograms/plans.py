@@ -70,6 +70,7 @@ class HistogramPlan:
     vectors: int = 0  # exchange: 16-byte loads per thread per round
     cap: int = 0  # exchange: entries per (sender, owner) run before the run overflows to remote atomics
     sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
+    closed: bool = False  # exchange: v == bins counts in bin bins - 1 (int32 over range (0, bins), counted in place)
 
     def __new__(cls, variant: str = "", *args, **kwargs):
         if cls is HistogramPlan:
@@ -191,11 +192,12 @@ class ExchangePlan(HistogramPlan):
     @property
     def label(self) -> str:
         hot = f" +hot {self.hot}" if self.hot else ""
+        closed = ", closed last bin" if self.closed else ""
         return (f"dsm exchange c={self.cluster} ({self.counter_bits}-bit, "
-                f"{exchange_chunk(self.vectors) // 1024}K/round, {self.sort} sort){hot}")
+                f"{exchange_chunk(self.vectors) // 1024}K/round, {self.sort} sort{closed}){hot}")
 
     def scalar_args(self) -> tuple[int, ...]:
-        return (self.hot, self.cap, int(self.sort == "atomic"))
+        return (self.hot, self.cap, int(self.sort == "atomic"), int(self.closed))
 
 
 PLANS: dict[str, type[HistogramPlan]] = {"global": GlobalPlan, "shared": SharedPlan, "dsm": ClusterPlan,

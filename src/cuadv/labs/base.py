@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ..compiler import CompiledModule
     from ..device import DeviceCaps
     from ..report.results import LabResult, Spread
-    from ..timing import CopyCeiling
+    from ..timing import Ceiling, CopyCeiling
 
 K = TypeVar("K", bound=Hashable)
 
@@ -73,3 +73,19 @@ def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], roun
         for key, measure in variants.items():
             samples[key] += measure()
     return {key: Spread.of(s) for key, s in samples.items()}
+
+
+def gb_per_s(ms: float, nbytes: float) -> float:
+    """GB/s of moving ``nbytes`` (the lab's byte formula) in ``ms`` milliseconds; from a Spread of times, a
+    Spread of rates (``spread_map``: the slowest tenth of the times gives the lowest tenth of the rates)."""
+    from ..report.results import spread_map
+
+    return spread_map(lambda t: nbytes / (t * 1e-3) / 1e9, ms)
+
+
+def rates(ms: float, nbytes: float, ceiling: "Ceiling") -> tuple[float, float]:
+    """``gb_per_s`` and the % of ``ceiling`` it reaches (each a Spread where ``ms`` is one)."""
+    from ..report.results import spread_map
+
+    gbps = gb_per_s(ms, nbytes)
+    return gbps, spread_map(lambda g: 100 * ceiling.fraction(g * 1e9), gbps)

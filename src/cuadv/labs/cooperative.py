@@ -44,7 +44,7 @@ from ..cooperative import (BLOCK_SUM_TYPES, PHASE_BLOCK, RING_BLOCK, TILE_SIZES,
 from ..dims import PORTABLE_CLUSTER_SIZE
 from ..errors import LaunchConfigError, ValidationError
 from ..launch import LaunchConfig, launch
-from ..report.results import LabResult, Selection, Table
+from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from .base import RunContext
 
 
@@ -230,8 +230,8 @@ class CooperativeLab:
             [[f"grid.sync() ({g} blocks x {PHASE_BLOCK} threads)", g, us] for g, us in costs.per_sync_us.items()]
             + [["kernel boundary: empty kernel, back-to-back launches from Python", 1, costs.per_launch_us],
                ["kernel boundary: empty kernel, one node of a CUDA graph", 1, costs.per_graph_node_us]],
-            note="grid.sync(): (time of 2000 syncs - time of 0 syncs) / 2000 in one cooperative kernel; launches: "
-                 "time of 2000 back-to-back launches / 2000; medians of CUDA-event timings"))
+            note="grid.sync(): (time of 2000 syncs - time of 0 syncs) / 2000 in one cooperative kernel, from the "
+                 "medians; launches: time of 2000 back-to-back launches / 2000; medians of CUDA-event timings"))
         for g, us in costs.per_sync_us.items():
             result.figures[f"grid_sync_us_{g}_blocks"] = us
         result.figures["kernel_boundary_python_us"] = costs.per_launch_us
@@ -281,7 +281,8 @@ class CooperativeLab:
         t_py = time_gpu(many, repeats=3 if ctx.quick else 7)
         graph = CapturedGraph(lambda s: many(s))
         t_graph = time_gpu(graph.launch, stream=graph.handle, repeats=repeats)
-        return SyncCosts(per_sync, t_py.median_ms * 1e3 / iters, t_graph.median_ms * 1e3 / iters)
+        return SyncCosts(per_sync, *(spread_map(lambda ms: ms * 1e3 / iters, Spread.of(t.samples))
+                                     for t in (t_py, t_graph)))
 
     def _two_phase_table(self, result: LabResult, ctx) -> dict[str, float]:
         """The table; returns microseconds per round of each version for the L2-resident size."""
@@ -302,20 +303,20 @@ class CooperativeLab:
             for mode in ("grid_sync", "two_kernels"):
                 t = time_gpu(lambda: enqueue_two_phase(x, partials, rounds, mode, grid, PHASE_BLOCK),
                              repeats=3 if ctx.quick else 7)
-                times[mode] = t.median_ms
+                times[mode] = Spread.of(t.samples)
             graph = CapturedGraph(lambda s: enqueue_two_phase(x, partials, rounds, "two_kernels", grid, PHASE_BLOCK,
                                                               stream=s, backend="driver"))
-            times["two kernels, CUDA graph"] = time_gpu(graph.launch, stream=graph.handle,
-                                                        repeats=3 if ctx.quick else 7).median_ms
+            times["two kernels, CUDA graph"] = Spread.of(time_gpu(graph.launch, stream=graph.handle,
+                                                                  repeats=3 if ctx.quick else 7).samples)
             base = times["grid_sync"]
             for label, ms in (("grid.sync() (cooperative launch)", times["grid_sync"]),
                               ("two kernels, launched from Python", times["two_kernels"]),
                               ("two kernels, CUDA graph", times["two kernels, CUDA graph"])):
-                rows.append([f"{n * 4 / 2**20:.0f} MiB", label, ms * 1e3 / rounds, ms / base])
+                us = spread_map(lambda t: t * 1e3 / rounds, ms)
+                rows.append([f"{n * 4 / 2**20:.0f} MiB", label, us, ms / base])
                 if per_thread == 4:
-                    first[label] = ms * 1e3 / rounds
-                result.figures[f"two_phase_{per_thread}pt_{label.split(' (')[0].replace(' ', '_')}_us_per_round"] = (
-                    ms * 1e3 / rounds)
+                    first[label] = us
+                result.figures[f"two_phase_{per_thread}pt_{label.split(' (')[0].replace(' ', '_')}_us_per_round"] = us
             del x
         result.tables.append(Table(
             f"Two-phase kernel: phase 1; grid-wide order; phase 2 — {grid} blocks x {PHASE_BLOCK} threads",

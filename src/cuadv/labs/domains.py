@@ -28,8 +28,8 @@ from ..domains import in_domain, stream_domain, why_not
 from ..errors import LaunchConfigError, UnsupportedFeatureError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..params import c_struct
-from ..report.results import LabResult, Table
-from ..timing import synchronize
+from ..report.results import LabResult, Spread, Table, spread_map
+from ..timing import synchronize, synchronize_device
 from .base import RunContext
 
 FENCE_BLOCK = 128
@@ -128,7 +128,7 @@ class FenceExperiment:
         self.overlap.fill(0)
         self.passes.fill(0)
         self.slots.fill(np.uint32(0xFFFFFFFF))
-        cp.cuda.Device().synchronize()
+        synchronize_device()
         if writer_domain is not None:
             cfg = LaunchConfig(grid=self.writer_blocks, block=WRITER_BLOCK, mem_sync_domain=writer_domain)
             launch(self.writer, cfg, self._writer_params(), stream=self.writer_stream)
@@ -219,8 +219,8 @@ class DomainsLab:
         return result
 
     def _measure(self, exp: FenceExperiment, where: str, repeats: int, ctx: RunContext,
-                 result: LabResult) -> dict[tuple[str, str], float]:
-        medians: dict[tuple[str, str], float] = {}
+                 result: LabResult) -> dict[tuple[str, str], Spread]:
+        medians: dict[tuple[str, str], Spread] = {}
         not_overlapped = 0
         for scope_name, scope in SCOPES.items():
             for cond, domain in CONDITIONS.items():
@@ -229,7 +229,7 @@ class DomainsLab:
                 samples = [exp.run_once(scope, domain) for _ in range(repeats)]
                 if domain is not None:
                     not_overlapped += sum(not s.overlapped for s in samples)
-                medians[(scope_name, cond)] = float(np.median([s.loop_us for s in samples]))
+                medians[(scope_name, cond)] = Spread.of([s.loop_us for s in samples])
         exp.check_writer_output()
         result.checks.append(f"writer into {where}: every fence-kernel thread's slot holds its last iteration after "
                              "every run, and the writer wrote every element of its buffer")
@@ -249,7 +249,7 @@ class DomainsLab:
             alone, same, remote = (medians[(scope_name, c)] for c in CONDITIONS)
             diff = 100 * (remote / same - 1)
             rows.append([scope_name, alone, same, remote, same / alone, remote / alone, diff,
-                         1e3 * same / exp.iterations])
+                         spread_map(lambda us: 1e3 * us / exp.iterations, same)])
             key = scope_name.split()[0].strip(".()") + suffix
             result.figures[f"domains_{key}_same_over_alone"] = same / alone
             result.figures[f"domains_{key}_remote_vs_same_pct"] = diff

@@ -74,8 +74,8 @@ from ..histograms.plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUST
                                 EXCHANGE_SORTS, EXCHANGE_VECTORS, H200_SHARED_PER_BLOCK, H200_SHARED_PER_SM, MAX_BINS,
                                 THREADS, VARIANTS, HistogramPlan, exchange_cap, exchange_chunk, exchange_layout,
                                 hot_max, kernel_expressions, plan_histogram)
-from ..report.results import LabResult, Selection, Table
-from .base import RunContext
+from ..report.results import LabResult, Selection, Spread, Table, spread_map
+from .base import RunContext, gb_per_s
 from .histogram_peers import run_peer_comparison, start_cub
 
 # Some names above (the plans' helpers, device_array, reference_counts) are not used here: they stay
@@ -102,8 +102,8 @@ class Measurement:
     label: str
     variant: str  # global | shared | dsm | hot | exchange | cupy | bincount
     cluster: int
-    ms: float
-    gbps: float
+    ms: float  # median of the timings (a Spread: with their spread)
+    gbps: float  # GB/s of input (a Spread, as ms)
     grid: int = 0
 
 
@@ -235,12 +235,13 @@ class HistogramLab:
             if not bool(cp.array_equal(out.astype(cp.int64), want)):
                 raise ValidationError(f"histogram {call.plan.label} at {bins} bins ({dtype}, {dist}) differs from "
                                       "cupy.bincount")
+            ms = Spread.of(t.samples)
             rows.append(Measurement(dtype, dist, bins, call.plan.label, call.plan.variant, call.plan.cluster,
-                                    t.median_ms, t.rate(n_bytes) / 1e9, call.grid))
+                                    ms, gb_per_s(ms, n_bytes), call.grid))
         for label, fn in _peer_fns(cp, data, bins).items():
-            t = time_gpu(fn, warmup=2, repeats=repeats)
+            ms = Spread.of(time_gpu(fn, warmup=2, repeats=repeats).samples)
             rows.append(Measurement(dtype, dist, bins, label, "cupy" if "histogram" in label else "bincount", 0,
-                                    t.median_ms, t.rate(n_bytes) / 1e9))
+                                    ms, gb_per_s(ms, n_bytes)))
         del data, want
         return rows
 
@@ -257,12 +258,16 @@ class HistogramLab:
 
     def _tables(self, result: LabResult, ctx, ms: list[Measurement], n_bytes: int) -> None:
         ceiling = ctx.ceiling.bytes_per_s / 1e9
+
+        def pct_ceiling(m: Measurement) -> float:
+            return spread_map(lambda g: 100 * g / ceiling, m.gbps)
+
         rows, summary = [], []
         for (dtype, dist, bins), case in self._cases(ms):
             peer = next(m for m in case if m.variant == "cupy")
             glob = next(m for m in case if m.variant == "global")
             for m in case:
-                rows.append([dtype, dist, bins, m.label, m.grid or "-", m.ms, m.gbps, 100 * m.gbps / ceiling,
+                rows.append([dtype, dist, bins, m.label, m.grid or "-", m.ms, m.gbps, pct_ceiling(m),
                              m.gbps / peer.gbps, m.gbps / glob.gbps])
                 key = f"hist_{dtype}_{dist}_{bins}_{m.label.replace(' ', '_')}_gbps"
                 result.figures[key] = m.gbps
@@ -270,12 +275,12 @@ class HistogramLab:
             best = max(ours, key=lambda m: m.gbps)
             dsm = [m for m in case if m.variant in CLUSTERED]  # DSM-based: remote atomics or the exchange
             best_dsm = max(dsm, key=lambda m: m.gbps) if dsm else None
-            summary.append([dtype, dist, bins, best.label, best.gbps, 100 * best.gbps / ceiling, best.gbps / peer.gbps,
+            summary.append([dtype, dist, bins, best.label, best.gbps, pct_ceiling(best), best.gbps / peer.gbps,
                             peer.gbps, (best_dsm.gbps / glob.gbps) if best_dsm else float("nan"),
                             best_dsm.label if best_dsm else "-"])
             result.figures[f"hist_{dtype}_{dist}_{bins}_best_gbps"] = best.gbps
             result.figures[f"hist_{dtype}_{dist}_{bins}_best_x_cupy"] = best.gbps / peer.gbps
-            result.figures[f"hist_{dtype}_{dist}_{bins}_best_pct_ceiling"] = 100 * best.gbps / ceiling
+            result.figures[f"hist_{dtype}_{dist}_{bins}_best_pct_ceiling"] = pct_ceiling(best)
             if best_dsm:
                 result.figures[f"hist_{dtype}_{dist}_{bins}_dsm_x_global"] = best_dsm.gbps / glob.gbps
             exchange = [m for m in case if m.variant == "exchange"]

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ValidationError
-from ..report.results import LabResult, Table
+from ..report.results import LabResult, Table, spread_map
+from .profile_notes import histogram_note
 
 BINS = (256, 4096, 65536, 262144, 1 << 20, 1 << 24)
 BINS_QUICK = (256, 4096, 65536, 1 << 20)
@@ -79,8 +80,8 @@ def verdict(value: float, least: float) -> str:
 class Row:
     case: Case
     label: str  # provider, with its version
-    ms: float
-    gbps: float
+    ms: float  # a Spread when measured: the median with its spread
+    gbps: float  # GB/s of input (a Spread, as ms)
     kind: str  # cuadv | cub | peer
     plan: str = ""  # cuadv: the plan auto chose
 
@@ -98,7 +99,7 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
         for r in mine:
             x_cub = r.gbps / cub.gbps if cub else float("nan")
             x_best = r.gbps / best.gbps if best and r.kind == "cuadv" else float("nan")
-            pct = 100 * r.gbps / read_gbps
+            pct = spread_map(lambda g: 100 * g / read_gbps, r.gbps)
             goal, met = "-", "-"
             if r.label == CUADV:
                 values = {"x_cub": x_cub, "pct_read": pct}
@@ -111,8 +112,10 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
                 checks = targets(case)
                 goal = "; ".join(t[0] for t in checks) or "-"
                 met = "; ".join(verdict(values[t[1]], t[2]) for t in checks) or "-"
+                why = histogram_note(case.dtype, case.dist, case.bins)
                 for what, key, least in checks:
-                    lines.append(f"{case.group} {case.bins} bins: {values[key]:.2f} ({what}): {verdict(values[key], least)}")
+                    line = f"{case.group} {case.bins} bins: {values[key]:.2f} ({what}): {verdict(values[key], least)}"
+                    lines.append(line + (f"; {why}" if why and values[key] < least else ""))
             tables.setdefault(case.group, []).append([
                 case.bins, r.label + (f" [{r.plan}]" if r.plan else ""), r.ms, r.gbps, pct, x_cub,
                 x_best, best.label if best and r.kind == "cuadv" else "-", goal, met])
@@ -275,7 +278,7 @@ def _as_int64(cp, counts):
 def measure_case(cp, case: Case, n_bytes: int, cub, rounds: int, repeats: int, skipped: list[str],
                  workspace: list[list[Any]], sm: str = "sm_90") -> list[Row]:
     from ..timing import time_gpu
-    from .base import interleaved_rounds
+    from .base import gb_per_s, interleaved_rounds
 
     n = n_bytes // {"int32": 4, "uint8": 1, "float32": 4}[case.dtype]
     data = _data(cp, case, n)
@@ -313,7 +316,7 @@ def measure_case(cp, case: Case, n_bytes: int, cub, rounds: int, repeats: int, s
                                      prepared._index) if s is not None and s.ptr)
     path = "in place" if prepared._index is None else "binning pass + count"
     workspace.append([case.group, case.bins, facts.get("cub_temp_bytes", "-"), scratch, plan, path])
-    rows = [Row(case, label, ms[label], n_bytes / (ms[label] * 1e-3) / 1e9, kind,
+    rows = [Row(case, label, ms[label], gb_per_s(ms[label], n_bytes), kind,
                 plan if kind == "cuadv" else "") for label, (_, kind) in calls.items()]
     del calls, facts, prepared, data, want
     _free_pools(cp)

@@ -24,9 +24,9 @@ from ..errors import LaunchConfigError, ValidationError
 from ..l2 import SetAside, hit_ratio_for, persist, reset_persisting_lines, set_stream_window, unsupported_reason
 from ..launch import AccessPolicyWindow, LaunchConfig, launch
 from ..params import c_struct
-from ..report.results import LabResult, Selection, Table
+from ..report.results import LabResult, Selection, Spread, Table
 from ..timing import EventPair, synchronize, time_gpu
-from .base import RunContext
+from .base import RunContext, rates
 
 MiB = 1 << 20
 THREADS = 256
@@ -81,7 +81,7 @@ def reference(inp: np.ndarray, table: np.ndarray, lookups: int, seed: int) -> np
 def cupy_done(cp) -> None:
     """Wait for CuPy's current stream (the legacy default stream unless one is set): CuPy fills and
     generates there, and the lab's non-blocking stream does not wait for it."""
-    cp.cuda.get_current_stream().synchronize()
+    synchronize(cp.cuda.get_current_stream())
 
 
 class Lookup:
@@ -124,9 +124,10 @@ class Lookup:
         cfg = LaunchConfig(grid=self.grid, block=THREADS, access_policy=window)
         launch(self.kernel, cfg, self.params(lookups, n_vec), stream=self.stream)
 
-    def time(self, lookups: int, window=None, repeats: int = 10, warmup: int = 3) -> float:
-        return time_gpu(lambda: self.launch(lookups, window), stream=self.stream, warmup=warmup,
-                        repeats=repeats).median_ms
+    def time(self, lookups: int, window=None, repeats: int = 10, warmup: int = 3) -> Spread:
+        """Milliseconds per launch: the median of the CUDA-event timings, with their spread."""
+        return Spread.of(time_gpu(lambda: self.launch(lookups, window), stream=self.stream, warmup=warmup,
+                                  repeats=repeats).samples)
 
 
 def validate_small(module, caps, stream) -> None:
@@ -201,7 +202,7 @@ class L2Lab:
 
     # -- measurements --------------------------------------------------------------------------
     def _compare(self, run: Lookup, lookups: int, window: AccessPolicyWindow | None, repeats: int,
-                 per_stream: bool = False) -> float:
+                 per_stream: bool = False) -> Spread:
         """Median ms with the window (per launch, or set on the stream), checked against the baseline output."""
         cp = run.cp
         run.out.fill(np.float32(np.nan))
@@ -218,7 +219,7 @@ class L2Lab:
         reset_persisting_lines()  # the next measurement starts with no persisting lines
         return ms
 
-    def _baseline(self, run: Lookup, lookups: int, repeats: int) -> float:
+    def _baseline(self, run: Lookup, lookups: int, repeats: int) -> Spread:
         reset_persisting_lines()
         ms = run.time(lookups, None, repeats)
         synchronize(run.stream)
@@ -246,7 +247,7 @@ class L2Lab:
             gain = 100 * (base / per_launch - 1)
             self._speedups.append((mib, gain, 100 * (base / per_stream - 1)))
             rows.append([mib, nbytes / set_aside, ratio, base, per_launch, per_stream, gain,
-                         100 * (base / per_stream - 1), 100 * ctx.ceiling.fraction(run.n_vec * 32 / (base * 1e-3))])
+                         100 * (base / per_stream - 1), rates(base, run.n_vec * 32, ctx.ceiling)[1]])
             result.figures[f"l2_speedup_pct_table{mib}MiB"] = gain
         beyond = [(mib, g) for mib, g, _ in self._speedups if mib * MiB > set_aside]
         result.tables.append(Table(
@@ -336,7 +337,7 @@ class L2Lab:
                 ev.record_stop(stream)
                 times[mode].append(ev.elapsed_ms())
         reset_persisting_lines()
-        no_reset, with_reset = (float(np.median(times[m])) for m in ("no reset", "reset"))
+        no_reset, with_reset = (Spread.of(times[m]) for m in ("no reset", "reset"))
         result.figures["l2_phase_b_slowdown_without_reset"] = no_reset / with_reset
         result.tables.append(Table(
             "Reset between phases",

@@ -38,7 +38,7 @@ import os
 import re
 
 from ..errors import CuadvError
-from ..report.results import LabResult, Selection, Table
+from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from ..timing import synchronize, time_gpu
 from .base import RunContext
 from .launch_mechanisms import (CHUNK, MAX_TASKS, PERSISTENT_BLOCK, TASK_DTYPE, WARP, ContextLimit,  # noqa: F401
@@ -65,8 +65,9 @@ def runs_for(mechanism: Mechanism, n: int, quick: bool) -> tuple[int, int]:
     return (2, 10) if quick else (3, 20)
 
 
-def measure(mechanism: Mechanism, n: int, quick: bool) -> tuple[float, float]:
-    """(microseconds per task, host seconds of preparation); every task checked exactly once per run."""
+def measure(mechanism: Mechanism, n: int, quick: bool) -> tuple[Spread, float]:
+    """(microseconds per task, with the spread of the runs; host seconds of preparation); every task checked
+    exactly once per run."""
     tasks = Tasks(n)
     prep = mechanism.prepare(tasks)
     warmup, repeats = runs_for(mechanism, n, quick)
@@ -76,7 +77,7 @@ def measure(mechanism: Mechanism, n: int, quick: bool) -> tuple[float, float]:
         mechanism.after_check()
     finally:
         mechanism.release()
-    return t.median_ms * 1e3 / max(n, 1), prep
+    return spread_map(lambda ms: ms * 1e3 / max(n, 1), Spread.of(t.samples)), prep
 
 
 def validate(mechanism: Mechanism, sizes=VALIDATION_N, runs: int = 2) -> None:

@@ -18,7 +18,7 @@ from ..errors import CuadvError, ValidationError
 from ..launch import LaunchConfig, launch, prepare
 from ..params import c_struct
 from ..persistent import check_task_count as _check_task_count, check_tasks_per_ticket, resident_grid
-from ..timing import synchronize
+from ..timing import synchronize, synchronize_device
 
 WARP = 32
 PERSISTENT_BLOCK = 128
@@ -62,7 +62,7 @@ class Tasks:
         check_task_count(self.n)
         self.counts = cp.zeros(max(self.n, 1), dtype=cp.uint32)
         # cp.zeros runs on CuPy's stream; the tasks run on a non-blocking stream that does not wait for it.
-        cp.cuda.Device().synchronize()
+        synchronize_device()
 
     @property
     def params(self) -> bytes:
@@ -220,7 +220,7 @@ class PersistentQueue(Mechanism):
         self.chunk = check_chunk(chunk)
         self.cfg = LaunchConfig(grid=resident_grid(self.kernel, PERSISTENT_BLOCK), block=PERSISTENT_BLOCK)
         self.state = cp.zeros(2, dtype=cp.uint64)  # QueueState {next, exited}; resets itself
-        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
+        synchronize_device()  # zeroed on CuPy's stream before the non-blocking stream uses it
         self.label = f"persistent queue, {chunk} task{'s' if chunk > 1 else ''} per ticket"
 
     def run(self) -> None:
@@ -245,7 +245,7 @@ class DynamicParallelism(Mechanism):
         super().__init__(stream)
         self.parent = linked.kernel("lm_dp_parent")
         self.error = cp.zeros(1, dtype=cp.int32)
-        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
+        synchronize_device()  # zeroed on CuPy's stream before the non-blocking stream uses it
 
     def run(self) -> None:
         n = self.tasks.n
@@ -274,7 +274,7 @@ class DeviceGraphLaunch(Mechanism):
         self.task_kernel = linked.kernel("lm_graph_task")
         self.launcher = linked.kernel("lm_graph_launcher")
         self.state = cp.zeros(2, dtype=cp.int32)  # GraphTaskState {cursor, error}
-        cp.cuda.Device().synchronize()  # zeroed on CuPy's stream before the non-blocking stream uses it
+        synchronize_device()  # zeroed on CuPy's stream before the non-blocking stream uses it
         self.graphs = []
         self._warm()
 

@@ -32,8 +32,8 @@ from ..compiler import shipped
 from ..errors import ValidationError
 from ..launch import LaunchConfig, launch
 from ..pdl import Chain as PdlChain, prepare_chain
-from ..report.results import LabResult, Selection, Table
-from ..timing import EventPair, synchronize, time_gpu
+from ..report.results import LabResult, Selection, Spread, Table, spread_map
+from ..timing import EventPair, synchronize, synchronize_device, time_gpu
 from .base import RunContext, interleaved_rounds
 # The producer/consumer pair of the race lives in pdl_support; its names are this lab's as well.
 from .pdl_support import (CONSUMERS, DEMO_DTYPE, DEMO_MAX_CONSUMER_BLOCKS, DEMO_PRODUCER_BLOCKS, POISON,  # noqa: F401
@@ -97,7 +97,7 @@ class Chain:
         non-blocking and would not wait for the fill). Call it only when no chain is in flight."""
         for b in self.bufs:
             b.fill(0)
-        self.cp.cuda.Device().synchronize()
+        synchronize_device()
 
     def prepare(self, k: int, pdl: bool, trigger: int, setup_ns: int, stamps: Any = None,
                 graph: bool = False) -> PdlChain:
@@ -122,7 +122,7 @@ class Chain:
         def clear():
             stamps[0::2] = np.iinfo(np.uint64).max
             stamps[1::2] = 0
-            self.cp.cuda.Device().synchronize()  # CuPy's fill is on its own stream
+            synchronize_device()  # CuPy's fill is on its own stream
 
         self.reset()
         clear()
@@ -179,10 +179,10 @@ class Chain:
         self.enqueue(2, pdl, trigger, setup_ns)
         return self.prepare(k, pdl, trigger, setup_ns, graph=True)
 
-    def time_modes(self, path: str, k: int, setup_ns: int, repeats: int, rounds: int) -> dict[Mode, float]:
+    def time_modes(self, path: str, k: int, setup_ns: int, repeats: int, rounds: int) -> dict[Mode, Spread]:
         """Microseconds per kernel of a chain of k links in every mode, on a stream or as a CUDA graph. The
         modes take turns, round after round, so a drift of the clocks falls on all of them alike; medians
-        over all rounds' samples. The chain's result is checked at the end."""
+        (with their spread) over all rounds' samples. The chain's result is checked at the end."""
         self.reset()
         links = 0
         with contextlib.ExitStack() as graphs_alive:
@@ -209,7 +209,7 @@ class Chain:
 
             ms = interleaved_rounds({m: one_round(m) for m in MODES}, rounds)
         self.check(links)
-        return {m: t * 1e3 / k for m, t in ms.items()}
+        return {m: spread_map(lambda t: t * 1e3 / k, t) for m, t in ms.items()}
 
 
 class PdlLab:
@@ -383,7 +383,8 @@ class PdlLab:
             gaps = {}
             for m in MODES:
                 ctx.progress(f"PDL chain: boundary gaps, {m.label}, {path}")
-                gaps[m] = float(np.median(chain.boundary_gaps(k, m.pdl, m.trigger, graph=path == "graph"))) / 1e3
+                gaps[m] = spread_map(lambda ns: ns / 1e3, Spread.of(chain.boundary_gaps(k, m.pdl, m.trigger,
+                                                                                  graph=path == "graph")))
                 result.figures[f"pdl_gap_us_{path}_{m.key}"] = gaps[m]
             least = min(PDL_MODES, key=gaps.__getitem__)
             hidden = gaps[OFF] - gaps[least]
@@ -391,8 +392,8 @@ class PdlLab:
         result.tables.append(Table(
             "The gap at a kernel boundary: last block of one link done to the first block of the next past its wait",
             ["path", *(f"{m.label} (us)" for m in MODES), "hidden at best (us)", "% of the gap hidden"], rows,
-            note=f"medians over the {k - 1} boundaries of one stamped chain per mode (%globaltimer, no setup, "
-                 f"{chain.grid} blocks); a graph already overlaps most of the launch with the previous kernel, so less "
+            note=f"medians (p10-p90) over the {k - 1} boundaries of one stamped chain per mode (%globaltimer, no "
+                 f"setup, {chain.grid} blocks); a graph already overlaps most of the launch with the previous kernel, so less "
                  "is left for PDL to hide there than in a stream. What PDL leaves is the completion of the previous "
                  "grid and the flush of its memory that griddepcontrol.wait waits for"))
 

@@ -13,7 +13,7 @@ from ..errors import LaunchConfigError
 from ..launch import LaunchConfig
 from ..params import c_struct
 from ..pdl import launch_chain, prepare_chain
-from ..timing import synchronize
+from ..timing import synchronize, synchronize_device
 
 THREADS = 256
 POISON = -7  # the producer's output buffer holds this until the producer writes
@@ -99,7 +99,7 @@ class PdlDemo:
         self.out.fill(-1)
         self.control.fill(0)
         self.times.set(np.array([0, np.iinfo(np.uint64).max], dtype=np.uint64))  # latest end, earliest start
-        self.cp.cuda.Device().synchronize()
+        synchronize_device()
 
     def steps(self, consumer: str, timeout_ns: int) -> list:
         """The pair as a two-link cuadv.pdl chain (the consumer gets the PDL attribute when the chain has it)."""

@@ -53,9 +53,9 @@ from ..pipeline.stencil import (  # noqa: F401  (the library's stencil; re-expor
     StencilTmaParams, Variant, reference, stage_counts, stencil_expressions, strip, strip_work, tile, tile_count, tma,
     tma_layout, tma_store_layout, variants_for)
 from ..pipeline.stencil import Trace as _LibraryTrace
-from ..report.results import LabResult, Table
+from ..report.results import LabResult, Spread, Table
 from ..tma.tensormap import pitch_elements
-from .base import RunContext
+from .base import RunContext, rates
 from .triton_peers import compare_stencil  # the Triton peers (lab-private; triton and torch imported only when run)
 
 TRACE_LIMIT_BYTES = 1 << 30  # the largest stamp buffer a traced launch allocates
@@ -291,7 +291,7 @@ class PipelineLab:
             run_peer(peer, x, expected_dev)
             if not np.array_equal(cp.asnumpy(expected_dev), reference(cp.asnumpy(x))):
                 raise ValidationError(f"CuPy peer stencil differs from NumPy at {size}")
-            peer_t = time_gpu(lambda: run_peer(peer, x, out), repeats=repeats)
+            peer_ms = Spread.of(time_gpu(lambda: run_peer(peer, x, out), repeats=repeats).samples)
             align = Grid2D.of(x, "x").copy_alignment
             loadable = Grid2D.of(x, "x").tma_loadable
             measured = {}
@@ -307,22 +307,21 @@ class PipelineLab:
                 grid = stencil(variant, x, out)
                 if not bool(cp.array_equal(out, expected_dev)):
                     raise ValidationError(f"stencil {variant.label} wrong at {size}")
-                measured[variant] = (t, grid)
-            base_ms = min(t.median_ms for v, (t, _) in measured.items() if v.kind == "sync")
-            for variant, (t, grid) in measured.items():
-                bw = t.rate(nbytes)
-                pct = 100 * ctx.ceiling.fraction(bw)
+                measured[variant] = (Spread.of(t.samples), grid)
+            base_ms = min(ms for v, (ms, _) in measured.items() if v.kind == "sync")
+            for variant, (ms, grid) in measured.items():
+                gbps, pct = rates(ms, nbytes, ctx.ceiling)
                 per_sm = variant.blocks_per_sm or stencil.blocks_per_sm(variant, align)
                 copy = "TMA" if variant.kind == "tma" else f"{align} B"
                 rows_out.append([size, variant.label, copy, grid, per_sm, variant.shared_bytes / 1024,
-                                 t.median_ms, bw / 1e9, pct, base_ms / t.median_ms, peer_t.median_ms / t.median_ms])
+                                 ms, gbps, pct, base_ms / ms, peer_ms / ms])
                 key = f"pipeline_{variant.key}_{rows}x{cols}"
                 result.figures[key + "_pct_ceiling"] = pct
-                result.figures[key + "_x_sync"] = base_ms / t.median_ms
-            peer_bw = peer_t.rate(nbytes)
-            rows_out.append([size, "CuPy ElementwiseKernel (global loads)", "-", "-", "-", "-", peer_t.median_ms,
-                             peer_bw / 1e9, 100 * ctx.ceiling.fraction(peer_bw), base_ms / peer_t.median_ms, 1.0])
-            result.figures[f"pipeline_cupy_{rows}x{cols}_pct_ceiling"] = 100 * ctx.ceiling.fraction(peer_bw)
+                result.figures[key + "_x_sync"] = base_ms / ms
+            peer_gbps, peer_pct = rates(peer_ms, nbytes, ctx.ceiling)
+            rows_out.append([size, "CuPy ElementwiseKernel (global loads)", "-", "-", "-", "-", peer_ms,
+                             peer_gbps, peer_pct, base_ms / peer_ms, 1.0])
+            result.figures[f"pipeline_cupy_{rows}x{cols}_pct_ceiling"] = peer_pct
         result.checks.append("at every measured size every variant's output equals the CuPy peer's, which equals "
                              "NumPy's (outputs poisoned with NaN before the checked run)")
         result.tables.append(Table(

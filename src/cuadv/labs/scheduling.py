@@ -29,12 +29,12 @@ import time
 import numpy as np
 
 from ..errors import ValidationError
-from ..report.results import LabResult, Selection, Table
-from ..timing import EventPair, StreamGate
+from ..report.results import LabResult, Selection, Spread, Table
+from ..timing import EventPair, StreamGate, synchronize, synchronize_device
 from ..work_stealing import DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, TileKernel, TileOrder
 from ..work_stealing.perfetto import to_chrome_trace
 from ..work_stealing.timeline import common_window
-from .base import RunContext
+from .base import RunContext, rates
 # The spin kernel, workloads, regimes and policies live in scheduling_support; their names are this lab's as well.
 from .scheduling_support import (DOMINANT, MEAN_TILE_NS, POLICIES, REGIMES, SHARED, SPIN_BLOCK,  # noqa: F401
                                  SPIN_BODY, SPIN_PARAMS, SPIN_PROLOGUE, TILES, WORKLOADS, BalanceRow,  # noqa: F401
@@ -90,7 +90,8 @@ class SchedulingLab:
         return policy_slots("fixed_blocks")
 
     def _run_spin(self, kernel: TileKernel, durations, prologue_ns: int, repeats: int, check: bool = True,
-                  stream=None, priority=None, order=None):
+                  stream=None, priority=None, order=None) -> Spread:
+        """Milliseconds per launch: the median of ``repeats`` CUDA-event timings, with their spread."""
         import cupy as cp
 
         from ..timing import time_gpu
@@ -107,7 +108,7 @@ class SchedulingLab:
         timing = time_gpu(run, stream=stream, warmup=1, repeats=repeats)
         if check and not bool((done == launches).all()):
             raise ValidationError(f"{kernel.name}: a tile was skipped or run twice in {launches} launches")
-        return timing
+        return Spread.of(timing.samples)
 
     # -- the lab ----------------------------------------------------------------------------------
     def run(self, ctx: RunContext) -> LabResult:
@@ -141,15 +142,15 @@ class SchedulingLab:
                 d = cp.asarray(host)
                 for label, policy, q in POLICIES:
                     ctx.progress(f"balance: {regime.label}: {kind} / {label}")
-                    t = self._run_spin(spin_kernel(policy, q), d, 0, repeats)
-                    rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms(host, policy_slots(policy, q)),
+                    ms = self._run_spin(spin_kernel(policy, q), d, 0, repeats)
+                    rows.append(BalanceRow(kind, label, ms, ideal_ms(host, policy_slots(policy, q)),
                                            regime=regime.key))
                 if kind != "uniform":  # the same tiles handed out heaviest first (the costs are known here)
                     heaviest = TileOrder.heaviest_first(host)
                     for label, policy, q in POLICIES[:3]:
                         ctx.progress(f"balance: {regime.label}: {kind} / {label} / heaviest first")
-                        t = self._run_spin(spin_kernel(policy, q), d, 0, repeats, order=heaviest)
-                        rows.append(BalanceRow(kind, label, t.median_ms, ideal_ms(host, policy_slots(policy, q)),
+                        ms = self._run_spin(spin_kernel(policy, q), d, 0, repeats, order=heaviest)
+                        rows.append(BalanceRow(kind, label, ms, ideal_ms(host, policy_slots(policy, q)),
                                                order="heaviest first", regime=regime.key))
                 if kind == "periodic" and regime is DOMINANT:  # few tiles: a timeline one can read
                     traced = [(label, policy, spin_kernel(policy, q)(tiles, d, cp.zeros(tiles, dtype=cp.uint32), 0,
@@ -207,7 +208,7 @@ class SchedulingLab:
                             ("steal (defaults)", None, None)):
             ctx.progress(f"balance: cost of yielding, {label}")
             kernel = spin_kernel("steal", q, min_tiles=k)
-            ms[label] = self._run_spin(kernel, d, 0, repeats).median_ms
+            ms[label] = self._run_spin(kernel, d, 0, repeats)
             shown = label
             if q is None and k is None:
                 shown += f": min_tiles learned {kernel.min_units(kernel.kernel()[0], 'steal', tiles)}"
@@ -260,10 +261,10 @@ class SchedulingLab:
                 ctx.progress(f"overhead: vecscale prologue {prologue_us} us / {label}")
                 k = vecscale_kernel(policy, q)
                 t = time_gpu(lambda: k(tiles_for(n), data, n, alpha, prologue_us * 1000), warmup=1, repeats=repeats)
-                times[label] = t.median_ms
+                times[label] = Spread.of(t.samples)
             for label, _, _ in POLICIES:
-                bw = 8 * n / (times[label] * 1e-3)
-                rows.append([f"{4 * n >> 20} MiB", prologue_us, label, times[label], 100 * ctx.ceiling.fraction(bw),
+                rows.append([f"{4 * n >> 20} MiB", prologue_us, label, times[label],
+                             rates(times[label], 8 * n, ctx.ceiling)[1],
                              times["fixed_work"] / times[label], times["fixed_blocks"] / times[label]])
             out[f"vecscale_{prologue_us}"] = times
         del data
@@ -277,7 +278,7 @@ class SchedulingLab:
         heavy = {}
         for label, policy, q in POLICIES:
             ctx.progress(f"overhead: heavy prologue / {label}")
-            heavy[label] = self._run_spin(spin_kernel(policy, q), d, 100_000, repeats).median_ms
+            heavy[label] = self._run_spin(spin_kernel(policy, q), d, 100_000, repeats)
         ideal = {label: TILES * MEAN_TILE_NS / policy_slots(p, q) / 1e6 for label, p, q in POLICIES}  # own slots
         result.tables.append(Table(
             "a. overhead: heavy prologue (100 us per running block, 25 us tiles)",
@@ -304,7 +305,7 @@ class SchedulingLab:
         short_d = cp.full(short_tiles, 20_000, dtype=cp.uint32)
         short = spin_kernel("fixed_work", name="urgent")
         short_done = cp.zeros(short_tiles, dtype=cp.uint32)
-        cp.cuda.Device().synchronize()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
+        synchronize_device()  # CuPy zeroes on its own stream; the kernels run on non-blocking ones
 
         gate = StreamGate()
 
@@ -323,16 +324,16 @@ class SchedulingLab:
         # Load the kernel before any gated launch: loading a kernel (lazily, at its first launch)
         # may wait for the context to go idle, which a held stream never does.
         short(short_tiles, short_d, short_done, 0, stream=high_stream)
-        high_stream.synchronize()
+        synchronize(high_stream)
         for _ in range(3):
             high_latency_ms()  # warm-up
-        alone = float(np.median([high_latency_ms() for _ in range(repeats)]))
+        alone = Spread.of([high_latency_ms() for _ in range(repeats)])
 
-        def latency_under(kernel: TileKernel) -> tuple[float, float]:
+        def latency_under(kernel: TileKernel) -> tuple[Spread, Spread]:
             long_done = cp.zeros(long_d.size, dtype=cp.uint32)
-            cp.cuda.Device().synchronize()
+            synchronize_device()
             kernel(long_d.size, long_d, long_done, 0, stream=low_stream)  # compile + validate first
-            low_stream.synchronize()
+            synchronize(low_stream)
             if not bool((long_done == 1).all()):
                 raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
             lat, total = [], []
@@ -345,7 +346,7 @@ class SchedulingLab:
                 total.append(ev.elapsed_ms())
             if not bool((long_done == 1 + repeats).all()):  # the later launches' grids may be learned ones
                 raise ValidationError(f"{kernel.name}: low-priority kernel skipped or repeated a tile")
-            return float(np.median(lat)), float(np.median(total))
+            return Spread.of(lat), Spread.of(total)
 
         rows, out = [], {"alone": alone}
         for label, policy, q in POLICIES:
@@ -364,13 +365,13 @@ class SchedulingLab:
         # Quantum sweep: preemption latency against the cost of a heavy prologue.
         d = cp.asarray(workload("uniform", TILES, np.random.default_rng()))
         sweep = []
-        fixed_blocks_heavy = self._run_spin(spin_kernel("fixed_blocks"), d, 100_000, repeats).median_ms
+        fixed_blocks_heavy = self._run_spin(spin_kernel("fixed_blocks"), d, 100_000, repeats)
         for q in (5, 20, 50, 200, 1000, math.inf):
             ctx.progress(f"quantum sweep: {q} us")
             k = TileKernel(SPIN_PARAMS, SPIN_BODY, SPIN_PROLOGUE, policy="steal", block=SPIN_BLOCK, quantum_us=q,
                            prologue_factor=0, name="sweep_steal", min_blocks_per_sm=8)
             lat, _ = latency_under(k)
-            heavy = self._run_spin(k, d, 100_000, repeats).median_ms
+            heavy = self._run_spin(k, d, 100_000, repeats)
             sweep.append([q, lat, lat / alone, heavy, heavy / fixed_blocks_heavy])
         result.tables.append(Table(
             "c. steal quantum sweep (prologue_factor off): preemption latency against prologue overhead",
@@ -407,7 +408,7 @@ class SchedulingLab:
         for label, policy, q in (POLICIES[1], POLICIES[2]):
             k = spin_kernel(policy, q, name="background")
             done = cp.zeros(long_d.size, dtype=cp.uint32)
-            cp.cuda.Device().synchronize()
+            synchronize_device()
             low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
             gate.hold(high_stream.ptr)  # then the high-priority kernel, as in the latency measurement
             high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)

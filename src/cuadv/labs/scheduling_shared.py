@@ -29,7 +29,7 @@ from ..launch import LaunchConfig, launch
 from ..memory import HostWords
 from ..params import c_struct
 from ..report.results import LabResult, Table
-from ..timing import EventPair, StreamGate, synchronize
+from ..timing import EventPair, StreamGate, synchronize, synchronize_device
 from ..work_stealing.timeline import common_window
 from .base import RunContext, interleaved_rounds
 from .scheduling_support import SHARED, Regime, spin_kernel, workload
@@ -94,7 +94,7 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
     for name, k in kernels.items():
         calls[("vecscale", name)] = (lambda k=k: k(tiles_for(VECSCALE_ELEMS), data, VECSCALE_ELEMS, np.float32(1.0), 0,
                                                    stream=stream))
-    cp.cuda.Device().synchronize()
+    synchronize_device()
     runs = dict.fromkeys(calls, 0)
     for key, call in calls.items():  # load, learn steal's min_tiles, then capture LAUNCHES launches in a graph
         for _ in range(3):
@@ -218,7 +218,7 @@ class SmHolder:
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.generation = 0
         self.k = 0
-        cp.cuda.Device().synchronize()
+        synchronize_device()
 
     def hold(self, k: int, timeout_s: float = RESIDENT_TIMEOUT_S) -> None:
         """Launch k holder blocks and return once all of them run (ValidationError after timeout_s)."""
@@ -282,7 +282,7 @@ def shared_gpu(ctx: RunContext, result: LabResult, repeats: int) -> None:
     per_sm = {label: kernels[label].resident_units(p) // caps.sm_count for label, p, _ in SHARED_POLICIES}
     done = {label: cp.zeros(tiles, dtype=cp.uint32) for label in kernels}
     runs = dict.fromkeys(kernels, 0)
-    cp.cuda.Device().synchronize()
+    synchronize_device()
 
     def run(label, k_held: int, trace: bool = False):
         """One launch of the tile kernel while k_held SMs are held: its ms, its trace, the held SMs."""

@@ -100,7 +100,7 @@ WORKLOADS = ("uniform", "pareto", "triangular", "periodic")
 class BalanceRow:
     workload: str
     policy: str
-    ms: float
+    ms: float  # a Spread when measured: the median with its spread
     ideal_ms: float
     order: str = "index"  # index: tiles handed out 0, 1, 2, ...; heaviest first: a TileOrder by cost
     regime: str = SHARED.key

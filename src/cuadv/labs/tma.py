@@ -33,11 +33,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import LaunchConfigError, ValidationError
-from ..report.results import LabResult, Selection, Table
+from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from ..tma.kernels import COPY_THREADS, MAX_STAGES, TmaCopyConfig, _round128, build_module, default_stages
 from ..tma.tensormap import element_size
 from ..timing import time_gpu
-from .base import RunContext
+from .base import RunContext, rates
 from .triton_peers import compare_copy  # the Triton peers (lab-private; triton and torch imported only when run)
 from .tma_support import (BF16_NOTE, GEMV_VECTORS_PER_BLOCK, NCU_CONFIGS, NCU_METRICS,
                           NUMPY_TYPES, VALIDATION_CASES, TmaOps, box_for, integer_problem, ncu_worker,
@@ -173,8 +173,9 @@ class TmaLab:
         return result
 
     def _timer(self, ctx):
+        """A timer of a callable (ms: the median of ``repeats`` CUDA-event timings, with their spread), and repeats."""
         repeats = 10 if ctx.quick else 30
-        return (lambda fn: time_gpu(fn, repeats=repeats)), repeats
+        return (lambda fn: Spread.of(time_gpu(fn, repeats=repeats).samples)), repeats
 
     def _tile_table(self, ctx: RunContext, ops: TmaOps, result: LabResult) -> dict[str, Any]:
         import cupy as cp
@@ -188,21 +189,21 @@ class TmaLab:
         nbytes = 2 * 4 * rows * cols  # read + write
 
         def pct(ms: float) -> float:
-            return 100 * ctx.ceiling.fraction(nbytes / (ms * 1e-3))
+            return rates(ms, nbytes, ctx.ceiling)[1]
 
-        def checked(fn: Callable[[], None], target, expected, what: str) -> float:
+        def checked(fn: Callable[[], None], target, expected, what: str) -> Spread:
             """Median ms of fn; then the target is poisoned, fn rerun and its output compared with expected."""
-            t = timed(fn)
+            ms = timed(fn)
             target.fill(cp.nan)
             fn()
             if not bool(cp.array_equal(target, expected)):
                 raise ValidationError(f"{what} wrong at {rows} x {cols}")
-            return t.median_ms
+            return ms
 
         ctx.progress("tma: CuPy copy and transpose")
         peer_copy = timed(lambda: cp.copyto(dst, src))
         peer_t = timed(lambda: cp.copyto(dst_t, src.T))
-        times: dict[tuple[tuple[int, int], str, str], float] = {}
+        times: dict[tuple[tuple[int, int], str, str], Spread] = {}
         for box in TILE_SHAPES:
             ctx.progress(f"tma: tile {box[0]} x {box[1]}")
             for op, method in (("copy", "tma"), ("copy", "threads"), ("transpose", "tma"), ("transpose", "threads")):
@@ -236,8 +237,7 @@ class TmaLab:
             tt_ms, tthr_ms = times[(box, "transpose", "tma")], times[(box, "transpose", "threads")]
             table.append([f"{box[0]} x {box[1]}", pct(default_ms), pct(top["ms"]) if top else "-",
                           config_label(top["config"]) if top else "-", pct(thr_ms), thr_ms / tma_ms,
-                          peer_copy.median_ms / tma_ms, pct(tt_ms), pct(tthr_ms), tthr_ms / tt_ms,
-                          peer_t.median_ms / tt_ms])
+                          peer_copy / tma_ms, pct(tt_ms), pct(tthr_ms), tthr_ms / tt_ms, peer_t / tt_ms])
             result.figures[f"tma_copy_{tag}_pct_ceiling"] = pct(default_ms)
             if top:
                 result.figures[f"tma_copy_swept_{tag}_pct_ceiling"] = pct(top["ms"])
@@ -249,8 +249,8 @@ class TmaLab:
              "transpose: TMA x threads", "transpose: TMA x CuPy"],
             table,
             note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s measured in "
-                 f"this run; CuPy copy {100 * ctx.ceiling.fraction(nbytes / peer_copy.median_s):.1f}%, CuPy "
-                 f"transpose (copyto of .T) {100 * ctx.ceiling.fraction(nbytes / peer_t.median_s):.1f}%. TMA copy: "
+                 f"this run; CuPy copy {pct(peer_copy):.1f}%, CuPy "
+                 f"transpose (copyto of .T) {pct(peer_t):.1f}%. TMA copy: "
                  "one thread per block streams boxes through a ring of shared-memory slots; default ring: 4 slots "
                  "(fewer for boxes over 24 KiB), 3 loads ahead, as many blocks as fit, blocks interleaved tile by "
                  "tile; best swept: the fastest configuration of the next table for that tile ('chunk' = side-by-side "
@@ -379,14 +379,14 @@ class TmaLab:
                 for method in ("tma", "threads"):
                     prep = ops.prepare_copy if op == "copy" else ops.prepare_transpose
                     fn = prep(src, target, box, method=method, dtype=tdtype)
-                    t = timed(fn)
+                    ms = timed(fn)
                     poison_against(cp, target, src if op == "copy" else src.T)
                     fn()
                     if not bool(cp.array_equal(target, src if op == "copy" else src.T)):
                         raise ValidationError(f"{method} {op} wrong for {dtype} at {rows} x {cols}")
-                    cells.append(100 * ctx.ceiling.fraction(nbytes / t.median_s))
+                    cells.append(rates(ms, nbytes, ctx.ceiling)[1])
                 peer = timed(lambda: cp.copyto(dst, src)) if op == "copy" else timed(lambda: cp.copyto(dst_t, src.T))
-                cells.append(100 * ctx.ceiling.fraction(nbytes / peer.median_s))
+                cells.append(rates(peer, nbytes, ctx.ceiling)[1])
             table.append(cells)
         result.tables.append(Table(
             f"By element type: {rows} rows of about {width_bytes} B, boxes of 64 rows x 256 B, % of the copy ceiling",
@@ -412,17 +412,17 @@ class TmaLab:
                 times = {}
                 for multicast in (False, True):
                     fn = ops.prepare_gemv(a, x, y, vectors_per_block=vb, cluster=cluster, multicast=multicast)
-                    t = timed(fn)
+                    times[multicast] = timed(fn)
                     y.fill(cp.nan)
                     fn()
                     if not bool(cp.array_equal(y, expected)):
                         raise ValidationError(f"gemv wrong at {m} x {k}, cluster {cluster}, multicast {multicast}")
-                    times[multicast] = t.median_ms
                 baseline = baseline or times[False]
                 # Model of the L2 -> SM traffic: per-block loads read the band once per block (8 per band),
                 # multicast once per cluster.
                 cells += [times[False], times[True], times[False] / times[True], baseline / times[True],
-                          a_bytes / (times[True] * 1e-3) / 1e12, 8 * a_bytes / 2**30, 8 // cluster * a_bytes / 2**30]
+                          spread_map(lambda t: a_bytes / (t * 1e-3) / 1e12, times[True]), 8 * a_bytes / 2**30,
+                          8 // cluster * a_bytes / 2**30]
                 table.append(cells)
                 result.figures[f"tma_gemv_vb{vb}_c{cluster}_multicast_x_per_block"] = times[False] / times[True]
                 if vb == 1:

@@ -31,8 +31,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ValidationError
-from ..report.results import LabResult, Table
-from .base import RunContext, interleaved_rounds
+from ..report.results import LabResult, Table, spread_map
+from .base import RunContext, interleaved_rounds, rates
 
 # Tile shapes (rows, columns) of the Triton kernels; warps per program grow with the tile.
 COPY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (256, 128))
@@ -262,17 +262,27 @@ def _time(ctx: RunContext, rows: list[_Row], what: str) -> None:
         r.ms = ms[i]
 
 
+def _tb_per_s(ms: float, nbytes: int) -> float:
+    """TB/s of moving nbytes in ms (a Spread of rates from a Spread of times)."""
+    return spread_map(lambda t: nbytes / (t * 1e-3) / 1e12, ms)
+
+
 def _checked(candidates: list[_Row], target, expected, result: LabResult, what: str) -> list[_Row]:
     """The candidates whose output (poisoned with NaN first) equals expected; a peer that fails to build or
     differs is left out with a note, a cuadv one raises (ValidationError when it differs)."""
     import torch
+
+    from ..errors import GpuTimeoutError
+    from ..timing import synchronize_device
 
     rows = []
     for r in candidates:
         target.fill_(float("nan"))
         try:
             r.fn()
-            torch.cuda.synchronize()
+            synchronize_device()
+        except GpuTimeoutError:  # the GPU is still busy: no later candidate can run either
+            raise
         except Exception as exc:  # a tile that does not fit (OutOfResources), a compile error
             if r.cuadv:
                 raise
@@ -363,9 +373,8 @@ def _compare_copy(ctx: RunContext, result: LabResult, best_box: tuple[int, int] 
     table, f = [], result.figures
     for r in rows:
         pct, x = 100 * ceiling.ms / r.ms, tri.ms / r.ms
-        table.append([r.what + (" (fastest)" if r in fastest.values() else ""), r.config, r.ms,
-                      nbytes / (r.ms * 1e-3) / 1e12, pct, 100 * ctx.ceiling.fraction(nbytes / (r.ms * 1e-3)), x,
-                      _verdict(x, pct) if r.cuadv else "-"])
+        table.append([r.what + (" (fastest)" if r in fastest.values() else ""), r.config, r.ms, _tb_per_s(r.ms, nbytes),
+                      pct, rates(r.ms, nbytes, ctx.ceiling)[1], x, _verdict(x, pct) if r.cuadv else "-"])
     f["tma_triton_torch_copy_tb_per_s"] = nbytes / (ceiling.ms * 1e-3) / 1e12
     f["tma_triton_tma_pct_torch_copy"] = 100 * ceiling.ms / tri.ms
     if fastest["triton_pointer"] is not None:
@@ -436,7 +445,7 @@ def _compare_stencil(ctx: RunContext, result: LabResult) -> None:
         x_tri = tri.ms / r.ms
         verdict = (f"{x_tri:.3f}x: " + ("met" if x_tri >= STENCIL_TARGET_X else f"missed by {100 * (1 - x_tri):.1f}%")
                    if r.cuadv else "-")
-        table.append([r.what + (" (fastest)" if r is tri else ""), r.config, r.ms, nbytes / (r.ms * 1e-3) / 1e12,
+        table.append([r.what + (" (fastest)" if r is tri else ""), r.config, r.ms, _tb_per_s(r.ms, nbytes),
                       100 * ceiling.ms / r.ms, x_tri, verdict])
     f = result.figures
     f["pipeline_triton_stencil_cuadv_x_triton"] = tri.ms / mine.ms

@@ -136,17 +136,18 @@ class PersistentKernel:
 
     def __init__(self, params: str, task: str, prologue: str = "", *, block: int = DEFAULT_BLOCK,
                  preamble: str = "", name: str = "cuadv_persistent", shared_mem: int = 0, min_blocks_per_sm: int = 1):
-        if not isinstance(params, str) or not isinstance(task, str):
-            raise TypeError("params and task must be C++ source strings")
+        for what, text in (("params", params), ("task", task), ("prologue", prologue), ("preamble", preamble)):
+            if not isinstance(text, str):
+                raise TypeError(f"{what} must be C++ source as a str, got {type(text).__name__} {text!r}")
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or not WARP <= block <= 1024 \
                 or block % WARP:
             raise LaunchConfigError(f"block must be a multiple of {WARP} threads from {WARP} to 1024 (each warp is "
                                     f"a worker), got {block!r}")
-        if not isinstance(min_blocks_per_sm, int) or min_blocks_per_sm < 1:
+        if isinstance(min_blocks_per_sm, bool) or not isinstance(min_blocks_per_sm, int) or min_blocks_per_sm < 1:
             raise LaunchConfigError(f"min_blocks_per_sm must be an int >= 1, got {min_blocks_per_sm!r}")
-        if not isinstance(shared_mem, int) or shared_mem < 0:
+        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
             raise LaunchConfigError(f"shared_mem must be an int >= 0 bytes, got {shared_mem!r}")
-        if not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"name must be a C identifier, got {name!r}")
         self.params, self.task, self.prologue, self.preamble = params.strip(), task, prologue, preamble
         self.block, self.name, self.shared_mem = int(block), name, shared_mem
@@ -163,9 +164,10 @@ class PersistentKernel:
 
     def compile(self, arch: str) -> CompiledModule:
         """Compile for a target (no GPU needed)."""
-        if arch not in self._modules:
-            self._modules[arch] = compile_source(self.source(), name=self.name, arch=arch)
-        return self._modules[arch]
+        module = self._modules.get(arch)
+        if module is None:  # threads compiling at once keep the first module: one loaded kernel
+            module = self._modules.setdefault(arch, compile_source(self.source(), name=self.name, arch=arch))
+        return module
 
     def kernel(self) -> Kernel:
         from ..device import current_device

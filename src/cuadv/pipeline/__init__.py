@@ -10,13 +10,14 @@ arrays keep its rules, else the cp.async pipeline. Needs compute capability 8.0;
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
-from ..interop import device_array, empty, stream_handle
+from ..interop import DeviceArray, device_array, empty, overlaps, stream_handle, writable
 from ..tma.tensormap import tma_store_overruns
 from .stencil import (
     SYNC, Grid2D, Stencil, Trace, Variant, reference, tile, tma,
@@ -65,20 +66,25 @@ def _device_has_tma() -> tuple[bool, str]:
     return caps.compute_capability >= (9, 0), caps.cc_string()
 
 
+def _named(name: Any) -> Variant | None:
+    """The variant ``name`` stands for (None: 'auto'); ValueError for anything else."""
+    if isinstance(name, Variant):
+        return name
+    if isinstance(name, str) and (name == "auto" or name in STENCIL_VARIANTS):
+        return STENCIL_VARIANTS.get(name)
+    raise ValueError(f"variant must be 'auto', one of {', '.join(map(repr, STENCIL_VARIANTS))} or a "
+                     f"cuadv.pipeline.Variant; got {name!r}")
+
+
 def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool, cc: str) -> Variant:
     """The variant for these arrays: a named one (checked against the GPU and the TMA rules) or 'auto'."""
-    if isinstance(name, Variant):
-        variant, name = name, name.label
-    elif name == "auto":
+    variant = _named(name)
+    if variant is None:
         if has_tma and src.tma_loadable:
             storable = dst is None or (dst.tma_loadable and not _store_spills(dst))
             return STENCIL_VARIANTS["tma_store" if storable else "tma"]
         return STENCIL_VARIANTS["thread"]
-    elif name in STENCIL_VARIANTS:
-        variant = STENCIL_VARIANTS[name]
-    else:
-        raise ValueError(f"variant must be 'auto', one of {', '.join(map(repr, STENCIL_VARIANTS))} or a "
-                         f"cuadv.pipeline.Variant; got {name!r}")
+    name = variant.label if isinstance(name, Variant) else name
     if variant.kind == "tma":
         if not has_tma:
             raise UnsupportedFeatureError(f"stencil variant {name!r} (TMA)", "compute capability >= 9.0", cc,
@@ -117,14 +123,25 @@ def _check_x(x: Any, stream: int) -> tuple[Any, Grid2D]:
     return arr, Grid2D.of(x, "x")
 
 
-def _check_out(out: Any, src: Grid2D, stream: int) -> Grid2D:
+def _check_out(out: Any, x: DeviceArray, src: Grid2D, stream: int) -> Grid2D:
     if isinstance(out, np.ndarray):
         raise KernelArgumentError("out is a NumPy array in host memory; pass a device array (or out=None)")
-    arr = device_array(out, stream=stream)
+    arr = writable(device_array(out, stream=stream), "out")
     if arr.typestr[1:] != "f4" or tuple(arr.shape) != (src.rows, src.cols):
         raise LaunchConfigError(f"out must be a float32 array of x's shape {(src.rows, src.cols)}; got "
                                 f"{arr.type_name} of shape {arr.shape}")
-    return Grid2D.of(out, "out")
+    dst = Grid2D.of(out, "out")
+    if overlaps(arr, x):
+        raise LaunchConfigError(f"out (at {arr.ptr:#x}) overlaps x (at {x.ptr:#x}): the stencil reads neighbours, so "
+                                "it cannot run in place; pass a separate out, or out=None for a new array")
+    return dst
+
+
+def _coefficient(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number (the stencil's float32 weight), got {type(value).__name__} "
+                        f"{value!r}")
+    return float(value)
 
 
 @dataclass
@@ -145,7 +162,7 @@ class PreparedStencil:
         if (src.rows, src.cols) != self.shape:
             raise LaunchConfigError(f"x has shape {(src.rows, src.cols)} but this stencil was prepared for "
                                     f"{self.shape}; prepare another")
-        dst = _check_out(out, src, handle) if out is not None else None
+        dst = _check_out(out, arr, src, handle) if out is not None else None
         has_tma = self.variant.kind == "tma"  # checked when prepared
         _choose(self.variant, src, dst, has_tma, "")  # the TMA rules for these arrays, before anything is launched
         if out is None:  # prepare_stencil checked that a dense output suits the variant
@@ -158,12 +175,15 @@ def prepare_stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: fl
                     stream: Any = None) -> PreparedStencil:
     """Check ``x`` (and ``out``), choose the variant and compile the kernels once; returns a PreparedStencil to
     call with arrays of x's shape. Raises before anything is launched: TypeError (KernelArgumentError) for host
-    arrays, ValueError (LaunchConfigError) for a dtype other than float32, a rank other than 2, an empty shape, an
-    ``out`` of another shape or dtype, and an array that breaks a TMA rule when a TMA variant is named;
+    arrays and a read-only ``out``, TypeError for a coefficient that is no real number, ValueError
+    (LaunchConfigError) for a dtype other than float32, a rank other than 2, an empty shape, an ``out`` of another
+    shape or dtype or sharing bytes with x, and an array that breaks a TMA rule when a TMA variant is named;
     UnsupportedFeatureError when a TMA variant is named on a GPU without TMA."""
+    c_center, c_neighbour = _coefficient(c_center, "c_center"), _coefficient(c_neighbour, "c_neighbour")
     handle = stream_handle(stream, x)
-    _arr, src = _check_x(x, handle)
-    dst = _check_out(out, src, handle) if out is not None else None
+    arr, src = _check_x(x, handle)
+    dst = _check_out(out, arr, src, handle) if out is not None else None
+    _named(variant)
     has_tma, cc = _device_has_tma()
     if dst is None:  # the dense output out=None will make (a fresh allocation: its base is 256-byte aligned)
         dst = Grid2D(0, src.rows, src.cols, src.cols)
@@ -172,7 +192,7 @@ def prepare_stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: fl
     if not kernels.fits(chosen):
         raise LaunchConfigError(f"{chosen.label} does not fit on an SM of this GPU ({chosen.shared_bytes} B shared "
                                 f"memory, {chosen.threads} threads); fallback: variant='thread'")
-    return PreparedStencil((src.rows, src.cols), chosen, float(c_center), float(c_neighbour), kernels)
+    return PreparedStencil((src.rows, src.cols), chosen, c_center, c_neighbour, kernels)
 
 
 def stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: float,

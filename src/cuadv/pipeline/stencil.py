@@ -16,7 +16,7 @@ import numpy as np
 from ..arch import parse_arch
 from ..compiler import shipped
 from ..errors import LaunchConfigError
-from ..interop import stream_handle
+from ..interop import device_array, overlaps, stream_handle
 from ..launch import LaunchConfig, launch
 from ..params import StructArgument, c_struct
 from ..state_pool import StatePool
@@ -284,12 +284,6 @@ class Grid2D:
         may not have one) the row's size rounded up to 16 bytes."""
         return 4 * self.pitch if self.rows > 1 else -(-4 * self.cols // 16) * 16
 
-    def byte_span(self) -> tuple[int, int]:
-        """[first, last) bytes the array's elements occupy."""
-        if self.rows == 0 or self.cols == 0:
-            return self.address, self.address
-        return self.address, self.address + 4 * ((self.rows - 1) * self.pitch + self.cols)
-
 
 def tile_count(rows: int, cols: int, tile_h: int = TILE_H) -> int:
     return -(-rows // tile_h) * -(-cols // TILE_W)
@@ -425,9 +419,9 @@ class Stencil:
             raise LaunchConfigError(f"out has shape {(dst.rows, dst.cols)} but x has {(src.rows, src.cols)}")
         if src.rows == 0 or src.cols == 0:
             return 0
-        (a0, a1), (b0, b1) = src.byte_span(), dst.byte_span()
-        if a0 < b1 and b0 < a1:
-            raise LaunchConfigError("out overlaps x: the stencil reads neighbours, so it cannot run in place")
+        if overlaps(device_array(out), device_array(x)):
+            raise LaunchConfigError("out overlaps x: the stencil reads neighbours, so it cannot run in place; pass a "
+                                    "separate out")
         if variant.layout == "strip" and max(src.rows, -(-src.cols // variant.width)) >= 1 << 31:
             raise LaunchConfigError(f"the strip kernels index rows and strips with 32 bits: {src.rows} rows x "
                                     f"{src.cols} columns needs more than {(1 << 31) - 1}; use a tile variant")

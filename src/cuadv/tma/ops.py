@@ -9,7 +9,9 @@ and rows may be pitched. ``prepare_copy`` / ``prepare_transpose`` do every check
 the kernel once and return a callable that only launches.
 
 Arrays: anything with ``__cuda_array_interface__`` or DLPack (CuPy, PyTorch, cuda.core); 2-D, rows contiguous,
-base address and row pitch multiples of 16 bytes (``empty_pitched`` makes such arrays); element types
+base address and row pitch multiples of 16 bytes (``empty_pitched`` makes such arrays); a caller's ``dst`` writable
+and sharing no byte with ``src`` (blocks load and store at once: an overlapping copy or an in-place transpose raises
+LaunchConfigError; column blocks of one pitched array are fine); element types
 float32, float16, bfloat16 (a torch bfloat16 tensor, or uint16 bits with ``dtype="bfloat16"``), uint8 and the
 other TMA types (copy), 1-, 2- and 4-byte types (transpose). The output is allocated in the input's library
 (torch in, torch out; anything else, CuPy) with a 16-byte row pitch when ``dst`` is None.
@@ -29,6 +31,7 @@ Needs compute capability 9.0 (``UnsupportedFeatureError`` otherwise, naming the 
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -38,7 +41,7 @@ import numpy as np
 from ..device import current_device
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import device_array, empty, library_of, stream_handle, torch_allocation_stream
+from ..interop import device_array, empty, library_of, overlaps, stream_handle, torch_allocation_stream, writable
 from ..launch import Launcher, prepare
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import (TensorMapError, TiledLayout, describe_array, element_size, pitch_elements,
@@ -193,6 +196,7 @@ class TmaCopy(_TileOp):
                 raise LaunchConfigError(f"tma.copy: dst is {d.dtype}{d.shape}, src {s.dtype}{s.shape}: a copy needs "
                                         "the same shape and element type")
             _check_layout(d, "dst", self.box)
+            _check_output(s, d, "tma.copy")
         self.config = config
         job = None
         if not s.empty:
@@ -240,6 +244,8 @@ class TmaTranspose(_TileOp):
                 raise LaunchConfigError(f"tma.transpose: dst is {d.dtype}{d.shape}, expected {s.dtype}{(cols, rows)} "
                                         "(src's columns by its rows, src's element type)")
         _check_transpose_boxes(s, d, self.box)
+        if d is not None:
+            _check_output(s, d, "tma.transpose")
         job = None
         if not s.empty:
             require("tma", _device_caps(), name="cuadv.tma.transpose (TMA bulk tensor copies)",
@@ -276,10 +282,12 @@ def _engine() -> TmaOps:
 
 def _shape2(value: Any, what: str) -> tuple[int, int]:
     try:
-        rows, cols = (int(v) for v in value)
+        rows, cols = value
     except (TypeError, ValueError):
-        raise TypeError(f"{what} must be two integers (rows, columns); got {value!r}") from None
-    return rows, cols
+        rows = cols = None
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in (rows, cols)):
+        raise TypeError(f"{what} must be two integers (rows, columns); got {value!r}")
+    return int(rows), int(cols)
 
 
 def _tma_view(array: Any) -> tuple[Any, str | None]:
@@ -299,6 +307,16 @@ def _operand(array: Any, what: str, dtype: str | None) -> _Operand:
     if len(shape) != 2:
         raise LaunchConfigError(f"{what} must be a 2-D array (rows, columns); got shape {shape}")
     return _Operand(array, view, name, (shape[0], shape[1]), (strides[0], strides[1]))
+
+
+def _check_output(src: _Operand, dst: _Operand, op: str) -> None:
+    """A caller's dst must be writable and share no byte with src: blocks load and store their boxes at the same
+    time, so an overlapping copy or an in-place transpose would read bytes another block already wrote."""
+    out, inp = writable(device_array(dst.view), "dst"), device_array(src.view)
+    if overlaps(out, inp):
+        raise LaunchConfigError(f"{op}: dst (at {out.ptr:#x}) overlaps src (at {inp.ptr:#x}); blocks load and store "
+                                "concurrently, so the result would be undefined: pass a separate dst, or dst=None for "
+                                "a new array")
 
 
 def _check_layout(operand: _Operand, what: str, box: tuple[int, int]) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -112,13 +113,12 @@ class TiledLayout:
     l2_promotion: str = "128B"
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
-        object.__setattr__(self, "strides", tuple(int(v) for v in self.strides))
-        object.__setattr__(self, "box", tuple(int(v) for v in self.box))
+        for name in ("shape", "strides", "box"):
+            object.__setattr__(self, name, _integers(name, getattr(self, name)))
         if self.element_strides is None:
             object.__setattr__(self, "element_strides", (1,) * len(self.shape))
         else:
-            object.__setattr__(self, "element_strides", tuple(int(v) for v in self.element_strides))
+            object.__setattr__(self, "element_strides", _integers("element_strides", self.element_strides))
         check_tiled(self)
 
     @property
@@ -147,6 +147,17 @@ class TiledLayout:
             "box_dim": tuple(reversed(self.box)),
             "element_strides": tuple(reversed(self.element_strides)),
         }
+
+
+def _integers(name: str, values: Any) -> tuple[int, ...]:
+    """``values`` as a tuple of ints; TensorMapError for anything else (2.5 would otherwise be cut to 2)."""
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise TensorMapError(f"{name} must be a sequence of integers, one per dimension; got {values!r}") from None
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in items):
+        raise TensorMapError(f"{name} must hold integers; got {values!r}")
+    return tuple(int(v) for v in items)
 
 
 def check_tiled(layout: TiledLayout) -> None:

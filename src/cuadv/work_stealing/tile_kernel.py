@@ -144,9 +144,11 @@ class TileKernel:
         """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch."""
         concrete = policy_for_arch(policy or self.policy, arch)
         key = (arch, concrete)
-        if key not in self._modules:
-            self._modules[key] = compile_source(self.source(concrete), name=f"{self.name}_{concrete}", arch=arch)
-        return self._modules[key]
+        module = self._modules.get(key)
+        if module is None:  # threads compiling at once keep the first module: one loaded kernel per policy
+            module = compile_source(self.source(concrete), name=f"{self.name}_{concrete}", arch=arch)
+            module = self._modules.setdefault(key, module)
+        return module
 
     def kernel(self, policy: str | None = None) -> tuple[Kernel, str]:
         """The loaded kernel of a policy (default: this kernel's) on the current GPU, and the concrete policy."""

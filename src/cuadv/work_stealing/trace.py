@@ -54,7 +54,8 @@ class Trace:
     @property
     def records(self) -> np.ndarray:
         if self._records is None:
-            self._records = self._buffer.to_host(np.uint8, stream=self._stream).view(TRACE_DTYPE)
+            self._records = self._buffer.to_host(np.uint8, stream=self._stream,
+                                                 what=f"the traced {self.policy} launch").view(TRACE_DTYPE)
             self._buffer = None
         return self._records
 

@@ -1,0 +1,194 @@
+"""The workloads whose targets issue 18 misses, each run once, for Nsight Compute to profile.
+
+    ncu --profile-from-start off ... -o prof python3 scripts/profile_cases.py hist spmv vecscale > ncu.log 2>&1
+    python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
+
+Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
+ceiling kernel), spmv (power-law matrix: cuadv's variants and cuSPARSE), vecscale (1 GiB: steal and fixed_work).
+Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
+region (cudaProfilerStart/Stop), its name printed on stderr before it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+GIB = 1 << 30
+
+
+class _case:
+    """The profiled region of one case: ncu runs with --profile-from-start off, so only the kernels launched
+    inside it are profiled (not the set-up, the warm-up or the first call that samples the data)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        print(f"CASE {self.name}", file=sys.stderr, flush=True)
+        cp.cuda.profiler.start()
+
+    def __exit__(self, *exc):
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        cp.cuda.profiler.stop()
+
+
+def hist() -> None:
+    import cupy as cp
+
+    from cuadv.compiler import compile_source
+    from cuadv.device import current_device
+    from cuadv.labs.histogram_peers import CUADV_PREPARED, Case, _data, _providers, start_cub
+    from cuadv.launch import LaunchConfig, launch
+    from cuadv.timing import _READ_SOURCE
+
+    caps = current_device().caps
+    cc = caps.compute_capability
+    cub = start_cub(f"sm_{cc[0]}{cc[1]}").result()[0]
+    for case in (Case("int32", "uniform", 256), Case("uint8", "uniform", 256), Case("int32", "uniform", 65536),
+                 Case("int32", "uniform", 1 << 20)):
+        n = GIB // (4 if case.dtype == "int32" else 1)
+        data = _data(cp, case, n)
+        calls, _ = _providers(cp, case, data, cub, [])
+        for label, (call, _kind) in calls.items():
+            if label == CUADV_PREPARED or label.startswith("CUB") or (label.startswith("torch") and case.bins > 256):
+                call()  # the first call of a prepared histogram samples the data: outside the profiled call
+                with _case(f"{case.key}: {label}"):
+                    call()
+        del data, calls
+        cp.get_default_memory_pool().free_all_blocks()
+    kernel = compile_source(_READ_SOURCE, name="cuadv_read_only").kernel("cuadv_read_only")
+    src = cp.empty(GIB, dtype=cp.uint8)
+    out = cp.empty(2 * caps.sm_count, dtype=cp.uint32)
+    config = LaunchConfig(grid=2 * caps.sm_count, block=1024)
+    launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
+    with _case("read-only ceiling (1 GiB)"):
+        launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
+
+
+def spmv() -> None:
+    import cupy as cp
+    import numpy as np
+
+    from cuadv.labs.spmv import MEAN, SEED, TILINGS
+    from cuadv.labs.spmv_support import DeviceCsr, generate, peers, spmv_kernel
+
+    for kind in ("power-law", "uniform"):
+        m = generate(kind, 1 << 22, MEAN, SEED)
+        x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
+        dev = DeviceCsr(m, x)
+        kernels = {t: spmv_kernel() for t in TILINGS}
+        for tiling, k in kernels.items():
+            for policy in ("fixed_work", "steal"):
+                dev.run(k, tiling, policy)
+                with _case(f"spmv {kind}: {tiling} {policy}"):
+                    dev.run(k, tiling, policy)
+        for peer_kind, label, call in peers(dev)[0]:
+            if peer_kind == "cusparse":
+                call()
+                with _case(f"spmv {kind}: {label}"):
+                    call()
+        del dev
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def vecscale() -> None:
+    import cupy as cp
+    import numpy as np
+
+    from cuadv.labs.vecscale import tiles_for, vecscale_kernel
+
+    n = GIB // 4
+    data = cp.ones(n, dtype=cp.float32)
+    for policy in ("fixed_work", "steal"):
+        k = vecscale_kernel(policy)
+        for _ in range(3):  # steal learns its grid over its first launches
+            k(tiles_for(n), data, n, np.float32(1.0), 0)
+        with _case(f"vecscale 1 GiB: {policy}"):
+            k(tiles_for(n), data, n, np.float32(1.0), 0)
+
+
+# Counters that say why a kernel is short of the bandwidth ceiling (ncu --page raw names).
+SUMMARY = {
+    "us": "gpu__time_duration.sum",
+    "dram%": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dramGB": "dram__bytes_read.sum",
+    "sm%": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "occ%": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "issue%": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "regs": "launch__registers_per_thread",
+    "grid": "launch__grid_size",
+    "block": "launch__block_size",
+}
+
+
+def _scale(unit: str, base: str) -> float:
+    """The factor from ``unit`` to seconds (base "s": 'usecond' or 'us') or bytes (base "b": 'Mbyte' or 'MB')."""
+    prefixes = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    unit = unit.strip()
+    for word in (("second", "s") if base == "s" else ("byte", "B")):
+        unit = unit.replace(word, base.upper() if base == "b" else base)
+    suffix = "B" if base == "b" else "s"
+    return prefixes.get(unit[:-1], float("nan")) if unit.endswith(suffix) else float("nan")
+
+
+def summary(report: str, log: str) -> None:
+    """One line per profiled kernel: its counters and its four largest warp-stall reasons, under the case
+    that launched it (from the order of the CASE and ==PROF== lines in ncu's log)."""
+    import csv
+    import io
+    import subprocess
+
+    raw = subprocess.run(["ncu", "-i", report, "--csv", "--page", "raw"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = list(csv.reader(io.StringIO(raw)))
+    header, units, body = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(header)}
+    stall = [(name, i) for name, i in col.items()
+             if name.startswith("smsp__average_warp_latency_issue_stalled_") and name.endswith(".ratio")
+             or name.startswith("smsp__average_warps_issue_stalled_") and name.endswith("_per_issue_active.ratio")]
+
+    def num(row, i):
+        try:
+            return float(row[i].replace(",", ""))
+        except (ValueError, IndexError):
+            return float("nan")
+
+    case_of, current = [], "?"
+    for line in open(log, errors="replace"):
+        if line.startswith("CASE "):
+            current = line[5:].strip()
+        elif line.startswith("==PROF== Profiling"):
+            case_of.append(current)
+    shown = None
+    for k, row in enumerate(body):
+        if k < len(case_of) and case_of[k] != shown:
+            shown = case_of[k]
+            print(f"--- {shown}")
+        name = row[col.get("Kernel Name", 0)][:60]
+        cells = []
+        for label, metric in SUMMARY.items():
+            if metric in col:
+                v = num(row, col[metric])
+                unit = units[col[metric]]
+                if label == "dramGB":
+                    v = v * _scale(unit, "b") / 1e9
+                if label == "us":
+                    v = v * _scale(unit, "s") * 1e6
+                cells.append(f"{label}={v:.3g}")
+        stalls = sorted(((num(row, i), n.split("stalled_")[1].split("_per")[0].split(".")[0]) for n, i in stall),
+                        reverse=True)[:4]
+        cells.append("stalls: " + ", ".join(f"{s} {v:.2f}" for v, s in stalls))
+        print(f"{name:60s} " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--summary"]:
+        summary(sys.argv[2], sys.argv[3])
+    else:
+        for group in sys.argv[1:] or ["hist", "spmv", "vecscale"]:
+            globals()[group]()

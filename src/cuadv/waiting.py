@@ -1,0 +1,227 @@
+"""Bounded host waits for GPU work.
+
+Every wait of cuadv's host for the GPU (timing, readbacks, the labs, ``cuadv check``'s runs) goes
+through here and lasts at most a timeout: a kernel that never ends (a deadlock, a spin on a flag
+nobody sets) raises ``GpuTimeoutError`` naming what was waited for, instead of hanging the process.
+A stream or an event is polled (``cuStreamQuery`` / ``cuEventQuery``): without sleeping for the first
+millisecond (a short wait ends within microseconds of the work, as a synchronize would), then with
+sleeps from 50 us up to 2 ms between polls (a longer wait overshoots by at most that). The driver has
+no query for a whole context, so ``wait_device`` runs ``cuCtxSynchronize`` on a helper thread and gives
+up on it after the timeout.
+
+The timeout: the ``timeout_s`` argument, else the enclosing ``scope(timeout_s=...)`` (the lab
+runner's), else ``CUADV_TIMEOUT_S`` (seconds; ``inf``: no limit), else 60 s.
+
+After a timeout the GPU is still running that work, and what synchronizes (freeing device memory,
+the CUDA teardown at exit) would wait for it for ever. So once a wait has timed out, cuadv frees no
+more device memory of its own (``timed_out``; the memory goes with the process), and at exit checks
+whether the GPU is idle by then (for up to 5 s); where it is not, it ends the process at once with
+status 1, skipping that teardown.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from ._cuda import check, driver
+from .errors import GpuTimeoutError
+from .interop import stream_handle
+
+TIMEOUT_ENV = "CUADV_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 60.0
+SPIN_S = 1e-3  # polls without sleeping (only yielding the GIL) for this long first
+FIRST_PAUSE_S = 50e-6  # then the first sleep between polls; each next one doubles ...
+LONGEST_PAUSE_S = 2e-3  # ... up to this: what a finished wait may overshoot by
+EXIT_GRACE_S = 5.0  # at exit after a timeout: how long the GPU may take to go idle before the process ends at once
+EXIT_STATUS = 1
+
+
+@dataclass
+class WaitScope:
+    """What the waits inside a ``scope`` use: a default timeout and what the process is doing (named in
+    a timeout's message; the runner updates ``activity`` with each step of a lab)."""
+
+    timeout_s: float | None = None
+    activity: str | None = None
+
+
+_scope: ContextVar[WaitScope | None] = ContextVar("cuadv_wait_scope", default=None)
+
+
+@contextmanager
+def scope(*, timeout_s: float | None = None, activity: str | None = None) -> Iterator[WaitScope]:
+    """Within the block, waits default to ``timeout_s`` and their errors name ``activity``."""
+    current = WaitScope(None if timeout_s is None else _checked(timeout_s, "timeout_s"), activity)
+    token = _scope.set(current)
+    try:
+        yield current
+    finally:
+        _scope.reset(token)
+
+
+def resolve_timeout(timeout_s: float | None = None) -> float:
+    """The timeout a wait uses: ``timeout_s``, else the scope's, else ``CUADV_TIMEOUT_S``, else 60 s."""
+    if timeout_s is not None:
+        return _checked(timeout_s, "timeout_s")
+    current = _scope.get()
+    if current is not None and current.timeout_s is not None:
+        return current.timeout_s
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    return _checked(value, TIMEOUT_ENV, raw)
+
+
+def _checked(value: Any, name: str, shown: Any = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a number of seconds > 0 (inf: no limit), got "
+                         f"{value if shown is None else shown!r}")
+    return float(value)
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float | None = None, *,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep) -> None:
+    """Poll ``done()`` until it is true; GpuTimeoutError naming ``what`` once the timeout has passed."""
+    limit = resolve_timeout(timeout_s)
+    start = clock()
+    deadline, spin_until = start + limit, start + SPIN_S
+    pause = FIRST_PAUSE_S
+    while not done():
+        now = clock()
+        if now >= deadline:
+            current = _scope.get()
+            raise GpuTimeoutError(what, limit, current.activity if current else None)
+        if now < spin_until:
+            sleep(0)  # lets other threads run
+            continue
+        sleep(min(pause, deadline - now))
+        pause = min(2 * pause, LONGEST_PAUSE_S)
+
+
+def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None = None) -> None:
+    """Wait for the work queued so far on a stream (anything ``stream_handle`` takes; None: the current
+    stream) or until an event (a ``CUevent``, a cuda.core or CuPy Event) has happened, at most the timeout."""
+    drv = driver()
+    event = _event(target)
+    if event is not None:
+        done = _ready(lambda: drv.cuEventQuery(event), "cuEventQuery")
+        what = what or "a CUDA event"
+    else:
+        handle = stream_handle(target)
+        stream = drv.CUstream(handle)
+        done = _ready(lambda: drv.cuStreamQuery(stream), "cuStreamQuery")
+        what = what or f"the GPU work on stream {handle:#x}"
+    _guarded(lambda: wait_until(done, what, timeout_s))
+
+
+def wait_device(*, timeout_s: float | None = None, what: str | None = None) -> None:
+    """Wait for all work of the current CUDA context (every stream), at most the timeout."""
+    _guarded(lambda: _synchronize_context(_current_context(), what or "all GPU work of this process", timeout_s))
+
+
+def _event(target: Any) -> Any:
+    """The CUevent of a CUevent, a cuda.core Event (``handle``) or a CuPy Event (``ptr``); None for anything else."""
+    drv = driver()
+    if isinstance(target, drv.CUevent):
+        return target
+    if type(target).__name__ == "Event":
+        handle = getattr(target, "handle", None)
+        return drv.CUevent(int(handle if handle is not None else target.ptr))
+    return None
+
+
+def _ready(query: Callable[[], tuple], call: str) -> Callable[[], bool]:
+    not_ready = driver().CUresult.CUDA_ERROR_NOT_READY
+
+    def done() -> bool:
+        result = query()
+        if result[0] == not_ready:
+            return False
+        check(result, call)  # a failed kernel's error surfaces here, as from a synchronize
+        return True
+    return done
+
+
+def _current_context() -> Any:
+    """The CUDA context current on this thread; cuadv's device's where none is (a thread that only used torch)."""
+    context = check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if not int(context):
+        from .device import current_device
+
+        current_device()
+        context = check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")
+    return context
+
+
+def _synchronize_context(context: Any, what: str, timeout_s: float | None) -> None:
+    """cuCtxSynchronize on a helper thread (there is no query for a whole context), bounded by the timeout;
+    a thread given up on stays blocked in the driver until the work ends (a daemon: it never holds up exit)."""
+    finished = threading.Event()
+    failure: list[BaseException] = []
+
+    def synchronize() -> None:
+        try:
+            drv = driver()
+            check(drv.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+            check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=synchronize, name="cuadv-wait-device", daemon=True).start()
+    wait_until(finished.is_set, what, timeout_s)
+    if failure:
+        raise failure[0]
+
+
+def timed_out() -> bool:
+    """Whether a GPU wait of this process has timed out. The GPU may still run that work, so what would wait
+    for it (freeing device memory: ``cuMemFree`` synchronizes) is better skipped, the memory left to the
+    process's end, than left to hang."""
+    return _timed_out.locked()
+
+
+_timed_out = threading.Lock()  # taken by the first timeout of the process, never released
+
+
+def _guarded(run_wait: Callable[[], None]) -> None:
+    """Run a GPU wait; after the process's first timeout, check at exit whether the GPU went idle (see module
+    docs)."""
+    try:
+        run_wait()
+    except GpuTimeoutError:
+        if _timed_out.acquire(blocking=False):
+            atexit.register(_end_if_still_busy, _current_context())
+        raise
+
+
+def _end_if_still_busy(context: Any) -> None:
+    """At exit after a timeout: return where the GPU is idle (the usual teardown follows), else end the
+    process now, before a teardown that would wait for the work for ever."""
+    try:
+        _synchronize_context(context, "GPU work that timed out earlier", EXIT_GRACE_S)
+    except GpuTimeoutError:
+        sys.stderr.write(f"cuadv: GPU work that timed out is still running {EXIT_GRACE_S:g} s into the exit; ending "
+                         f"the process with status {EXIT_STATUS} without the CUDA teardown, which would wait for it\n")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed stream: nothing left to flush
+                pass
+        os._exit(EXIT_STATUS)
+    except Exception:  # a failed context (a kernel fault): its teardown does not wait for the work
+        pass

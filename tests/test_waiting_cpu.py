@@ -1,0 +1,197 @@
+"""Bounded host waits without a GPU: the polling loop against a fake query and a fake clock, the
+timeout's sources (argument, scope, CUADV_TIMEOUT_S, default), the error's message, and what the
+process does at exit after a timeout."""
+
+import math
+
+import pytest
+
+from cuadv import waiting
+from cuadv.errors import CudaDriverError, CuadvError, GpuTimeoutError
+
+
+class FakeClock:
+    """Time that passes when the loop sleeps, and a microsecond per reading (a poll's cost)."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def ready_after(polls: int):
+    calls = []
+
+    def done() -> bool:
+        calls.append(1)
+        return len(calls) > polls
+    return done, calls
+
+
+@pytest.mark.parametrize("polls", [0, 1, 5, 2000, 3000])
+def test_wait_returns_once_the_query_is_ready(polls):
+    t = FakeClock()
+    done, calls = ready_after(polls)
+    waiting.wait_until(done, "kernel k", timeout_s=10, clock=t.clock, sleep=t.sleep)
+    assert len(calls) == polls + 1 and len(t.sleeps) == polls
+    spun = [s for s in t.sleeps if s == 0]  # the first millisecond (a microsecond a poll): polls that only yield
+    assert t.sleeps[:len(spun)] == spun
+    assert len(spun) == (polls if polls < 900 else pytest.approx(1000, abs=2))
+    slept = t.sleeps[len(spun):]
+    assert slept == sorted(slept)  # then the pause between polls grows ...
+    assert all(s <= waiting.LONGEST_PAUSE_S for s in slept)  # ... up to a bound
+    if slept:
+        assert slept[0] == waiting.FIRST_PAUSE_S
+
+
+def test_a_query_that_never_turns_ready_raises_naming_the_work_and_the_timeout():
+    t = FakeClock()
+    with pytest.raises(GpuTimeoutError) as info:
+        waiting.wait_until(lambda: False, "kernel spin_forever", timeout_s=1.5, clock=t.clock, sleep=t.sleep)
+    assert t.now - 100.0 == pytest.approx(1.5, abs=1e-5)  # the last sleep stops at the deadline, not past it
+    err = info.value
+    assert isinstance(err, CuadvError) and err.what == "kernel spin_forever" and err.timeout_s == 1.5
+    msg = str(err)
+    assert msg.startswith("kernel spin_forever did not finish within the timeout of 1.5 s")
+    assert "still busy" in msg and "end the process" in msg and "CUADV_TIMEOUT_S" in msg and "timeout_s=" in msg
+
+
+def test_ready_at_the_deadline_is_not_a_timeout():
+    """The query is asked once more after the last sleep, which ends at the deadline."""
+    t = FakeClock()
+    waiting.wait_until(lambda: t.now >= 100.01 - 1e-9, "k", timeout_s=0.01, clock=t.clock, sleep=t.sleep)
+
+
+def test_real_clock_short_timeout():
+    with pytest.raises(GpuTimeoutError, match=r"the probe did not finish within the timeout of 0.05 s"):
+        waiting.wait_until(lambda: False, "the probe", timeout_s=0.05)
+
+
+def test_the_error_names_the_activity_of_the_enclosing_scope():
+    t = FakeClock()
+    with waiting.scope(activity="lab histogram") as current:
+        current.activity = "lab histogram: 256 bins"  # the runner's progress updates it
+        with pytest.raises(GpuTimeoutError, match=r"^the copy \(during lab histogram: 256 bins\) did not finish"):
+            waiting.wait_until(lambda: False, "the copy", timeout_s=1, clock=t.clock, sleep=t.sleep)
+    with pytest.raises(GpuTimeoutError) as info:  # outside the scope: no activity
+        waiting.wait_until(lambda: False, "the copy", timeout_s=1, clock=t.clock, sleep=t.sleep)
+    assert info.value.activity is None and "during" not in str(info.value)
+
+
+def test_timeout_sources_in_order(monkeypatch):
+    monkeypatch.delenv(waiting.TIMEOUT_ENV, raising=False)
+    assert waiting.resolve_timeout() == waiting.DEFAULT_TIMEOUT_S == 60.0
+    monkeypatch.setenv(waiting.TIMEOUT_ENV, " 2.5 ")
+    assert waiting.resolve_timeout() == 2.5
+    monkeypatch.setenv(waiting.TIMEOUT_ENV, "inf")
+    assert waiting.resolve_timeout() == math.inf
+    with waiting.scope(timeout_s=7):
+        assert waiting.resolve_timeout() == 7.0  # the scope's before the environment's
+        assert waiting.resolve_timeout(0.25) == 0.25  # the argument before both
+        with waiting.scope(activity="inner"):  # a scope without a timeout keeps the environment's
+            assert waiting.resolve_timeout() == math.inf
+    assert waiting.resolve_timeout() == math.inf
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "1s"])
+def test_a_bad_environment_value_names_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(waiting.TIMEOUT_ENV, raw)
+    with pytest.raises(ValueError, match=rf"CUADV_TIMEOUT_S must be a number of seconds > 0 \(inf: no limit\), "
+                                         rf"got '{raw}'"):
+        waiting.resolve_timeout()
+
+
+@pytest.mark.parametrize("value", [0, -0.5, math.nan, True, "5"])
+def test_a_bad_timeout_argument_names_the_argument(value):
+    with pytest.raises(ValueError, match=r"timeout_s must be a number of seconds > 0"):
+        waiting.resolve_timeout(value)
+    with pytest.raises(ValueError, match=r"timeout_s must be a number of seconds > 0"):
+        with waiting.scope(timeout_s=value):
+            pass
+
+
+def test_driver_query_results():
+    """NOT_READY is 'not yet', SUCCESS is 'done', any other status raises as a synchronize would."""
+    from cuda.bindings import driver as drv
+
+    results = iter([(drv.CUresult.CUDA_ERROR_NOT_READY,), (drv.CUresult.CUDA_SUCCESS,),
+                    (drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)])
+    done = waiting._ready(lambda: next(results), "cuStreamQuery")
+    assert done() is False
+    assert done() is True
+    with pytest.raises(CudaDriverError, match="cuStreamQuery failed: .*ILLEGAL_ADDRESS"):
+        done()
+
+
+def test_exit_after_a_timeout_ends_the_process_only_while_the_gpu_is_busy(monkeypatch, capsys):
+    exits = []
+    monkeypatch.setattr(waiting.os, "_exit", exits.append)
+
+    def still_busy(context, what, timeout_s):
+        assert timeout_s == waiting.EXIT_GRACE_S
+        raise GpuTimeoutError(what, timeout_s)
+
+    monkeypatch.setattr(waiting, "_synchronize_context", still_busy)
+    waiting._end_if_still_busy(context=None)
+    assert exits == [waiting.EXIT_STATUS] == [1]
+    err = capsys.readouterr().err
+    assert "GPU work that timed out is still running" in err and "status 1" in err
+
+    exits.clear()
+    monkeypatch.setattr(waiting, "_synchronize_context", lambda context, what, timeout_s: None)  # idle by now
+    waiting._end_if_still_busy(context=None)
+
+    def failed(context, what, timeout_s):  # a faulted context: its teardown does not wait
+        raise CudaDriverError("cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    monkeypatch.setattr(waiting, "_synchronize_context", failed)
+    waiting._end_if_still_busy(context=None)
+    assert exits == []
+
+
+def test_events_of_each_library_are_told_from_streams():
+    from cuda.bindings import driver as drv
+
+    class Event:  # as cuda.core's (handle) and CuPy's (ptr) name theirs
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    assert int(waiting._event(Event(handle=0x1230))) == 0x1230
+    assert int(waiting._event(Event(ptr=0x4560))) == 0x4560
+    raw = drv.CUevent(0x7890)
+    assert waiting._event(raw) is raw
+    assert waiting._event(None) is None and waiting._event(0) is None  # streams: the current one, the legacy one
+
+
+def test_after_a_timeout_device_memory_is_not_freed(monkeypatch):
+    """Freeing synchronizes: after a timeout it could wait for the timed-out work for ever, so it is skipped."""
+    from cuadv import memory
+
+    freed = []
+    monkeypatch.setattr(memory, "driver", lambda: type("Driver", (), {"cuMemFree": staticmethod(freed.append)}))
+    monkeypatch.setattr(memory, "timed_out", lambda: False)
+    memory.free(0x1000)
+    monkeypatch.setattr(memory, "timed_out", lambda: True)
+    memory.free(0x2000)
+    assert freed == [0x1000]
+
+
+def test_the_first_timeout_arms_the_exit_check_once(monkeypatch):
+    registered = []
+    monkeypatch.setattr(waiting, "_timed_out", waiting.threading.Lock())
+    monkeypatch.setattr(waiting.atexit, "register", lambda fn, *args: registered.append((fn, args)))
+    monkeypatch.setattr(waiting, "_current_context", lambda: "context")
+    assert not waiting.timed_out()
+    waiting._guarded(lambda: None)  # a wait that ends arms nothing
+    assert not registered
+    for _ in range(2):
+        with pytest.raises(GpuTimeoutError):
+            waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
+    assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ("context",))]
