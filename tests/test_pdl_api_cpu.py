@@ -17,7 +17,7 @@ class FakeKernel(Kernel):
     """A Kernel with known parameter sizes and nothing loaded (launching it would fail)."""
 
     def __init__(self, name="k", sizes=(8, 8, 4)):
-        self.name = name
+        self.name, self.module = name, None  # no module: no declared signature, sizes only
         self.__dict__["param_sizes"] = tuple(sizes)
 
 

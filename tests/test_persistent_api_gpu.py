@@ -12,6 +12,9 @@ pytestmark = pytest.mark.gpu
 
 BUMP = PersistentKernel(params="unsigned int* counts", task="if (lane == 0) atomicAdd(counts + task, 1u);",
                         name="persistent_api_bump")
+# The same for int32 tensors (torch has no uint32 arithmetic): launch checks the array's dtype against the pointer's.
+BUMP_INT = PersistentKernel(params="int* counts", task="if (lane == 0) atomicAdd(counts + task, 1);",
+                            name="persistent_api_bump_int")
 
 
 @pytest.mark.parametrize("per_ticket", [1, 16])
@@ -76,7 +79,7 @@ def test_stream_none_follows_a_torch_side_stream():
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         counts = torch.zeros(n, dtype=torch.int32, device="cuda")
-        BUMP(n, counts)  # stream=None: torch's current stream (side)
+        BUMP_INT(n, counts)  # stream=None: torch's current stream (side)
         counts += 1
     side.synchronize()
     assert (counts.cpu().numpy() == 2).all()

@@ -191,6 +191,9 @@ def test_schedule_bytes_match_the_hand_packed_struct():
 # -- the grid of each policy comes from the occupancy of that policy's own kernel -------------------
 
 class _FakeKernel:
+    param_sizes = (80, 8)  # the schedule, then the one pointer of TileKernel("int* x", ...)
+    static_shared_bytes = 0
+
     def __init__(self, name, per_sm):
         self.name, self.per_sm = name, per_sm
 
@@ -199,6 +202,7 @@ class _FakeCaps:
     sm_count = 132
     compute_capability = (9, 0)
     arch = "sm_90a"
+    shared_mem_per_block_optin = 227 * 1024
 
 
 class _FakeDevice:

@@ -351,7 +351,8 @@ def test_stream_none_follows_a_torch_side_stream():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
-    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="fixed_blocks", block=64, name="torch_stream")
+    # int32 tensors (torch has no uint32 arithmetic), so the kernel declares int counters: launch checks the dtype
+    k = TileKernel("int* count, int* prologues", BODY, PROLOGUE, policy="fixed_blocks", block=64, name="torch_stream")
     side = torch.cuda.Stream()
     tiles = 100_003
     with torch.cuda.stream(side):

@@ -16,7 +16,7 @@ def arch_for(compute_capability: tuple[int, int]) -> str:
 
 def parse_arch(arch: str) -> tuple[int, int]:
     """'sm_90a' -> (9, 0); raises ValueError naming the accepted form."""
-    m = _ARCH_RE.match(arch)
+    m = _ARCH_RE.match(arch) if isinstance(arch, str) else None
     if not m:
         raise ValueError(f"target {arch!r} is not of the form sm_XY[a] (for example sm_90a, sm_100a)")
     digits = m.group(1)

@@ -26,7 +26,7 @@ from . import cache as disk_cache
 from ._cuda import check, nvrtc, nvrtc_version
 from .arch import parse_arch
 from .device import current_device
-from .errors import CompileError, CuadvError
+from .errors import CompileError, CuadvError, NoGpuError
 from .kernel import Kernel
 
 PACKAGE_DIR = Path(__file__).parent
@@ -118,6 +118,7 @@ class CompiledModule:
     lowered_names: dict[str, str] = field(default_factory=dict)
     resources: dict[str, KernelResources] = field(default_factory=dict)
     from_cache: bool = False
+    source: str = field(default="", repr=False, compare=False)  # what was compiled: kernels' declared parameters
     _object_code: object = field(default=None, repr=False, compare=False)
     _kernels: dict = field(default_factory=dict, repr=False, compare=False)
     # Held while a kernel is loaded: threads asking at once get one module load and one Kernel object.
@@ -156,6 +157,53 @@ class CompiledModule:
         return kernel
 
 
+@cache
+def nvrtc_targets() -> tuple[int, ...]:
+    """The compute capabilities this NVRTC compiles for, as 90, 100, ... (nvrtcGetSupportedArchs)."""
+    return tuple(int(a) for a in check(nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
+
+
+def check_target(arch: str) -> None:
+    """Raise ValueError unless ``arch`` is sm_XY[a|f] and this NVRTC compiles for compute capability X.Y."""
+    major, minor = parse_arch(arch)
+    targets = nvrtc_targets()
+    if major * 10 + minor not in targets:
+        major_v, minor_v = nvrtc_version()
+        raise ValueError(f"target {arch!r}: NVRTC {major_v}.{minor_v} compiles for "
+                         f"{', '.join(f'sm_{t}' for t in targets)} (with an 'a' suffix from sm_90 on); got compute "
+                         f"capability {major}.{minor}")
+
+
+_MACRO = re.compile(r"^[A-Za-z_]\w*(\([\w\s,.]*\))?$")  # NAME or NAME(args)
+
+
+def check_inputs(defines: Mapping[str, object], options: Iterable[str], name_expressions: Iterable[str],
+                 headers: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The compile inputs NVRTC would refuse with a less direct message (or misread: a str of options is
+    iterated character by character). Returns the options and name expressions as tuples."""
+    for key, value in defines.items():
+        if not isinstance(key, str) or not _MACRO.match(key):
+            raise ValueError(f"define {key!r} is not a macro name (an identifier, or NAME(args)), as -D takes it")
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))) \
+                or "\n" in str(value):
+            raise ValueError(f"define {key}={value!r}: a value is None, a number or one line of text (True/False: "
+                             "pass 1/0)")
+    lists = []
+    for what, items in (("options", options), ("name_expressions", name_expressions)):
+        if isinstance(items, (str, bytes)):
+            raise TypeError(f"{what} is a list of str, got the single {type(items).__name__} {items!r}: pass "
+                            f"[{items!r}]")
+        items = tuple(items)
+        if not all(isinstance(item, str) for item in items):
+            raise TypeError(f"{what} is a list of str, got {items!r}")
+        lists.append(items)
+    for include, text in headers.items():
+        if not isinstance(include, str) or not isinstance(text, str):
+            raise TypeError(f"headers maps include names to header text (str to str), got {include!r}: "
+                            f"{type(text).__name__}")
+    return lists[0], lists[1]
+
+
 def _options(arch: str, defines: Mapping[str, object], extra: Iterable[str], rdc: bool) -> list[str]:
     opts = [
         f"-arch={arch}",
@@ -191,11 +239,16 @@ def compile_source(
     lowered names are recorded so ``module.kernel(expr)`` finds them. ``headers`` maps include names
     to contents for headers that live only in memory.
     """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be CUDA C++ text (a str), got {type(source).__name__}")
     if arch is None:
-        arch = current_device().caps.arch
-    parse_arch(arch)
+        try:
+            arch = current_device().caps.arch
+        except NoGpuError as exc:
+            raise NoGpuError(f"{exc}; without a GPU, compile for a named target: arch='sm_90a'") from None
+    check_target(arch)
+    options, exprs = check_inputs(defines or {}, options, name_expressions, headers or {})
     opts = _options(arch, defines or {}, options, rdc)
-    exprs = tuple(name_expressions)
     headers = dict(headers or {})
     key = disk_cache.make_key(
         arch, "\x00".join(opts), repr(nvrtc_version()), source, _header_fingerprint(),
@@ -209,6 +262,7 @@ def compile_source(
             name=name, arch=arch, ptx=payload[:ptx_len].decode(), cubin=payload[ptx_len:], log=meta["log"],
             options=tuple(opts), lowered_names=meta["lowered"],
             resources={k: KernelResources(**v) for k, v in meta["resources"].items()}, from_cache=True,
+            source=source,
         )
     module = _nvrtc_compile(source, name, arch, opts, exprs, headers)
     ptx_bytes = module.ptx.encode()
@@ -253,7 +307,7 @@ def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
         rtc.nvrtcDestroyProgram(prog)
     return CompiledModule(
         name=name, arch=arch, cubin=cubin, ptx=ptx.rstrip(b"\x00").decode(), log=log, options=tuple(opts),
-        lowered_names=lowered, resources=parse_resource_report(log),
+        lowered_names=lowered, resources=parse_resource_report(log), source=source,
     )
 
 

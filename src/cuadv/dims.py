@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .errors import LaunchConfigError
 
 Dim3 = tuple[int, int, int]
@@ -15,14 +17,25 @@ PORTABLE_CLUSTER_SIZE = 8
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
-def as_dim3(value: int | Sequence[int]) -> Dim3:
-    if isinstance(value, int):
-        dims = (value, 1, 1)
-    else:
-        dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
-        if len(dims) != 3:
-            raise LaunchConfigError(f"a dimension has at most 3 components, got {value!r}")
-    return dims  # type: ignore[return-value]
+def as_dim3(value: int | Sequence[int], name: str = "dimension") -> Dim3:
+    """``value`` as (x, y, z): an int (NumPy integers too) or a sequence of 1 to 3 of them, missing ones 1.
+    Only the form is checked here; each caller checks the range its ``name`` allows."""
+    if is_int(value):
+        return (int(value), 1, 1)  # type: ignore[arg-type]
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise LaunchConfigError(f"{name} must be an int or a tuple of 1 to 3 ints (x, y, z), got {value!r} "
+                                f"({type(value).__name__})")
+    if not 1 <= len(value) <= 3:
+        raise LaunchConfigError(f"{name} has 1 to 3 components (x, y, z), got {len(value)}: {tuple(value)!r}")
+    for axis, v in enumerate(value):
+        if not is_int(v):
+            raise LaunchConfigError(f"{name} component {'xyz'[axis]} must be an int, got {v!r} ({type(v).__name__})")
+    return tuple(int(v) for v in value) + (1,) * (3 - len(value))  # type: ignore[return-value]
+
+
+def is_int(value: object) -> bool:
+    """An int or a NumPy integer; bool is no size."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def volume(d: Dim3) -> int:

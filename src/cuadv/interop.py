@@ -170,7 +170,8 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         consumer = -1 if stream is None or capturing(stream) else _legacy_as_one(stream)
         view = from_dlpack(obj, stream_ptr=consumer) if from_dlpack else StridedMemoryView(obj, stream_ptr=consumer)
         if not view.is_device_accessible:
-            raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory")
+            raise KernelArgumentError(f"{type(obj).__name__} lives in host memory; kernels need device memory: copy "
+                                      "it to the GPU (tensor.cuda(), cupy.asarray)")
         shape = tuple(int(v) for v in view.shape)
         itemsize = int(view.dtype.itemsize)
         strides = (tuple(int(v) * itemsize for v in view.strides) if view.strides is not None
@@ -213,6 +214,35 @@ def device_pointer(obj: Any) -> int | None:
     if type(obj).__name__ == "Buffer" and handle is not None:
         return int(handle)
     return None
+
+
+def array_device(obj: Any, ptr: int) -> int | None:
+    """The ordinal of the GPU whose memory holds an array at ``ptr``; None where no one GPU holds it (managed or
+    page-locked host memory, which every GPU reaches) or the driver does not know the address."""
+    ordinal = getattr(getattr(obj, "data", None), "device_id", None)  # CuPy: MemoryPointer.device_id
+    if isinstance(ordinal, int):
+        return ordinal
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    if dlpack_device is not None:
+        kind, ordinal = dlpack_device()
+        return int(ordinal) if int(kind) == DLPACK_CUDA else None
+    if not ptr:
+        return None
+    drv = driver()
+    attrs = drv.CUpointer_attribute
+    answers = []
+    for attr in (attrs.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, attrs.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                 attrs.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL):
+        status, value = drv.cuPointerGetAttribute(attr, ptr)
+        if int(status) != 0:
+            return None
+        answers.append(int(value))
+    memory_type, managed, ordinal = answers
+    device_memory = memory_type == int(drv.CUmemorytype.CU_MEMORYTYPE_DEVICE)
+    return ordinal if device_memory and not managed else None
+
+
+DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (kDLCUDAHost 3 and kDLCUDAManaged 13 are reachable from every GPU)
 
 
 def wait_for_stream(waiter: int, producer: int) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ._cuda import check, driver
 from .dims import STATIC_SHARED_LIMIT, Dim3, as_dim3, volume
+from .signature import Signature, declared_signature
 
 
 class Kernel:
@@ -50,6 +51,14 @@ class Kernel:
     @cached_property
     def param_sizes(self) -> tuple[int, ...]:
         return tuple(int(info.size) for info in self.core.arguments_info)
+
+    @cached_property
+    def signature(self) -> Signature | None:
+        """The parameters the compiled source declares for this kernel (None where it cannot be read, or
+        disagrees with ``param_sizes``): arguments are checked against it."""
+        source = getattr(self.module, "source", "")
+        found = declared_signature(source, self.name) if source else None
+        return found if found is not None and found.fits(self.param_sizes) else None
 
     @cached_property
     def static_shared_bytes(self) -> int:

@@ -23,11 +23,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from ._cuda import check, driver
 from .args import ArgumentPacker, PackedArguments
-from .device import current_device
+from .device import DeviceCaps, current_device
 from .dims import (MAX_BLOCK, MAX_CLUSTER_SIZE, MAX_GRID, MAX_THREADS_PER_BLOCK, PORTABLE_CLUSTER_SIZE, Dim3, as_dim3,
-                   volume)
+                   is_int, volume)
 from .errors import LaunchConfigError
 from .features import require
 from .interop import stream_handle
@@ -45,13 +47,19 @@ class AccessPolicyWindow:
     miss: str = "streaming"
 
     def __post_init__(self):
-        if not 0.0 <= self.hit_ratio <= 1.0:
-            raise LaunchConfigError(f"hit_ratio must be in [0, 1], got {self.hit_ratio}")
-        if self.num_bytes < 0:
-            raise LaunchConfigError(f"access-policy window size must be >= 0, got {self.num_bytes}")
-        for prop in (self.hit, self.miss):
-            if prop not in ("normal", "streaming", "persisting"):
-                raise LaunchConfigError(f"access property must be normal, streaming or persisting, got {prop!r}")
+        for field_name in ("base_ptr", "num_bytes"):
+            value = getattr(self, field_name)
+            if not is_int(value) or value < 0:
+                raise LaunchConfigError(f"access-policy window {field_name} must be an int >= 0, got {value!r}")
+        if isinstance(self.hit_ratio, (bool, np.bool_)) or not isinstance(self.hit_ratio, (int, float, np.number)) \
+                or not 0.0 <= self.hit_ratio <= 1.0:
+            raise LaunchConfigError(f"hit_ratio must be in [0, 1] (a float: the fraction of the window that hits as "
+                                    f"{self.hit!r}), got {self.hit_ratio!r}")
+        if self.hit not in ACCESS_PROPERTIES:
+            raise LaunchConfigError(f"access property hit must be normal, streaming or persisting, got {self.hit!r}")
+        if self.miss not in ("normal", "streaming"):
+            raise LaunchConfigError(f"access property miss must be normal or streaming (CUDA Driver API, "
+                                    f"CUaccessPolicyWindow.missProp), got {self.miss!r}")
 
     def to_driver(self):
         drv = driver()
@@ -64,6 +72,7 @@ class AccessPolicyWindow:
         return w
 
 
+ACCESS_PROPERTIES = ("normal", "streaming", "persisting")
 MEM_SYNC_DOMAINS = {"default": 0, "remote": 1}
 
 
@@ -82,7 +91,7 @@ class LaunchConfig:
     access_policy: AccessPolicyWindow | None = None
 
     def __post_init__(self):
-        grid, block = as_dim3(self.grid), as_dim3(self.block)
+        grid, block = as_dim3(self.grid, "grid"), as_dim3(self.block, "block")
         object.__setattr__(self, "grid", grid)
         object.__setattr__(self, "block", block)
         for axis, (g, limit) in enumerate(zip(grid, MAX_GRID)):
@@ -95,7 +104,7 @@ class LaunchConfig:
             if not 1 <= b <= limit:
                 raise LaunchConfigError(f"block dimension {'xyz'[axis]} = {b} is outside [1, {limit}]")
         if self.cluster is not None:
-            cluster = as_dim3(self.cluster)
+            cluster = as_dim3(self.cluster, "cluster")
             object.__setattr__(self, "cluster", cluster)
             if min(cluster) < 1:
                 raise LaunchConfigError(f"cluster dimensions must be >= 1, got {cluster}")
@@ -107,10 +116,28 @@ class LaunchConfig:
                     raise LaunchConfigError(
                         f"cluster dimension {'xyz'[axis]} = {cluster[axis]} does not divide grid dimension "
                         f"{'xyz'[axis]} = {grid[axis]}")
+        self._check_options()
+
+    def _check_options(self) -> None:
+        if not is_int(self.shared_mem):
+            raise LaunchConfigError(f"shared_mem must be an int number of bytes, got {self.shared_mem!r}")
+        object.__setattr__(self, "shared_mem", int(self.shared_mem))
         if self.shared_mem < 0:
             raise LaunchConfigError(f"dynamic shared memory must be >= 0 bytes, got {self.shared_mem}")
-        if self.mem_sync_domain is not None and self.mem_sync_domain not in MEM_SYNC_DOMAINS:
+        for flag in ("cooperative", "pdl"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise LaunchConfigError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+            object.__setattr__(self, flag, bool(getattr(self, flag)))
+        if self.priority is not None:
+            if not is_int(self.priority):
+                raise LaunchConfigError(f"priority must be an int (or None), got {self.priority!r}")
+            object.__setattr__(self, "priority", int(self.priority))
+        if self.mem_sync_domain is not None and (not isinstance(self.mem_sync_domain, str)
+                                                 or self.mem_sync_domain not in MEM_SYNC_DOMAINS):
             raise LaunchConfigError(f"memory sync domain must be 'default' or 'remote', got {self.mem_sync_domain!r}")
+        if self.access_policy is not None and not isinstance(self.access_policy, AccessPolicyWindow):
+            raise LaunchConfigError(f"access_policy must be an AccessPolicyWindow (or None), got "
+                                    f"{type(self.access_policy).__name__}")
 
     @property
     def cluster_size(self) -> int:
@@ -125,20 +152,30 @@ class LaunchConfig:
         return self.priority is not None or self.mem_sync_domain is not None or self.access_policy is not None
 
 
-def check_config(kernel: Kernel, config: LaunchConfig) -> None:
-    """Device checks: everything that depends on the GPU and on the compiled kernel."""
-    caps = current_device().caps
+def check_shared_memory(kernel: Kernel, shared_mem: int, caps: DeviceCaps) -> None:
+    """Dynamic plus static shared memory against the GPU's opt-in limit per block, before the kernel's
+    dynamic limit is raised to it (the driver would refuse that with no word of the limit)."""
+    total = shared_mem + kernel.static_shared_bytes
+    if total > caps.shared_mem_per_block_optin:
+        raise LaunchConfigError(
+            f"shared_mem = {shared_mem} B dynamic + {kernel.static_shared_bytes} B static shared memory exceeds "
+            f"the per-block limit of {caps.shared_mem_per_block_optin} B (the opt-in maximum of compute capability "
+            f"{caps.cc_string()}, CUDA Programming Guide: Technical Specifications per Compute Capability)")
+
+
+def check_config(kernel: Kernel, config: LaunchConfig) -> int:
+    """Device checks: everything that depends on the GPU and on the compiled kernel. Returns the ordinal of
+    the GPU checked against (the launch's)."""
+    device = current_device()
+    caps = device.caps
     features = caps.as_dict()
     threads = volume(config.block)  # type: ignore[arg-type]
     if threads > kernel.max_threads_per_block:
         raise LaunchConfigError(
             f"block of {threads} threads exceeds this kernel's limit of {kernel.max_threads_per_block} "
             "(set by its registers or __launch_bounds__)")
+    check_shared_memory(kernel, config.shared_mem, caps)
     total_shared = config.shared_mem + kernel.static_shared_bytes
-    if total_shared > caps.shared_mem_per_block_optin:
-        raise LaunchConfigError(
-            f"{config.shared_mem} B dynamic + {kernel.static_shared_bytes} B static shared memory exceeds the "
-            f"per-block limit of {caps.shared_mem_per_block_optin} B")
     kernel.ensure_dynamic_shared(config.shared_mem)
     fixed = kernel.compile_time_cluster
     if config.cluster is not None and fixed is not None:
@@ -186,6 +223,7 @@ def check_config(kernel: Kernel, config: LaunchConfig) -> None:
             raise LaunchConfigError(
                 f"access-policy window of {config.access_policy.num_bytes} B exceeds the maximum window "
                 f"{caps.access_policy_max_window_bytes} B")
+    return device.ordinal
 
 
 def _driver_attributes(config: LaunchConfig) -> list:
@@ -282,9 +320,9 @@ class Launcher:
                  "_non_portable", "_stream_handle", "_acquire", "_release")
 
     def __init__(self, kernel: Kernel, config: LaunchConfig):
-        check_config(kernel, config)  # raises before anything reaches the GPU
+        device = check_config(kernel, config)  # raises before anything reaches the GPU
         self.kernel, self.config = kernel, config
-        self.packer = ArgumentPacker(kernel.param_sizes)
+        self.packer = ArgumentPacker(kernel.param_sizes, kernel.signature, device)
         self._native = native_config(config)
         self._handle = kernel.handle
         self._address = self.packer.address
@@ -317,7 +355,8 @@ class Launcher:
     def _launch_uncached(self, args: Sequence[Any], stream: Any) -> None:
         if self._non_portable:
             self.kernel.set_non_portable_cluster(True)
-        _launch_driver(self.kernel, self.config, PackedArguments(args, self.kernel.param_sizes),
+        packer = self.packer
+        _launch_driver(self.kernel, self.config, PackedArguments(args, packer.sizes, packer.declared, packer.device),
                        stream_handle(stream, *args))
 
     def __repr__(self) -> str:
@@ -328,6 +367,7 @@ def prepare(kernel: Kernel, config: LaunchConfig) -> Launcher:
     """Run the device checks for a configuration once, without launching, and return its launcher
     (kept with the kernel: the same configuration, or an equal one, gets the same launcher). Use it
     before a stream capture, for a kernel that may only run inside a graph, or to launch many times."""
+    _check_kernel_and_config(kernel, config)
     launchers = kernel._launchers
     launcher = launchers.get(config)
     if launcher is None:
@@ -362,15 +402,27 @@ def launch(kernel: Kernel, config: LaunchConfig, *args: Any, stream: Any = None,
         return
     if backend not in BACKENDS:
         raise LaunchConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not isinstance(kernel, Kernel):
+        _check_kernel_and_config(kernel, config)
     last_config, launcher = kernel._last
     if last_config is not config:  # the same config object as last time skips even the dictionary
         launcher = prepare(kernel, config)
     launcher(*args, stream=stream)  # type: ignore[misc]
 
 
+def _check_kernel_and_config(kernel: Any, config: Any) -> None:
+    if not isinstance(kernel, Kernel):
+        hint = "call a TileKernel or PersistentKernel itself" if hasattr(kernel, "compile") and hasattr(
+            kernel, "params") else "module.kernel(name) gives one"
+        raise TypeError(f"kernel must be a cuadv Kernel ({hint}), got {type(kernel).__name__}")
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a cuadv LaunchConfig (LaunchConfig(grid=..., block=...)), got "
+                        f"{type(config).__name__}")
+
+
 def _launch_through_core(kernel: Kernel, config: LaunchConfig, args: Sequence[Any], stream: Any) -> None:
-    prepare(kernel, config)
-    packed = PackedArguments(args, kernel.param_sizes)
+    packer = prepare(kernel, config).packer
+    packed = PackedArguments(args, kernel.param_sizes, packer.declared, packer.device)
     scalars = packed.as_scalars()
     if config.needs_driver_attributes() or scalars is None:
         raise LaunchConfigError("backend='core' cannot express priority, memory sync domain, access-policy "

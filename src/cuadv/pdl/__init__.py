@@ -94,7 +94,7 @@ def check_arguments(steps: Sequence[Step]) -> None:
             raise KernelArgumentError(f"step {i} ({s.kernel.name}): the kernel takes {len(sizes)} arguments, "
                                       f"got {len(s.args)}")
         try:
-            PackedArguments(s.args, sizes)
+            PackedArguments(s.args, sizes, s.kernel.signature)
         except KernelArgumentError as exc:
             raise KernelArgumentError(f"step {i} ({s.kernel.name}): {exc}") from None
 

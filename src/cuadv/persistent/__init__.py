@@ -40,6 +40,7 @@ from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm
 from ..launch import LaunchConfig, Launcher, prepare
 from ..params import StructArgument, c_struct
+from ..signature import split_params
 from ..state_pool import StatePool
 
 WARP = 32
@@ -102,17 +103,7 @@ def grid_for(resident: int, block: int, n: int, per_ticket: int) -> int:
 
 def count_params(params: str) -> int:
     """Parameters in a C++ parameter list (commas at the top level: templates and parentheses nest)."""
-    if not params.strip():
-        return 0
-    depth, count = 0, 1
-    for ch in params:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            count += 1
-    return count
+    return len(split_params(params))
 
 
 _pool = StatePool("the persistent queue")  # per stream / per capture counters, zero between launches
@@ -204,7 +195,7 @@ class PersistentKernel:
         self.check_args(args)
         kernel = self.kernel()
         try:
-            PackedArguments((Queue(0, n, k), *args), kernel.param_sizes)  # types and sizes, before any launch
+            PackedArguments((Queue(0, n, k), *args), kernel.param_sizes, kernel.signature)  # before any launch
         except KernelArgumentError as exc:
             raise KernelArgumentError(f"{self.name}: {exc}") from None
         config = LaunchConfig(grid=grid_for(self.resident_blocks(), self.block, n, k), block=self.block,

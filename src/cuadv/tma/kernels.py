@@ -324,5 +324,6 @@ class TmaOps:
         shared = _round128(s.layout.box_bytes) + 128
         cfg = LaunchConfig(grid=self._grid("tma_load_tiles", 128, shared, units), block=128, shared_mem=shared)
         launch(self.kernel("tma_load_tiles"), cfg,
-               TmaTileParams(tmap, tmap, tiles_x, tiles_y, bw, bh, s.layout.box_bytes, 1), out)
+               TmaTileParams(tmap, tmap, tiles_x, tiles_y, bw, bh, s.layout.box_bytes, 1),
+               out.view(cp.uint8))  # the kernel writes bytes (unsigned char* out)
         return out

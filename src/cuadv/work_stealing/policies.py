@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from ..arch import parse_arch
-from ..dims import Dim3
+from ..dims import Dim3, as_dim3
 from ..errors import LaunchConfigError, UnsupportedFeatureError
 
 POLICIES = ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")
@@ -48,10 +48,7 @@ def policy_for_arch(policy: str, arch: str) -> str:
 
 def check_tiles(tiles: int | Sequence[int], cluster: Dim3) -> Dim3:
     """Validate a tile grid (zero allowed: nothing to do) against the grid limits and the cluster shape."""
-    t = (tiles, 1, 1) if isinstance(tiles, (int, np.integer)) else tuple(int(v) for v in tiles) + (1,) * (3 - len(tiles))
-    if len(t) != 3:
-        raise LaunchConfigError(f"a tile grid has at most 3 dimensions, got {tiles!r}")
-    t = tuple(int(v) for v in t)
+    t = as_dim3(tiles, "tiles")
     for axis, (n, limit) in enumerate(zip(t, MAX_TILES)):
         if not 0 <= n <= limit:
             raise LaunchConfigError(f"tile count {'xyz'[axis]} = {n} is outside [0, {limit}]")
@@ -70,6 +67,7 @@ def check_quantum(quantum_us: float | None, policy: str) -> int:
         raise LaunchConfigError(f"a quantum applies to policy 'steal' only, not {policy!r}")
     if quantum_us == math.inf:
         return 0
-    if not (isinstance(quantum_us, (int, float)) and math.isfinite(quantum_us) and quantum_us > 0):
+    if not (isinstance(quantum_us, (int, float, np.integer, np.floating)) and not isinstance(quantum_us, bool)
+            and math.isfinite(quantum_us) and quantum_us > 0):
         raise LaunchConfigError(f"quantum_us must be a positive number of microseconds or math.inf, got {quantum_us!r}")
     return max(int(quantum_us * 1000), 1)

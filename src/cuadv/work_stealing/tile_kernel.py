@@ -12,11 +12,12 @@ import numpy as np
 from .._cuda import check, driver
 from ..compiler import CompiledModule, compile_source
 from ..device import current_device
-from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, volume
-from ..errors import LaunchConfigError
+from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, is_int, volume
+from ..errors import KernelArgumentError, LaunchConfigError
+from ..features import require
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launch import LaunchConfig, launch, prepare
+from ..launch import LaunchConfig, check_shared_memory, launch, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
@@ -96,20 +97,27 @@ class TileKernel:
                  prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        for part, text in (("params", params), ("body", body), ("prologue", prologue), ("preamble", preamble)):
+            if not isinstance(text, str):
+                raise TypeError(f"TileKernel {part} must be C++ source text (a str), got {type(text).__name__}")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"name must be a C identifier (it names the kernel), got {name!r}")
+        if not is_int(shared_mem) or shared_mem < 0:
+            raise LaunchConfigError(f"shared_mem must be an int >= 0 bytes, got {shared_mem!r}")
+        if not is_int(min_blocks_per_sm) or min_blocks_per_sm < 1:
+            raise LaunchConfigError(f"min_blocks_per_sm must be an int >= 1, got {min_blocks_per_sm!r}")
         self.params, self.body, self.prologue, self.preamble = params.strip(), body, prologue, preamble
-        self.policy, self.name, self.shared_mem = policy, name, shared_mem
-        if min_blocks_per_sm < 1:
-            raise LaunchConfigError(f"min_blocks_per_sm must be >= 1, got {min_blocks_per_sm}")
-        self.min_blocks_per_sm = min_blocks_per_sm  # __launch_bounds__ occupancy hint (caps registers)
+        self.policy, self.name, self.shared_mem = policy, name, int(shared_mem)
+        self.min_blocks_per_sm = int(min_blocks_per_sm)  # __launch_bounds__ occupancy hint (caps registers)
         self.block = LaunchConfig(grid=1, block=block).block
-        self.cluster = as_dim3(cluster)
+        self.cluster = as_dim3(cluster, "cluster")
         if min(self.cluster) < 1 or volume(self.cluster) > MAX_CLUSTER_SIZE:
             raise LaunchConfigError(f"cluster {self.cluster} must have 1 to {MAX_CLUSTER_SIZE} blocks")
         self.quantum_ns = check_quantum(quantum_us, policy)
-        if not isinstance(prologue_factor, int) or prologue_factor < 0:
+        if not is_int(prologue_factor) or prologue_factor < 0:
             raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
         self.prologue_factor = prologue_factor
-        if min_tiles is not None and (not isinstance(min_tiles, int) or not 1 <= min_tiles < 2**32):
+        if min_tiles is not None and (not is_int(min_tiles) or not 1 <= min_tiles < 2**32):
             raise LaunchConfigError(f"min_tiles must be None or an int from 1 to 2**32 - 1, got {min_tiles!r}")
         if min_tiles is not None and min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
             raise LaunchConfigError("min_tiles applies to policy 'steal' with a finite quantum only "
@@ -146,6 +154,9 @@ class TileKernel:
         """The loaded kernel of a policy (default: this kernel's) on the current GPU, and the concrete policy."""
         caps = current_device().caps
         concrete = resolve_policy(policy or self.policy, caps.compute_capability)
+        if volume(self.cluster) > 1:
+            require("cluster_launch", caps.as_dict(), name=f"TileKernel {self.name!r} with cluster {self.cluster}",
+                    fallback="cluster=1 (tiles of one block each)")
         return self.compile(caps.arch, concrete).kernel(self.name), concrete
 
     # -- grid sizing ------------------------------------------------------------------------------
@@ -192,6 +203,7 @@ class TileKernel:
         """Blocks (or clusters) of this compiled kernel that fit on the GPU at once: the fixed_blocks grid."""
         n = self._resident.get(kernel)
         if n is None:
+            check_shared_memory(kernel, self.shared_mem, current_device().caps)  # before the occupancy query raises it
             if volume(self.cluster) > 1:
                 n = max_active_clusters(kernel, self.block, self.cluster, self.shared_mem)
             else:
@@ -211,10 +223,18 @@ class TileKernel:
         ``stream=None``: the current stream of the arguments' library (torch's for tensors, else CuPy's)."""
         t = check_tiles(tiles, self.cluster)
         units = volume(t) // volume(self.cluster)
+        if not isinstance(trace, (bool, np.bool_)):
+            raise TypeError(f"trace must be True or False, got {trace!r}")
+        if order is not None and not isinstance(order, TileOrder):
+            raise TypeError(f"order must be a TileOrder (TileOrder(permutation)), got {type(order).__name__}")
         if order is not None and order.units != units:
             raise LaunchConfigError(f"the tile order has {order.units} units but the launch has "
                                     f"{units} (tiles / cluster size)")
         kernel, concrete = self.kernel(policy)
+        expected = len(kernel.param_sizes) - 1  # the schedule comes first, passed here
+        if len(args) != expected:
+            raise KernelArgumentError(f"TileKernel {self.name!r} takes {expected} argument{'s' if expected != 1 else ''}"
+                                      f" after tiles ({self.params or 'none'}), got {len(args)}")
         quantum = self.quantum_ns if concrete == "steal" else 0
         if concrete == "steal" and units > MAX_STEAL_UNITS:
             raise LaunchConfigError(f"policy 'steal' takes at most {MAX_STEAL_UNITS} units of work (tiles / cluster "
