@@ -113,7 +113,7 @@ def within_limits(caps: DeviceCaps, kernel: StandInKernel, grid, block, cluster,
 
 
 def stand_in_device(monkeypatch, caps: DeviceCaps, kernel: StandInKernel) -> None:
-    monkeypatch.setattr(launch_module, "current_device", lambda: SimpleNamespace(caps=caps))
+    monkeypatch.setattr(launch_module, "current_device", lambda: SimpleNamespace(caps=caps, ordinal=caps.ordinal))
     monkeypatch.setattr(launch_module, "max_active_blocks_per_sm",
                         lambda k, block, shared_mem=0: blocks_per_sm(caps, k, dims(block), shared_mem))
     monkeypatch.setattr(launch_module, "max_cluster_size",

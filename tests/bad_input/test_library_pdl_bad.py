@@ -20,7 +20,7 @@ class FakeKernel(Kernel):
     """A Kernel taking (8-byte, 4-byte) parameters, nothing loaded."""
 
     def __init__(self, name="k"):
-        self.name = name
+        self.name, self.module = name, None  # no module: no declared signature, sizes only
         self.__dict__["param_sizes"] = (8, 4)
 
 

@@ -132,7 +132,7 @@ def test_tma_copy_config_for_rows_that_end_inside_16_bytes(cp):
     src[...] = 1.5
     storage = sentinel(cp, (64, 64), cp.float32)
     before = kept(cp, src, storage)
-    with pytest.raises(LaunchConfigError, match="end inside a 16-byte unit .* takes no TmaCopyConfig"):
+    with pytest.raises(LaunchConfigError, match="end inside a 16-byte unit.* takes no TmaCopyConfig"):
         cuadv.tma.copy(src, storage[:, :61], config=cuadv.tma.TmaCopyConfig(stages=4))
     assert_unchanged(cp, [src, storage], before)
 
