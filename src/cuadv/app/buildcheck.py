@@ -27,9 +27,12 @@ def build_all(archs: list[str], labs=None, progress=lambda message: None, jobs: 
     labs = labs or all_labs()
     work = [(lab.name, arch) for lab in labs for arch in archs]
     if jobs > 1 and len(work) > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # Spawned, not forked: `cuadv run` builds after its labs, with a CUDA context and threads alive, which
+        # a forked child must not inherit.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_build_one_by_name, job): job for job in work}
             progress(f"{len(work)} lab builds, {jobs} at a time")
             for future in as_completed(futures):
