@@ -39,12 +39,17 @@ def sass(cubin: bytes, tmp_path: Path) -> str:
 
 def sass_ops(cubin: bytes, tmp_path: Path) -> dict[str, set[str]]:
     """Opcodes per kernel (mangled name) of a cubin."""
-    ops: dict[str, set[str]] = {}
+    return {name: set(ops) for name, ops in sass_opcodes(cubin, tmp_path).items()}
+
+
+def sass_opcodes(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
+    """Each kernel's opcodes (mangled name -> opcodes in program order) of a cubin."""
+    ops: dict[str, list[str]] = {}
     current = None
     for line in sass(cubin, tmp_path).splitlines():
         if m := _FUNCTION.search(line):
             current = m.group(1)
-            ops[current] = set()
+            ops[current] = []
         elif current and (m := _OPCODE.search(line)):
-            ops[current].add(m.group(1))
+            ops[current].append(m.group(1))
     return ops

@@ -471,3 +471,19 @@ def test_ballot_sort_model_places_every_element_once(c):
                     assert pos[k, lane] == -1
     for o in range(c):  # each owner's run is dense: places 0 .. count - 1, each once
         assert sorted(seen[o]) == list(range(len(seen[o]))) and cursor[o] == len(seen[o])
+
+
+def test_uint8_block_kernel_counts_in_three_instructions_per_element(tmp_path):
+    """With 32 replicas known at compile time and every uint8 value in range over 256 bins, each element costs
+    a shift, an and-or into the lane's word offset and the shared atomic (the profile found six when the
+    replica shift was a runtime value): the densest run of 64 shared atomics spans fewer than 4 x 64 opcodes."""
+    from sass_tools import sass_opcodes
+
+    from cuadv.histograms.launcher import build_module
+
+    module = build_module("sm_90a")
+    ops = sass_opcodes(module.cubin, tmp_path)[module.lowered_names["hist_block<unsigned char>"]]
+    atoms = [i for i, op in enumerate(ops) if op.startswith("ATOMS")]
+    assert len(atoms) >= 64
+    densest = min(atoms[k + 63] - atoms[k] + 1 for k in range(len(atoms) - 63))
+    assert densest < 4 * 64, densest
