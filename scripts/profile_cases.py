@@ -1,10 +1,12 @@
-"""The workloads whose targets issue 18 misses, each run once, for Nsight Compute to profile.
+"""The workloads whose performance targets cuadv misses (docs/results), each run once, for Nsight Compute to
+profile.
 
     ncu --profile-from-start off ... -o prof python3 scripts/profile_cases.py hist spmv vecscale > ncu.log 2>&1
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), spmv (power-law matrix: cuadv's variants and cuSPARSE), vecscale (1 GiB: steal and fixed_work).
+ceiling kernel), spmv (power-law and uniform matrices: cuadv's tilings under both policies, and cuSPARSE),
+vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
 """

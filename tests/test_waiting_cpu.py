@@ -195,3 +195,29 @@ def test_the_first_timeout_arms_the_exit_check_once(monkeypatch):
         with pytest.raises(GpuTimeoutError):
             waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
     assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ("context",))]
+
+
+def test_a_copy_to_the_host_waits_bounded_then_copies_on_the_stream(monkeypatch):
+    """The copy waits for its stream (bounded) first and runs on that stream: a synchronous copy on the legacy
+    stream would also wait, without a bound, for every blocking stream."""
+    import ctypes
+
+    import numpy as np
+
+    from cuadv import memory
+
+    calls = []
+
+    def copy_async(dst, src, nbytes, stream):
+        np.frombuffer((ctypes.c_char * nbytes).from_address(dst), dtype=np.uint8)[:] = 7
+        calls.append(("cuMemcpyDtoHAsync", src, nbytes, stream))
+        return (0,)
+
+    fake = type("Driver", (), {"cuMemcpyDtoHAsync": staticmethod(copy_async)})
+    monkeypatch.setattr(memory, "driver", lambda: fake)
+    monkeypatch.setattr(memory, "check", lambda result, call: result[0])
+    monkeypatch.setattr(memory, "wait", lambda stream, what=None: calls.append(("wait", stream, what)))
+    out = memory.copy_to_host(0xABC0, 8, np.uint32, 0x51, "kernel k")
+    assert out.dtype == np.uint32 and out.tolist() == [0x07070707] * 2
+    assert calls == [("wait", 0x51, "kernel k"), ("cuMemcpyDtoHAsync", 0xABC0, 8, 0x51),
+                     ("wait", 0x51, "the copy to the host after kernel k")]

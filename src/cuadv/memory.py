@@ -8,7 +8,7 @@ import threading
 import numpy as np
 
 from ._cuda import check, driver
-from .waiting import timed_out
+from .waiting import timed_out, wait
 
 
 def free(ptr: int) -> None:
@@ -17,6 +17,18 @@ def free(ptr: int) -> None:
     fails only in a context a kernel fault already broke, and that fault is the error to report."""
     if not timed_out():
         driver().cuMemFree(ptr)
+
+
+def copy_to_host(ptr: int, nbytes: int, dtype, stream: int, what: str | None = None) -> np.ndarray:
+    """``nbytes`` of device memory at ``ptr`` as a host array of ``dtype``, after the work queued on ``stream``: a
+    bounded wait for the stream (``cuadv.waiting``; ``what``: the work that writes the memory, named if it times
+    out), then the copy on that stream. (A copy to pageable memory would wait for its stream without a bound, and
+    a synchronous one, on the legacy stream, for every blocking stream too.)"""
+    out = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    wait(stream, what=what)
+    check(driver().cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
+    wait(stream, what=f"the copy to the host after {what}" if what else None)
+    return out
 
 
 class DeviceBuffer:
@@ -43,12 +55,7 @@ class DeviceBuffer:
     def to_host(self, dtype=np.uint8, stream: int = 0, *, what: str | None = None) -> np.ndarray:
         """The bytes as ``dtype``, after the work queued on ``stream`` (a bounded wait: ``cuadv.waiting``;
         ``what``: the work that writes the buffer, named if it times out)."""
-        from .waiting import wait
-
-        out = np.empty(self.nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-        wait(stream, what=what)
-        check(driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
-        return out
+        return copy_to_host(self.ptr, self.nbytes, dtype, stream, what)
 
     def from_host(self, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array)

@@ -29,8 +29,8 @@ import numpy as np
 
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
-from ..interop import DeviceArray
-from ..memory import free
+from ..interop import DeviceArray, overlaps, stream_handle, writable
+from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
 
@@ -102,8 +102,6 @@ def check_variant(variant: Any) -> str:
 def check_stream(stream: Any) -> Any:
     """``stream`` if it names a stream (None: the input library's current one, resolved at each call)."""
     if stream is not None:
-        from ..interop import stream_handle
-
         stream_handle(stream)  # pure for anything but None: KernelArgumentError for what is no stream
     return stream
 
@@ -116,8 +114,6 @@ def output_library(src: DeviceArray) -> str:
 def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
     """``out`` must be a writable C-contiguous int64 device array of ``length`` elements (None: any length, for
     bincount before the data's length is known) in the input's library, sharing no byte with the input."""
-    from ..interop import overlaps, writable
-
     dst = writable(device_array(out, "out"), "out")
     want = output_library(src)
     have = "torch" if dst.library == "torch" else "cupy" if dst.library == "cupy" else dst.library
@@ -186,18 +182,6 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     launch(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
 
 
-def _to_host(ptr: int, nbytes: int, dtype: np.dtype, stream: int, what: str) -> np.ndarray:
-    """A small device buffer on the host, after the work queued on ``stream``: a bounded wait for the stream
-    before the copy (a copy to pageable memory would itself wait, without a bound), then the copy on it."""
-    from ..waiting import wait
-
-    wait(stream, what=f"the histogram's {what}")
-    out = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
-    check(driver().cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-    wait(stream, what=f"the copy of the histogram's {what}")
-    return out
-
-
 def _to_device(dst_ptr: int, host: np.ndarray, stream: int) -> None:
     host = np.ascontiguousarray(host)
     check(driver().cuMemcpyHtoDAsync(dst_ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
@@ -236,7 +220,8 @@ class _Counter:
             tally = Scratch(8, stream, keep=False)
             _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), tally.ptr), stream,
                         self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
-            in_range, in_hot = (int(v) for v in _to_host(tally.ptr, 8, np.uint32, stream, "skew sample (hist_sample)"))
+            sample = copy_to_host(tally.ptr, 8, np.uint32, stream, "the histogram's skew sample (hist_sample)")
+            in_range, in_hot = (int(v) for v in sample)
             tally.release(stream)
             if in_range and in_hot >= SKEW_SHARE * in_range:
                 plan = self.eng.plan(self.bins, "int32", "hot")
@@ -271,8 +256,8 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
                 arch, sm_count, grid=blocks)
-    host = _to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
-                    "min/max pass (hist_minmax)")
+    host = copy_to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
+                        "the histogram's min/max pass (hist_minmax)")
     part.release(stream)
     lo, hi = host[0::2], host[1::2]
     return lo.min(), hi.max()  # NumPy's min/max propagate NaN as the kernel does
