@@ -409,3 +409,22 @@ def test_json_commands_print_only_json_on_stdout(monkeypatch, capsys, tmp_path):
     out, err = capsys.readouterr()
     tables = json.loads(out)
     assert tables and all({"title", "columns", "rows"} <= set(t) for t in tables) and "simulator" in err.lower()
+
+
+def test_timeout_option_is_checked_and_passed_to_the_labs(monkeypatch, capsys):
+    from cuadv.app import cli, runner
+
+    for bad in ("0", "-3", "soon"):
+        assert cli.main(["run", "--timeout", bad]) == cli.EXIT_USAGE
+        assert "must be a number of seconds > 0" in capsys.readouterr().err
+    seen = {}
+
+    def fake_run_labs(labs, out, quick, console, command="", peer=False, timeout_s=None):
+        seen["timeout_s"] = timeout_s
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "run_labs", fake_run_labs)
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "tma", "--timeout", "2.5"])
+    assert seen["timeout_s"] == 2.5

@@ -109,6 +109,22 @@ def _build(console: Console, archs: list[str], jobs: int = 1):
         return build_all(archs, labs, progress=started, jobs=jobs, done=done)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (inf: no limit), got {text!r}")
+    return value
+
+
+def _timeout_option(parser) -> None:
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=None,
+                        help="the longest any one wait for the GPU may take before the lab fails naming its step "
+                             "(default: CUADV_TIMEOUT_S, else 60)")
+
+
 def _select_labs(names):
     from ..labs import all_labs, lab_by_name
 
@@ -126,7 +142,8 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     if reason is not None and (not gpu_free or getattr(args, "require_gpu", False)):
         raise NoGpuError(reason)
     if reason is None:
-        report = run_labs(labs, out, args.quick, console, command=command, peer=getattr(args, "peer", False))
+        report = run_labs(labs, out, args.quick, console, command=command, peer=getattr(args, "peer", False),
+                          timeout_s=args.timeout)
         nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
         console.print(f"{reason}: running what needs no GPU (build check, simulator)")
@@ -312,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the results (results.json) on stdout; tables and messages go to stderr")
     run.add_argument("--require-gpu", action="store_true",
                      help=f"exit {EXIT_NO_GPU} without a GPU instead of running only what needs none (for CI)")
+    _timeout_option(run)
     bench = _command(sub, "bench", "run one lab and print its tables",
                      "Run one lab on this GPU, print its tables and write its report. Without a GPU: exit "
                      f"{EXIT_NO_GPU}; if the lab\nis skipped on this GPU: exit {EXIT_NOTHING_RAN}.\n\n"
@@ -324,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the results (results.json) on stdout; tables and messages go to stderr")
     bench.add_argument("--peer", action="store_true",
                        help="domains: also run the writer into a second GPU's memory over peer access (needs 2 GPUs)")
+    _timeout_option(bench)
     cache = _command(sub, "cache", "show where the compile cache is and its size, or clear it",
                      "Show the compile cache: where it is, its entries, its size and its size limit; --clear "
                      "removes every entry.\nCUADV_CACHE_DIR moves it, CUADV_CACHE=0 disables it.",

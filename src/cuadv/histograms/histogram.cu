@@ -216,10 +216,10 @@ static __device__ __forceinline__ void packed_wrap_corrections(u32* out, u32 bin
 // the high bin. The thread that made the atomic sees the old value, so each wrap is counted by
 // exactly one thread; the flush adds what is left in each half. See add_wrap_corrections.
 //
-// Log2R >= 0: the replica count known at compile time (R = 32 for every bin count up to 512 that one
+// Log2R >= 0: the replica count known at compile time (R = 32 for every bin count up to 575 that one
 // block holds). Then the word of slot s for lane l is s * 32 + l, whose byte offset (s << 7) | (l << 2)
 // is one shift-and-mask of the loaded word (the ncu profile of the uint8 kernel found it issue-bound
-// at six instructions per element: extract, clamp, runtime shift, add, atomic). InRange: every value
+// at six instructions per element: shift and mask to extract, clamp, runtime shift, add, atomic). InRange: every value
 // is < bins (uint8 over 256 bins), so no clamp to the trash slot.
 template <typename T, bool Packed, bool Aggregate, bool Remote, int Log2R = -1, bool InRange = false>
 struct SharedSink {

@@ -27,7 +27,7 @@ HISTOGRAM = {
         "issue-bound at 78.6% issue active, 67.7% of DRAM peak"),
     ("uint8", "uniform", 256): (
         "the uint8 kernel was issue-bound (78.4% issue active, 88% SM throughput: six SASS instructions per "
-        "element: extract, clamp, runtime shift, add, atomic); since 2026-12-02 the 32 replicas are a "
+        "element: shift and mask to extract, clamp, runtime shift, add, atomic); since 2026-12-02 the 32 replicas are a "
         "compile-time constant and uint8 over 256 bins skips the clamp: three instructions per element"),
 }
 

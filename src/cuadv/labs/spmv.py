@@ -155,7 +155,7 @@ class SpmvLab:
                  "their time / this time (above 1: this is faster), fixed_blocks of the same tiling; cuSPARSE: "
                  "cusparseSpMV with descriptors and workspace made once"))
         result.tables.append(Table(
-            "targets (issue 18): cuadv with split rows and policy auto against cuSPARSE",
+            "targets: cuadv with split rows and policy auto against cuSPARSE",
             ["matrix", "x cuSPARSE", "target", "met", "by", "best cuadv variant", "its x cuSPARSE"], targets,
             note="by: the ratio over the target, minus 1"
                  + ("" if all(row[3] == "met" for row in targets) else f"; why the targets are missed ({PROFILED}): {SPMV}")))

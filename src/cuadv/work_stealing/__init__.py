@@ -1,6 +1,6 @@
 """Work stealing: one tile body under fixed-work, fixed-blocks, Cluster Launch Control and software CLC.
 
-Seed 000 of the docs. The user writes a prologue and a tile body once; cuadv wraps them in the
+CUDA Programming Guide 4.12 (work stealing with Cluster Launch Control). The user writes a prologue and a tile body once; cuadv wraps them in the
 scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
 
 - ``fixed_work``: one block per tile (hardware balancing and preemption, one prologue per tile);
