@@ -156,8 +156,9 @@ class BlockSum:
         if self.dtype.name not in BLOCK_SUM_TYPES:
             raise TypeError(f"block_sum takes int32 or float32, got {self.dtype}")
         _check_block(self.block)
-        if not isinstance(self.total, bool):
+        if not isinstance(self.total, (bool, np.bool_)):
             raise TypeError(f"total must be True or False, got {self.total!r}")
+        self.total = bool(self.total)
         if not 0 <= self.size <= MAX_ELEMENTS:
             raise ValueError(f"block_sum takes at most {MAX_ELEMENTS} elements (a 32-bit count), got {self.size}")
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")
