@@ -89,3 +89,14 @@ def rates(ms: float, nbytes: float, ceiling: "Ceiling") -> tuple[float, float]:
 
     gbps = gb_per_s(ms, nbytes)
     return gbps, spread_map(lambda g: 100 * ceiling.fraction(g * 1e9), gbps)
+
+
+def readback(array):
+    """A CuPy array on the host (NumPy) after a bounded wait for the current stream (``cuadv.waiting``): a lab
+    reading back after a kernel that never ends fails naming its step instead of hanging in CuPy's own copy."""
+    import cupy as cp
+
+    from ..timing import synchronize
+
+    synchronize(what="the work before a lab's readback")
+    return cp.asnumpy(array)

@@ -45,7 +45,7 @@ from ..dims import PORTABLE_CLUSTER_SIZE
 from ..errors import LaunchConfigError, ValidationError
 from ..launch import LaunchConfig, launch
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
-from .base import RunContext
+from .base import RunContext, readback
 
 
 class CapturedGraph:
@@ -83,7 +83,7 @@ def validate_groups(cp, n: int = 100_003) -> list[str]:
     for dtype in (np.int32, np.float32):
         host = rng.integers(-1000, 1001, size=n).astype(dtype)  # integer values: float sums are exact
         for block in (32, 96, 128, 1000, 1024):
-            got = cp.asnumpy(block_sums(cp.asarray(host), block))
+            got = readback(block_sums(cp.asarray(host), block))
             padded = np.zeros(-(-n // block) * block, dtype=np.int64)
             padded[:n] = host
             want = padded.reshape(-1, block).sum(axis=1)
@@ -91,13 +91,13 @@ def validate_groups(cp, n: int = 100_003) -> list[str]:
                 raise ValidationError(f"block_sum {np.dtype(dtype)} block {block} differs from NumPy")
     host = rng.integers(-1000, 1001, size=n).astype(np.int32)
     for tile in TILE_SIZES:
-        by_reduce, by_shuffle = (cp.asnumpy(a) for a in tile_sums(cp.asarray(host), tile))
+        by_reduce, by_shuffle = (readback(a) for a in tile_sums(cp.asarray(host), tile))
         padded = np.zeros(by_reduce.size * tile, dtype=np.int64)
         padded[:n] = host
         want = padded.reshape(-1, tile).sum(axis=1)
         if not (np.array_equal(by_reduce, want) and np.array_equal(by_shuffle, want)):
             raise ValidationError(f"tile_sums<{tile}> differs from NumPy")
-    sums, counts = (cp.asnumpy(a) for a in odd_sums(cp.asarray(host)))
+    sums, counts = (readback(a) for a in odd_sums(cp.asarray(host)))
     padded = np.zeros(sums.size * 32, dtype=np.int64)
     padded[:n] = host
     odd = (padded & 1).astype(bool)
@@ -122,7 +122,7 @@ def validate_grid_sync(cp) -> list[str]:
                 for mode in ("grid_sync", "two_kernels"):
                     x = cp.asarray(host)
                     two_phase(x, rounds, mode=mode, grid=grid)
-                    if not np.array_equal(cp.asnumpy(x), want):
+                    if not np.array_equal(readback(x), want):
                         raise ValidationError(f"two_phase {mode} grid={grid} n={n} rounds={rounds} differs from NumPy")
     try:
         two_phase(cp.zeros(16, dtype=cp.uint32), 1, grid=top + 1)
@@ -195,11 +195,11 @@ class CooperativeLab:
 
         validate_groups(cp, n=4099)
         x = cp.arange(4099, dtype=cp.uint32)
-        want = two_phase_reference(cp.asnumpy(x), 2)
+        want = two_phase_reference(readback(x), 2)
         for mode in ("grid_sync", "two_kernels"):
             y = x.copy()
             two_phase(y, 2, mode=mode, grid=4)
-            if not np.array_equal(cp.asnumpy(y), want):
+            if not np.array_equal(readback(y), want):
                 raise ValidationError(f"two_phase {mode} differs from NumPy")
         sync_done = cp.zeros(1, dtype=cp.uint32)
         _launch(kernel("sync_loop"), LaunchConfig(grid=4, block=64, cooperative=True), 3, sync_done)
@@ -269,7 +269,7 @@ class CooperativeLab:
             t0 = time_gpu(lambda: _launch(k, cfg, 0, done), repeats=repeats)
             t1 = time_gpu(lambda: _launch(k, cfg, iters, done), repeats=repeats)
             per_sync[grid] = (t1.median_ms - t0.median_ms) * 1e3 / iters
-        if int(done.get()[0]) != iters:
+        if int(readback(done)[0]) != iters:
             raise ValidationError("sync_loop did not finish its iterations")
         empty = kernel("empty")
         cfg1 = LaunchConfig(grid=1, block=32)

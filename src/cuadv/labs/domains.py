@@ -30,7 +30,7 @@ from ..launch import LaunchConfig, launch
 from ..params import c_struct
 from ..report.results import LabResult, Spread, Table, spread_map
 from ..timing import synchronize, synchronize_device
-from .base import RunContext
+from .base import RunContext, readback
 
 FENCE_BLOCK = 128
 WRITER_BLOCK = 256
@@ -122,7 +122,6 @@ class FenceExperiment:
         """One fence-kernel run, beside a writer in `writer_domain` (None: alone)."""
         check_scope(scope)
         check_domain(writer_domain)
-        cp = self.cp
         self.control.fill(0)
         self.times.fill(0)
         self.overlap.fill(0)
@@ -136,21 +135,21 @@ class FenceExperiment:
                self._fence_params(scope, gate=writer_domain is not None), stream=self.fence_stream)
         synchronize(self.fence_stream)
         synchronize(self.writer_stream)
-        times = cp.asnumpy(self.times).reshape(-1, 2)
+        times = readback(self.times).reshape(-1, 2)
         self._check_fence_output()
-        overlapped = writer_domain is not None and bool((cp.asnumpy(self.overlap) == 3).all())
+        overlapped = writer_domain is not None and bool((readback(self.overlap) == 3).all())
         return FenceSample(loop_us=float(times[:, 1].max() - times[:, 0].min()) / 1e3, overlapped=overlapped,
-                           writer_passes=int(cp.asnumpy(self.passes)[0]))
+                           writer_passes=int(readback(self.passes)[0]))
 
     def _check_fence_output(self) -> None:
-        slots = self.cp.asnumpy(self.slots)
+        slots = readback(self.slots)
         if not (slots == self.iterations - 1).all():
             raise ValidationError(f"fence kernel: {(slots != self.iterations - 1).sum()} of {slots.size} slots do not "
                                   f"hold the last iteration {self.iterations - 1}")
 
     def check_writer_output(self) -> None:
         """Every uint4 of the writer's destination was written at least once (its .y is its index)."""
-        got = self.cp.asnumpy(self.dst.reshape(-1, 4)[:, 1])
+        got = readback(self.dst.reshape(-1, 4)[:, 1])
         if not np.array_equal(got, np.arange(self.n_vec, dtype=np.uint32)):
             raise ValidationError("writer kernel: some elements of its buffer were never written")
 

@@ -75,7 +75,7 @@ from ..histograms.plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUST
                                 THREADS, VARIANTS, HistogramPlan, exchange_cap, exchange_chunk, exchange_layout,
                                 hot_max, kernel_expressions, plan_histogram)
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
-from .base import RunContext, gb_per_s
+from .base import RunContext, gb_per_s, readback
 from .histogram_peers import run_peer_comparison, start_cub
 
 # Some names above (the plans' helpers, device_array, reference_counts) are not used here: they stay
@@ -151,7 +151,7 @@ class HistogramLab:
             x[:7] = 1000  # values on the closed right edge
             hist, edges = public_histogram(cp.asarray(x), 1000, range=r)
             want, want_edges = np.histogram(x, 1000, range=r)
-            if not (np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges)):
+            if not (np.array_equal(readback(hist), want) and np.array_equal(readback(edges), want_edges)):
                 raise ValidationError(f"cuadv.histogram over range {r} differs from numpy.histogram")
 
     def run(self, ctx: RunContext) -> LabResult:

@@ -26,7 +26,7 @@ from ..launch import AccessPolicyWindow, LaunchConfig, launch
 from ..params import c_struct
 from ..report.results import LabResult, Selection, Spread, Table
 from ..timing import EventPair, synchronize, time_gpu
-from .base import RunContext, rates
+from .base import RunContext, rates, readback
 
 MiB = 1 << 20
 THREADS = 256
@@ -136,13 +136,13 @@ def validate_small(module, caps, stream) -> None:
 
     for n_vec, table_floats, lookups in ((1, 1, 1), (3, 7, 2), (4099, 1000, 3), (100_003, 262_147, MAX_LOOKUPS)):
         run = Lookup(module, caps, stream, n_vec, table_floats, seed=n_vec)
-        want = reference(cp.asnumpy(run.inp).reshape(-1, 4), cp.asnumpy(run.table), lookups, run.seed).ravel()
+        want = reference(readback(run.inp).reshape(-1, 4), readback(run.table), lookups, run.seed).ravel()
         for window in (None, run.window(1.0)):
             run.out.fill(np.float32(np.nan))
             cupy_done(cp)  # filled on CuPy's stream, before the launch on the lab's stream overwrites it
             run.launch(lookups, window)
             synchronize(stream)
-            if not np.array_equal(cp.asnumpy(run.out), want):
+            if not np.array_equal(readback(run.out), want):
                 raise ValidationError(f"l2 lookup: wrong result at n_vec={n_vec}, table={table_floats}, "
                                       f"lookups={lookups}, window={'yes' if window else 'no'}")
 

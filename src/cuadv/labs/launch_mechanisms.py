@@ -19,6 +19,7 @@ from ..launch import LaunchConfig, launch, prepare
 from ..params import c_struct
 from ..persistent import check_task_count as _check_task_count, check_tasks_per_ticket, resident_grid
 from ..timing import synchronize, synchronize_device
+from .base import readback
 
 WARP = 32
 PERSISTENT_BLOCK = 128
@@ -71,7 +72,7 @@ class Tasks:
     def check(self, runs: int, label: str) -> None:
         import cupy as cp
 
-        got = cp.asnumpy(self.counts)[: self.n]
+        got = readback(self.counts)[: self.n]
         if not np.array_equal(got, np.full(self.n, runs, dtype=np.uint32)):
             lost, dup = int((got < runs).sum()), int((got > runs).sum())
             raise ValidationError(f"{label}, N={self.n}: after {runs} runs {lost} tasks ran fewer times and {dup} "
@@ -230,7 +231,7 @@ class PersistentQueue(Mechanism):
         import cupy as cp
 
         synchronize(self.stream)
-        state = cp.asnumpy(self.state)
+        state = readback(self.state)
         if state.any():
             raise ValidationError(f"{self.label}: the queue state did not reset itself (next={state[0]}, "
                                   f"exited={state[1]})")
@@ -258,7 +259,7 @@ class DynamicParallelism(Mechanism):
         import cupy as cp
 
         synchronize(self.stream)
-        code = int(cp.asnumpy(self.error)[0])
+        code = int(readback(self.error)[0])
         if code:
             raise ValidationError(f"{self.label}: a device-side launch failed with {_cuda_error(code)} (raise the "
                                   "pending-launch limit for more children in flight)")
@@ -314,7 +315,7 @@ class DeviceGraphLaunch(Mechanism):
         import cupy as cp
 
         synchronize(self.stream)
-        cursor, error = (int(v) for v in cp.asnumpy(self.state))
+        cursor, error = (int(v) for v in readback(self.state))
         if error:
             raise ValidationError(f"{self.label}: a device-side cudaGraphLaunch failed with {_cuda_error(error)}")
         if cursor:

@@ -34,7 +34,7 @@ from ..launch import LaunchConfig, launch
 from ..pdl import Chain as PdlChain, prepare_chain
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from ..timing import EventPair, synchronize, synchronize_device, time_gpu
-from .base import RunContext, interleaved_rounds
+from .base import RunContext, interleaved_rounds, readback
 # The producer/consumer pair of the race lives in pdl_support; its names are this lab's as well.
 from .pdl_support import (CONSUMERS, DEMO_DTYPE, DEMO_MAX_CONSUMER_BLOCKS, DEMO_PRODUCER_BLOCKS, POISON,  # noqa: F401
                           THREADS, DemoOutcome, PdlDemo, check_demo, check_demo_size)  # noqa: F401
@@ -136,13 +136,13 @@ class Chain:
             launch(self.spin, LaunchConfig(grid=1, block=32), np.uint64(2_000_000 + k * 40_000), stream=self.stream)
             self.enqueue(k, pdl, trigger, 0, stamps)
             synchronize(self.stream)
-        s = self.cp.asnumpy(stamps).astype(np.int64).reshape(k, 2)
+        s = readback(stamps).astype(np.int64).reshape(k, 2)
         return s[1:, 0] - s[:-1, 1]
 
     def check(self, links: int) -> None:
         """After `links` links (an even number) from zeros, buffer 0 holds `links` everywhere."""
         synchronize(self.stream)
-        got = self.cp.asnumpy(self.bufs[0])
+        got = readback(self.bufs[0])
         want = np.float32(links)
         if not np.array_equal(got, np.full(self.n, want, dtype=np.float32)):
             bad = int((got != want).sum())

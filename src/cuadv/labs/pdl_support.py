@@ -14,6 +14,7 @@ from ..launch import LaunchConfig
 from ..params import c_struct
 from ..pdl import launch_chain, prepare_chain
 from ..timing import synchronize, synchronize_device
+from .base import readback
 
 THREADS = 256
 POISON = -7  # the producer's output buffer holds this until the producer writes
@@ -79,7 +80,7 @@ class PdlDemo:
         self.out = cp.empty(n, dtype=cp.int32)
         self.control = cp.zeros(2, dtype=cp.uint32)  # arrivals, observed
         self.times = cp.zeros(2, dtype=cp.uint64)
-        self.expected = 2 * (3 * cp.asnumpy(self.inp).astype(np.int64) + 1)
+        self.expected = 2 * (3 * readback(self.inp).astype(np.int64) + 1)
         for consumer in CONSUMERS:  # load every kernel now: a first launch that loads its module (lazy
             self.run(consumer, False, 0)  # loading) waits for the running producer, so it never starts early
 
@@ -112,9 +113,9 @@ class PdlDemo:
 
     def outcome(self, consumer: str, pdl: bool) -> DemoOutcome:
         synchronize(self.stream)
-        out = self.cp.asnumpy(self.out).astype(np.int64)
-        observed = int(self.cp.asnumpy(self.control)[1])
-        t_end, t_start = (int(t) for t in self.cp.asnumpy(self.times))
+        out = readback(self.out).astype(np.int64)
+        observed = int(readback(self.control)[1])
+        t_end, t_start = (int(t) for t in readback(self.times))
         overlap = t_end - t_start if t_start != np.iinfo(np.uint64).max and t_end else None
         return DemoOutcome(consumer, pdl, self.n, DEMO_PRODUCER_BLOCKS, observed,
                            right=int((out == self.expected).sum()), stale=int((out == 2 * POISON).sum()),

@@ -55,7 +55,7 @@ from ..pipeline.stencil import (  # noqa: F401  (the library's stencil; re-expor
 from ..pipeline.stencil import Trace as _LibraryTrace
 from ..report.results import LabResult, Spread, Table
 from ..tma.tensormap import pitch_elements
-from .base import RunContext, rates
+from .base import RunContext, rates, readback
 from .triton_peers import compare_stencil  # the Triton peers (lab-private; triton and torch imported only when run)
 
 TRACE_LIMIT_BYTES = 1 << 30  # the largest stamp buffer a traced launch allocates
@@ -116,8 +116,8 @@ def _cases(cp, rng, shapes) -> list[tuple[str, Any, np.ndarray, bool]]:
         host = rng.standard_normal((rows, cols), dtype=np.float32)
         cases.append((f"{rows}x{cols}", cp.asarray(host), host, False))
     storage = cp.asarray(rng.standard_normal((61, 260), dtype=np.float32))
-    cases.append(("61x253 pitched (pitch 260)", storage[:, :253], cp.asnumpy(storage[:, :253]), False))
-    cases.append(("61x259 base +4 B", storage[:, 1:], cp.asnumpy(storage[:, 1:]), False))
+    cases.append(("61x253 pitched (pitch 260)", storage[:, :253], readback(storage[:, :253]), False))
+    cases.append(("61x259 base +4 B", storage[:, 1:], readback(storage[:, 1:]), False))
     host = rng.standard_normal((45, 520), dtype=np.float32)
     cases.append(("45x520 into out base +4 B", cp.asarray(host), host, True))
     return cases
@@ -157,7 +157,7 @@ def validate(stencil: Stencil, shapes=VALIDATION_SHAPES, variants=None) -> list[
                 _expect_refusal(stencil, variant, src, out, f"{name}: a TMA store into an output")
                 out, guarded = pitched_copy(cp.full((rows, cols), cp.nan, dtype=cp.float32)), False
             stencil(variant, src, out)
-            got = cp.asnumpy(out)
+            got = readback(out)
             if not np.array_equal(got, expected):
                 bad = np.argwhere(got != expected)
                 raise ValidationError(f"stencil {variant.label}, {name} (copy alignment "
@@ -255,7 +255,7 @@ class PipelineLab:
         for variant in (tile("mbar", 4), strip("mbar", 512, 8, 4), *(v for v in stencil.variants if v.kind == "tma")):
             trace = Trace()
             stencil(variant, x, out, trace=trace)
-            if not np.array_equal(cp.asnumpy(out), reference(cp.asnumpy(x))):
+            if not np.array_equal(readback(out), reference(readback(x))):
                 raise ValidationError(f"stencil {variant.label} with tracing: wrong result")
 
     def run(self, ctx: RunContext) -> LabResult:
@@ -289,7 +289,7 @@ class PipelineLab:
             ctx.progress(f"pipeline: {size}: checking the peer against NumPy")
             expected_dev = cp.empty_like(x)
             run_peer(peer, x, expected_dev)
-            if not np.array_equal(cp.asnumpy(expected_dev), reference(cp.asnumpy(x))):
+            if not np.array_equal(readback(expected_dev), reference(readback(x))):
                 raise ValidationError(f"CuPy peer stencil differs from NumPy at {size}")
             peer_ms = Spread.of(time_gpu(lambda: run_peer(peer, x, out), repeats=repeats).samples)
             align = Grid2D.of(x, "x").copy_alignment

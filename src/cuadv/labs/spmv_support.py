@@ -11,6 +11,7 @@ import numpy as np
 
 from ..compiler import kernel_source
 from ..errors import ValidationError
+from ..timing import synchronize_device
 from ..work_stealing import TileKernel
 
 THREADS = 256
@@ -418,7 +419,9 @@ def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]
 
 
 def to_host(y) -> np.ndarray:
-    """A CuPy array or a torch tensor on the GPU, as a NumPy array."""
+    """A CuPy array or a torch tensor on the GPU, as a NumPy array, after a bounded wait for the device (the
+    peers run on their libraries' streams)."""
+    synchronize_device(what="the work before the spmv readback")
     if hasattr(y, "detach"):
         return y.detach().cpu().numpy()
     return y.get()

@@ -25,6 +25,7 @@ from ..params import StructArgument, c_struct
 from ..tma import kernels as _kernels
 from ..tma.kernels import GEMV_VECTORS_PER_BLOCK, MAX_READING, Launch, Plan2D, TmaCopyConfig, _launcher
 from ..tma.tensormap import describe_array, element_size, pitch_elements
+from .base import readback
 
 # Mirrors gemv_tma of tma.cu.
 GEMV_PARAMS_BYTES = 192
@@ -176,19 +177,19 @@ def validate_tiles(ops: TmaOps, dtypes: Sequence[str] = tuple(NUMPY_TYPES), case
         for rows, cols, box32, extra in cases:
             box = box_for(dtype, box32)
             src = random_array(cp, rng, rows, cols, dtype, extra)
-            host = cp.asnumpy(src)
+            host = readback(src)
             for method in ("tma", "threads"):
                 dst = pitched(cp, rows, cols, dtype, extra=1)
                 poison_against(cp, dst, host)
                 ops.prepare_copy(src, dst, box, method=method, dtype=tdtype)()
-                if not np.array_equal(_bits(cp.asnumpy(dst)), _bits(host)):
+                if not np.array_equal(_bits(readback(dst)), _bits(host)):
                     raise ValidationError(f"{method} copy wrong: {dtype} {rows}x{cols} box {box}")
                 count += 1
                 if box[0] * element_size(dtype) % 16 == 0:  # the transposed box's inner extent must be 16-byte legal
                     dst_t = pitched(cp, cols, rows, dtype)
                     poison_against(cp, dst_t, host.T)
                     ops.prepare_transpose(src, dst_t, box, method=method, dtype=tdtype)()
-                    if not np.array_equal(_bits(cp.asnumpy(dst_t)), _bits(host.T)):
+                    if not np.array_equal(_bits(readback(dst_t)), _bits(host.T)):
                         raise ValidationError(f"{method} transpose wrong: {dtype} {rows}x{cols} box {box}")
                     count += 1
     checks = [f"TMA and thread copies and transposes equal NumPy bit for bit for {', '.join(dtypes)} on "
@@ -207,9 +208,9 @@ def validate_oob_fill(ops: TmaOps) -> str:
                         ("bfloat16", "zero")):
         rows, cols, box = 45, 70, box_for(dtype, (16, 32))
         src = random_array(cp, rng, rows, cols, dtype)
-        got = cp.asnumpy(ops.load_tiles(src, box, dtype="bfloat16" if dtype == "bfloat16" else None, oob_fill=fill))
+        got = readback(ops.load_tiles(src, box, dtype="bfloat16" if dtype == "bfloat16" else None, oob_fill=fill))
         ty, tx = got.shape[:2]
-        host = cp.asnumpy(src)
+        host = readback(src)
         padded = np.zeros((ty * box[0], tx * box[1]), dtype=host.dtype)
         padded[:rows, :cols] = host
         expected = padded.reshape(ty, box[0], tx, box[1]).transpose(0, 2, 1, 3)
@@ -256,7 +257,7 @@ def validate_copy_configs(ops: TmaOps, cases=COPY_CONFIG_CASES) -> str:
     rng = np.random.default_rng()
     for dtype, rows, cols, box, config in cases:
         src = random_array(cp, rng, rows, cols, dtype)
-        host = cp.asnumpy(src)
+        host = readback(src)
         for method in ("tma", "threads"):
             dst = pitched(cp, rows, cols, dtype, extra=1)
             poison_against(cp, dst, host)
@@ -264,7 +265,7 @@ def validate_copy_configs(ops: TmaOps, cases=COPY_CONFIG_CASES) -> str:
                 ops.prepare_copy(src, dst, box, config=config)()
             else:
                 ops.prepare_copy(src, dst, box, method="threads", chunk=config.chunk)()
-            if not np.array_equal(_bits(cp.asnumpy(dst)), _bits(host)):
+            if not np.array_equal(_bits(readback(dst)), _bits(host)):
                 raise ValidationError(f"{method} copy wrong: {dtype} {rows}x{cols} box {box}, {config.describe()}")
     return (f"TMA copies equal their source bit for bit under {len(cases)} ring configurations (2 to 32 slots, "
             f"lookahead 1 to stages, up to {MAX_READING} stores reading, bursts of 1 to 7 loads, 1 to 4 blocks per "

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..report.results import LabResult, Spread, Table
 from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
-from .base import RunContext, interleaved_rounds, rates
+from .base import RunContext, interleaved_rounds, rates, readback
 from .profile_notes import PROFILED, VECSCALE
 
 THREADS = 256
@@ -158,7 +158,7 @@ def validate(kernels: dict[tuple[str, Shape], TileKernel], sizes) -> None:
         for (label, shape), k in kernels.items():
             dev = cp.asarray(host)
             k(tiles_for(n, shape), dev, n, alpha, 0)
-            if not np.array_equal(cp.asnumpy(dev), host * alpha):
+            if not np.array_equal(readback(dev), host * alpha):
                 raise ValidationError(f"vecscale {label} ({shape.label}): wrong result at n={n}")
 
 
