@@ -110,13 +110,13 @@ def _build(console: Console, archs: list[str], jobs: int = 1):
 
 
 def _seconds(text: str) -> float:
+    """--timeout by the rule every wait applies (cuadv.waiting), checked before anything runs."""
+    from ..waiting import resolve_timeout
+
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (inf: no limit), got {text!r}")
-    return value
+        return resolve_timeout(float(text))
+    except ValueError:  # not a number, or not > 0
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (inf: no limit), got {text!r}") from None
 
 
 def _timeout_option(parser) -> None:
