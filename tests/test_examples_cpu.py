@@ -70,3 +70,10 @@ def test_nvtx_example_reference_smooths_then_scales():
     x = np.array([3, 0, 6, 3], dtype=np.float32)
     assert np.array_equal(example.reference(x, 2.0, 1), np.array([6, 6, 6, 6], dtype=np.float32))
     assert "nsys profile -t cuda,nvtx" in example.__doc__
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_wait_example_compiles_its_busy_kernel_on_the_global_timer(arch):
+    module = load("wait_timeout").build(arch)
+    assert module.resources_for("busy_fill").spill_store_bytes == 0
+    assert "%globaltimer" in module.ptx
