@@ -6,6 +6,7 @@ import pytest
 
 from cuadv.errors import KernelArgumentError, LaunchConfigError
 from cuadv.histograms import launcher
+from cuadv.histograms.plans import BLOCK_RESERVED, H200_SHARED_PER_SM, TMA_STAGES, tma_ring_bytes
 from cuadv.labs import histogram as h
 
 
@@ -305,6 +306,7 @@ class FakeCaps:
     shared_mem_per_block_optin = h.H200_SHARED_PER_BLOCK
     shared_mem_per_sm = h.H200_SHARED_PER_SM
     cluster_launch = True
+    tma = True
     max_cluster_size_nonportable = 16
     sm_count = 132
 
@@ -335,6 +337,33 @@ def test_options_cover_the_new_variants():
             eng.plan(bins, "int32", **{k: v for k, v in o.items()})
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "uint8"))
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "int32", extras=False))
+    tma = [o["stages"] for o in eng.options(256, "uint8") if "stages" in o]
+    assert tma == list(TMA_STAGES)  # the TMA-fed shared histogram at every ring size, where TMA exists
+    eng.caps.tma = False
+    assert not any("stages" in o for o in eng.options(256, "uint8"))
+
+
+@pytest.mark.parametrize("bins", [1, 256, 1024, 4096, 16384, 40_000])
+@pytest.mark.parametrize("stages", TMA_STAGES)
+def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bins, stages):
+    plain = h.plan_histogram(bins, "int32", "shared")
+    plan = h.plan_histogram(bins, "int32", "shared", stages=stages)
+    assert plan.kernel_expr == f"hist_block_tma<int, {stages}>" and f"TMA ring of {stages}" in plan.label
+    assert plan.shared_bytes == tma_ring_bytes(4 * (bins + 1) * plan.replicas, stages)
+    assert plan.replicas <= plain.replicas
+    two_fit = 2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM
+    assert two_fit or plan.replicas == 1  # replicas are only given up to keep two blocks per SM
+    if plan.replicas < plain.replicas:  # ... and only as far as needed
+        assert 2 * (tma_ring_bytes(4 * (bins + 1) * plan.replicas * 2, stages) + BLOCK_RESERVED) > H200_SHARED_PER_SM
+
+
+def test_tma_fed_shared_plan_errors_name_the_rule():
+    with pytest.raises(ValueError, match="stages applies to variant 'shared' only"):
+        h.plan_histogram(256, "int32", "dsm", stages=2)
+    with pytest.raises(ValueError, match=r"stages must be 0 \(register loads\) or one of 2, 3, 4"):
+        h.plan_histogram(256, "int32", "shared", stages=5)
+    with pytest.raises(LaunchConfigError, match="per-block limit is 232448 B: use fewer stages"):
+        h.plan_histogram(50_000, "int32", "shared", stages=2)
 
 
 def test_the_lab_measures_the_new_variants_where_no_block_holds_the_bins(monkeypatch):

@@ -32,6 +32,22 @@ def test_every_variant_matches_bincount(cp, dtype, bins, dist):
                 h.check_variant(cp, host, bins, offset, dev=dev, want=want, **opts)
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("dtype, bins", [("int32", 256), ("int32", 4097), ("uint8", 256), ("uint8", 97)])
+def test_tma_fed_shared_histogram_over_many_turns_of_its_ring(cp, stages, dtype, bins):
+    """One block takes hundreds of chunks (the ring wraps and the barriers' parity flips many times), a
+    few blocks, and the persistent grid; data 0 or 1 element past a 16-byte boundary, with a tail."""
+    if not current_device().caps.tma:
+        pytest.skip("the TMA-fed histogram needs compute capability 9.0")
+    rng = np.random.default_rng()
+    host = h.host_data(rng, 3_000_017, bins, "zipf", dtype, out_of_range=True)
+    want = h.reference_counts(host, bins)
+    for offset in (0, 1):
+        dev = h.on_device(cp, host, offset)
+        for units in (1, 3, None):
+            h.check_variant(cp, host, bins, offset, dev=dev, want=want, variant="shared", stages=stages, units=units)
+
+
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("bins, bits", [(5000, 32), (5000, 16), (1 << 20, 16)])
 def test_dsm_cluster_sizes_over_many_clusters(cp, cluster, bins, bits):

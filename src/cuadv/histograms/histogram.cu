@@ -43,6 +43,7 @@
 #include "cuadv/ptx.cuh"
 
 namespace cg = cooperative_groups;
+namespace ptx = cuadv::ptx;
 
 namespace cuadv_hist {
 
@@ -138,6 +139,67 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
     for (int j = 0; j < kPerVec; ++j) sink.scalar(element<T>(v, j));
   }
   // The tail: fewer than kPerVec elements after the last whole vector.
+  for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
+}
+
+// The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (blockDim.x * V vectors,
+// 16 KB per vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared
+// memory, so Stages chunks per block are in flight whatever the registers allow (the register-fed
+// loop holds one batch in flight per thread). Thread 0 issues the copies; every warp reads its
+// vectors of a stage into registers, releases the stage, then counts them. full[s] completes when
+// the copy into stage s has landed; empty[s] when every warp has read it (one arrival per warp).
+template <typename T, int Stages, int V, class Sink>
+static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ in, u64 n, Sink& sink, uint4* ring,
+                                                         u64* full, u64* empty) {
+  constexpr int kPerVec = Layout<T>::kPerVec;
+  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
+
+  u64 head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(T);
+  if (head > n) head = n;
+  if (tid < head) sink.scalar(static_cast<u32>(in[tid]));
+
+  const uint4* vec = reinterpret_cast<const uint4*>(in + head);
+  const u64 nvec = (n - head) / kPerVec;
+  const u32 chunk_vecs = blockDim.x * V;
+  const u32 chunk_bytes = 16u * chunk_vecs;
+  const u32 nchunk = static_cast<u32>(nvec / chunk_vecs);  // n < 2^32 elements (the host checks)
+  // This block's chunks: blockIdx.x + k * gridDim.x for k < mine (32-bit counts: fewer live registers).
+  const u32 mine = nchunk > blockIdx.x ? (nchunk - 1u - blockIdx.x) / gridDim.x + 1u : 0u;
+  const uint4* first = vec + static_cast<u64>(blockIdx.x) * chunk_vecs;
+  const u64 stride = static_cast<u64>(gridDim.x) * chunk_vecs;
+  if (threadIdx.x == 0) {
+    for (u32 k = 0; k < Stages && k < mine; ++k) {
+      ptx::mbarrier_arrive_expect_tx(full + k, chunk_bytes);
+      ptx::bulk_copy_global_to_shared(ring + k * chunk_vecs, first + k * stride, chunk_bytes, full + k);
+    }
+  }
+
+  u32 s = 0, parity = 0;  // stage of chunk k, and the phase parity of its barriers
+  for (u32 k = 0; k < mine; ++k) {
+    while (!ptx::mbarrier_try_wait_parity_acquire<false>(full + s, parity)) {
+    }  // acquire: the chunk's bytes in stage s, landed by the copy, are visible to this thread
+    uint4 v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = ring[s * chunk_vecs + j * blockDim.x + threadIdx.x];
+    __syncwarp();  // every lane of this warp has read stage s before lane 0 releases it
+    if ((threadIdx.x & 31u) == 0) ptx::mbarrier_arrive(empty + s);  // release: this warp's reads of stage s are done
+    if (threadIdx.x == 0 && k + Stages < mine) {
+      while (!ptx::mbarrier_try_wait_parity_acquire<false>(empty + s, parity)) {
+      }  // acquire: every warp has read stage s, so the next copy may overwrite it
+      ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
+      ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes, full + s);
+    }
+    sink.template batch<V>(v);
+    if (++s == Stages) s = 0, parity ^= 1u;
+  }
+
+  // Fewer than one chunk per block of whole vectors is left, then the scalar tail (as stream_values).
+  for (u64 i = static_cast<u64>(nchunk) * chunk_vecs + tid; i < nvec; i += nthreads) {
+    const uint4 v = load_stream(vec + i);
+#pragma unroll
+    for (int j = 0; j < kPerVec; ++j) sink.scalar(element<T>(v, j));
+  }
   for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
@@ -708,26 +770,24 @@ __global__ void __launch_bounds__(1024) hist_global(const T* __restrict__ in, u6
   cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
 }
 
-// Single-block shared memory: the classic privatised histogram. Needs (bins + 1) * R * 4 B of dynamic shared memory.
-template <typename T>
-__global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
-                                                   u32 log2r) {
-  extern __shared__ u32 counters[];
+// Single-block shared memory: the classic privatised histogram, its counters at `counters` (the
+// block's dynamic shared memory). `stream(sink)` feeds the values: register loads or the TMA ring.
+template <typename T, class Stream>
+static __device__ __forceinline__ void block_histogram(u32* __restrict__ out, u32 bins, u32 log2r, u32* counters,
+                                                       const Stream& stream) {
   const u32 words = cuadv_hist::counter_words<false>(bins, 0, log2r);
-  if (4u * words > cuadv_hist::dynamic_smem_size()) __trap();  // the host sized shared memory wrongly
   for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;
   __syncthreads();  // the zeroed counters are visible to every thread of the block before the first increment
 
-  constexpr int U = BatchVectors<T, false>::value;
   if (log2r == 5 && sizeof(T) == 1 && bins >= 256) {  // uint8 over 256 bins: every value in range
     cuadv_hist::SharedSink<T, false, false, false, 5, true> sink(out, bins, 0u, log2r, counters);
-    cuadv_hist::stream_values<T, U>(in, n, sink);
+    stream(sink);
   } else if (log2r == 5) {
     cuadv_hist::SharedSink<T, false, false, false, 5> sink(out, bins, 0u, log2r, counters);
-    cuadv_hist::stream_values<T, U>(in, n, sink);
+    stream(sink);
   } else {
     cuadv_hist::SharedSink<T, false, false, false> sink(out, bins, 0u, log2r, counters);
-    cuadv_hist::stream_values<T, U>(in, n, sink);
+    stream(sink);
   }
 
   __syncthreads();  // every increment of this block is complete before the counters are read
@@ -737,6 +797,46 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
     const u32 total = cuadv_hist::slot_total<false>(counters, bin, log2r);
     if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per block
   }
+}
+
+// Needs (bins + 1) * R * 4 B of dynamic shared memory.
+template <typename T>
+__global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
+                                                   u32 log2r) {
+  extern __shared__ u32 counters[];
+  if (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) > cuadv_hist::dynamic_smem_size())
+    __trap();  // the host sized shared memory wrongly
+  block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {
+    cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
+  });
+}
+
+// hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block.
+// Dynamic shared memory: the counters, rounded up to 128 B, then the ring (Stages chunks), then the
+// 2 * Stages mbarriers; the host sizes it as tma_ring_layout in plans.py does.
+template <typename T, int Stages>
+__global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
+                                                       u32 bins, u32 log2r) {
+  extern __shared__ __align__(128) unsigned char tma_smem[];
+  const u32 counter_bytes = (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) + 127u) & ~127u;
+  const u32 ring_bytes = Stages * 16u * blockDim.x;
+  if (counter_bytes + ring_bytes + 16u * Stages > cuadv_hist::dynamic_smem_size())
+    __trap();  // the host sized shared memory wrongly
+  u32* counters = reinterpret_cast<u32*>(tma_smem);
+  uint4* ring = reinterpret_cast<uint4*>(tma_smem + counter_bytes);
+  u64* full = reinterpret_cast<u64*>(tma_smem + counter_bytes + ring_bytes);
+  u64* empty = full + Stages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      ptx::mbarrier_init(full + s, 1u);                 // thread 0's arrive.expect_tx per copy
+      ptx::mbarrier_init(empty + s, blockDim.x / 32u);  // one arrival per warp
+    }
+    ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible to the TMA unit's complete_tx
+  }
+  // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
+  block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {
+    cuadv_hist::stream_values_tma<T, Stages, 1>(in, n, sink, ring, full, empty);
+  });
 }
 
 // DSM: the bins sharded over the cluster (runtime cluster dims of 2^log2c blocks along x).

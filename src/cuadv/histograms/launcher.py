@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureE
 from ..features import require
 from ..interop import DeviceArray
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
-                    EXCHANGE_VECTORS, MAX_ELEMENTS, HistogramPlan, _counter_bytes, hot_max, kernel_expressions,
+                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _counter_bytes, hot_max, kernel_expressions,
                     plan_histogram)
 
 
@@ -71,9 +71,12 @@ class HistogramEngine:
 
     def plan(self, bins: int, dtype: str, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
              counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
-             sort: str | None = None) -> HistogramPlan:
+             sort: str | None = None, stages: int | None = None) -> HistogramPlan:
         caps = self.caps
         limits = dict(shared_limit=caps.shared_mem_per_block_optin, shared_per_sm=caps.shared_mem_per_sm)
+        if stages and not caps.tma:
+            require("tma", caps.as_dict(), name="the TMA-fed shared histogram (stages > 0)",
+                    fallback="stages=0 (register loads)")
         if not caps.cluster_launch:
             if variant in CLUSTERED or cluster is not None or aggregate or counter_bits is not None:
                 require("cluster_launch", caps.as_dict(), name="the DSM histogram (thread block clusters)",
@@ -81,18 +84,20 @@ class HistogramEngine:
             if variant == "auto":  # no clusters: the whole histogram in one block, else global atomics
                 fits = _counter_bytes(bins + 1, 32) <= caps.shared_mem_per_block_optin
                 variant = "shared" if fits else "global"
-            return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, **limits)
+            return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, stages=stages, **limits)
         return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
-                              sort=sort, largest_cluster=caps.max_cluster_size_nonportable, **limits)
+                              sort=sort, stages=stages, largest_cluster=caps.max_cluster_size_nonportable, **limits)
 
     def options(self, bins: int, dtype: str, aggregate: bool = True, extras: bool = True) -> list[dict]:
-        """Every variant that can hold ``bins`` bins here: global, shared, dsm at each cluster size (+agg);
+        """Every variant that can hold ``bins`` bins here: global, shared (with sm_90 also fed by TMA rings of
+        each size), dsm at each cluster size (+agg);
         with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
         configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
         opts: list[dict] = [{"variant": "global"}]
-        candidates = [{"variant": "shared"}] + [
-            {"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
-            for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
+        candidates = [{"variant": "shared"}] + [{"variant": "shared", "stages": s} for s in TMA_STAGES
+                                                if self.caps.tma]
+        candidates += [{"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
+                       for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
         if extras and dtype == "int32":
             candidates.append({"variant": "hot", "hot": max(1, min(bins // 3, 16384))})
             candidates += [{"variant": "exchange", "cluster": c} for c in EXCHANGE_CLUSTER_SIZES]
@@ -161,13 +166,13 @@ class HistogramEngine:
 
     def prepare(self, x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None,
                 aggregate: bool = False, counter_bits: int | None = None, hot: int | None = None,
-                vectors: int | None = None, sort: str | None = None, out: Any = None, stream: Any = None,
-                units: int | None = None) -> "PreparedHistogram":
+                vectors: int | None = None, sort: str | None = None, stages: int | None = None, out: Any = None,
+                stream: Any = None, units: int | None = None) -> "PreparedHistogram":
         src = device_array(x, "x")
         dtype = _dtype_name(src.dtype)
         if src.size > MAX_ELEMENTS:
             raise ValueError(f"x has {src.size} elements; the uint32 counters allow at most {MAX_ELEMENTS}")
-        plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort)
+        plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort, stages)
         if out is None:  # in x's library, on the stream the count will run on
             from ..interop import empty, stream_handle
 
@@ -243,7 +248,8 @@ def engine() -> HistogramEngine:
 
 def count_bins(x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
                counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
-               sort: str | None = None, out: Any = None, stream: Any = None, units: int | None = None):
+               sort: str | None = None, stages: int | None = None, out: Any = None, stream: Any = None,
+               units: int | None = None):
     """Counts of the values of ``x`` (int32 or uint8 device array) in [0, bins), as uint32.
 
     Values outside [0, bins) are ignored (like ``numpy.bincount`` of the in-range values). The call
@@ -253,11 +259,12 @@ def count_bins(x: Any, bins: int, *, variant: str = "auto", cluster: int | None 
     thread per round, ``sort`` 'ballot' or 'atomic', optionally ``hot`` low bins privatised; int32);
     ``cluster``: blocks per cluster for 'dsm' (1, 2, 4, 8, 16) and 'exchange' (2, 4, 8, 16), default
     the smallest that holds the bins; ``aggregate``: warp-aggregated increments for 'dsm' (for skewed
-    data); ``units``: blocks (clusters for dsm and exchange) to launch, default the persistent grid
-    from the occupancy API.
+    data); ``stages``: for 'shared' (sm_90), 2-4 chunks of the input in flight per block in a ring that the
+    TMA unit fills, 0 register loads; ``units``: blocks (clusters for dsm and exchange) to launch, default the
+    persistent grid from the occupancy API.
     """
     return engine().prepare(x, bins, variant=variant, cluster=cluster, aggregate=aggregate, counter_bits=counter_bits,
-                            hot=hot, vectors=vectors, sort=sort, out=out, stream=stream, units=units)()
+                            hot=hot, vectors=vectors, sort=sort, stages=stages, out=out, stream=stream, units=units)()
 
 
 def build_module(arch: str):

@@ -26,6 +26,7 @@ EXCHANGE_VECTORS = (1, 2)  # 16-byte loads per thread per round: 4K or 8K int32 
 EXCHANGE_MAX_LOCAL = 1 << 16  # mailbox entries are 16-bit local indices
 EXCHANGE_SLACK = (5, 4)  # a run holds 1.25x a uniform chunk's share per owner before it overflows
 EXCHANGE_HOT = 4096  # low bins privatised per block by the measured "+hot" exchange configurations
+TMA_STAGES = (2, 3, 4)  # chunks in flight per block of the TMA-fed shared variant
 EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
 MAX_BINS = 1 << 30
 MAX_ELEMENTS = 2**32 - 1  # counters are uint32
@@ -71,6 +72,7 @@ class HistogramPlan:
     cap: int = 0  # exchange: entries per (sender, owner) run before the run overflows to remote atomics
     sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
     closed: bool = False  # exchange: v == bins counts in bin bins - 1 (int32 over range (0, bins), counted in place)
+    stages: int = 0  # shared: 0 loads the input into registers; > 0 the TMA unit feeds a ring of that many chunks
 
     def __new__(cls, variant: str = "", *args, **kwargs):
         if cls is HistogramPlan:
@@ -136,11 +138,11 @@ class SharedPlan(HistogramPlan):
 
     @property
     def kernel_expr(self) -> str:
-        return f"hist_block<{self.ctype}>"
+        return f"hist_block_tma<{self.ctype}, {self.stages}>" if self.stages else f"hist_block<{self.ctype}>"
 
     @property
     def label(self) -> str:
-        return f"shared (1 block, x{self.replicas})"
+        return f"shared (1 block, x{self.replicas}{f', TMA ring of {self.stages}' if self.stages else ''})"
 
     def scalar_args(self) -> tuple[int, ...]:
         return (self.log2r,)
@@ -204,6 +206,12 @@ PLANS: dict[str, type[HistogramPlan]] = {"global": GlobalPlan, "shared": SharedP
                                          "hot": HotPlan, "exchange": ExchangePlan}
 
 
+def tma_ring_bytes(counter_bytes: int, stages: int, threads: int = THREADS) -> int:
+    """Dynamic shared memory of hist_block_tma: the counters rounded up to 128 B, ``stages`` chunks of
+    16 bytes per thread, and two 8-byte mbarriers per stage."""
+    return _round_up(counter_bytes, 128) + stages * 16 * threads + 16 * stages
+
+
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
@@ -254,6 +262,7 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
             exprs.append(f"hist_hot<{ctype}>")
         if parse_arch(arch) < (9, 0):
             continue
+        exprs += [f"hist_block_tma<{ctype}, {stages}>" for stages in TMA_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
@@ -292,8 +301,9 @@ def _threads(shared_bytes: int, shared_per_sm: int) -> int:
 
 def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", cluster: int | None = None,
                    aggregate: bool = False, counter_bits: int | None = None, *, hot: int | None = None,
-                   vectors: int | None = None, sort: str | None = None, shared_limit: int = H200_SHARED_PER_BLOCK,
-                   shared_per_sm: int = H200_SHARED_PER_SM, largest_cluster: int = 16) -> HistogramPlan:
+                   vectors: int | None = None, sort: str | None = None, stages: int | None = None,
+                   shared_limit: int = H200_SHARED_PER_BLOCK, shared_per_sm: int = H200_SHARED_PER_SM,
+                   largest_cluster: int = 16) -> HistogramPlan:
     """The launch shape for ``bins`` bins of ``dtype`` input; raises naming the rule, value and limit.
 
     variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters); else 'dsm'
@@ -305,7 +315,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     ``bins``), the rest by global atomics. 'exchange' (int32): the bins sharded over the smallest
     cluster of 2-16 blocks that holds them with 16-bit mailbox entries, ``vectors`` (1 or 2, default
     2) loads per thread per round, ``hot`` low bins (default 0) privatised per block, ``sort`` (how
-    warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'.
+    warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'. ``stages``
+    ('shared', sm_90): 0 loads the input into registers (hist_block); 2-4 let the TMA unit copy that many
+    chunks of 16 B per thread into a ring in shared memory (hist_block_tma), the replicas halved where
+    needed so that two blocks still fit an SM.
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
@@ -328,6 +341,12 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         raise ValueError(f"vectors applies to variant 'exchange' only, not {variant!r}")
     if sort is not None and variant != "exchange":
         raise ValueError(f"sort applies to variant 'exchange' only, not {variant!r}")
+    if stages is not None:
+        if variant not in ("auto", "shared"):
+            raise ValueError(f"stages applies to variant 'shared' only, not {variant!r}")
+        if stages not in (0,) + TMA_STAGES:
+            raise ValueError(f"stages must be 0 (register loads) or one of {', '.join(map(str, TMA_STAGES))} "
+                             f"(chunks in the TMA ring), got {stages!r}")
     if variant in ("hot", "exchange"):
         if dtype != "int32":
             raise ValueError(f"variant {variant!r} is for int32 input (uint8 input has at most 256 bins, which one "
@@ -368,6 +387,8 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                 f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
                 f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins): use variant 'dsm' or 'global'")
         r = _replicas(need)
+        if stages:
+            return _plan_shared_tma(bins, dtype, need, r, stages, shared_limit, shared_per_sm)
         return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r,
                              threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
     if variant == "hot":
@@ -393,6 +414,22 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     raise LaunchConfigError(
         f"bins = {bins} over a cluster of {c} blocks need {_counter_bytes(shard, bits)} B of shared memory per block "
         f"({bits}-bit counters); the per-block limit is {shared_limit} B, so at most {most} bins with {c} blocks")
+
+
+def _plan_shared_tma(bins: int, dtype: str, need: int, replicas: int, stages: int, shared_limit: int,
+                     shared_per_sm: int) -> HistogramPlan:
+    """The shared plan fed by a TMA ring of ``stages`` chunks: as many replicas (<= ``replicas``) as let two
+    blocks share an SM, else one block per SM; raises when even one replica and the ring exceed a block."""
+    r = replicas
+    while r > 1 and 2 * (tma_ring_bytes(need * r, stages) + BLOCK_RESERVED) > shared_per_sm:
+        r //= 2
+    smem = tma_ring_bytes(need * r, stages)
+    if smem > shared_limit:
+        raise LaunchConfigError(
+            f"bins = {bins} with a TMA ring of {stages} chunks need {smem} B of shared memory in one block (counters "
+            f"{need} B, ring {stages * 16 * THREADS} B); the per-block limit is {shared_limit} B: use fewer stages "
+            "or stages=0 (register loads)")
+    return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r, shared_bytes=smem, stages=stages)
 
 
 def _plan_hot(bins: int, hot: int | None, shared_limit: int) -> HistogramPlan:

@@ -90,6 +90,16 @@ static inline __device__ void mbarrier_complete_tx_cta(u64* bar, u32 bytes) {
                : "memory");
 }
 
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], bytes, [bar];  (sm_90)
+// A 1-D bulk copy by the TMA unit: `bytes` (a multiple of 16; dst and src 16-byte aligned) from global memory
+// into this block's shared memory, counted as transaction bytes on `bar` when they have landed.
+template <int D = 0>
+static inline __device__ void bulk_copy_global_to_shared(void* dst, const void* src, u32 bytes, u64* bar) {
+  static_assert(arch_at_least<D>(90), "cp.async.bulk needs sm_90");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
 // mapa.shared::cluster.u32 remote, local, rank;  (sm_90) - the same shared variable in block `rank` of the cluster.
 // A pure address computation (not volatile), so the compiler may hoist or merge it.
 template <int D = 0>

@@ -1,0 +1,67 @@
+"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
+ring (hist_block_tma, 2-4 chunks in flight per block), for bin counts whose plans are 'shared', each result
+checked against NumPy, each time against the read-only ceiling measured in the same run.
+
+    PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once]
+
+MiB: input per case (default 1024). --once: one checked call per plan, no timing (for compute-sanitizer).
+Prints one line per (case, feed): median ms (p10-p90), GB/s, % of the read-only ceiling, x register loads.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+CASES = (("int32", 256), ("uint8", 256), ("int32", 1024), ("int32", 4096), ("int32", 16384))
+
+
+def main(mib: int = 1024, once: bool = False) -> None:
+    import cupy as cp
+
+    from cuadv.histograms.launcher import engine
+    from cuadv.histograms.plans import TMA_STAGES
+    from cuadv.launch import launch
+    from cuadv.timing import read_ceiling, time_gpu
+
+    nbytes = mib << 20
+    read_gbps = None if once else read_ceiling(nbytes).bytes_per_s / 1e9
+    if read_gbps:
+        print(f"read-only ceiling over {mib} MiB: {read_gbps:.0f} GB/s")
+    eng = engine()
+    rng = np.random.default_rng(7)
+    for dtype, bins in CASES:
+        n = nbytes // np.dtype(dtype).itemsize + 13  # a tail after the last whole chunk
+        host = rng.integers(-1 if dtype == "int32" else 0, bins + (dtype == "int32"), size=n, dtype=dtype)
+        want = np.bincount(host[(host >= 0) & (host < bins)], minlength=bins)
+        x = cp.asarray(host)
+        out = cp.zeros(bins, dtype=cp.uint32)
+        base_ms = None
+        for stages in (0,) + TMA_STAGES:
+            plan = eng.plan(bins, dtype, "shared", stages=stages)
+            kernel, config = eng.launch_config(plan, n)
+            args = (x.data.ptr, n, out.data.ptr, bins) + plan.scalar_args()
+
+            def call():
+                out.fill(0)
+                launch(kernel, config, *args)
+
+            call()
+            ok = np.array_equal(cp.asnumpy(out), want)
+            head = f"{dtype} {bins:>6} {plan.label:<36} grid {config.grid[0]:>4} smem {plan.shared_bytes:>6}"
+            if once:
+                print(f"{head} {'exact' if ok else 'WRONG'}", flush=True)
+                continue
+            t = time_gpu(call, repeats=30)
+            p10, p90 = np.percentile(np.array(t.samples), [10, 90])
+            base_ms = base_ms or t.median_ms
+            gbps = nbytes / t.median_s / 1e9
+            print(f"{head} {t.median_ms:.4f} ms ({p10:.4f}-{p90:.4f}) {gbps:5.0f} GB/s {100 * gbps / read_gbps:5.1f}% "
+                  f"read x{base_ms / t.median_ms:.3f} {'exact' if ok else 'WRONG'}", flush=True)
+        del x
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--once"]
+    main(*(int(v) for v in args[:1]), once="--once" in sys.argv)
