@@ -41,6 +41,7 @@
 #include <cuda/std/cstdint>
 
 #include "cuadv/ptx.cuh"
+#include "cuadv/tma.cuh"
 
 namespace cg = cooperative_groups;
 namespace ptx = cuadv::ptx;
@@ -145,9 +146,10 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
 // The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (blockDim.x * V vectors,
 // 16 KB per vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared
 // memory, so Stages chunks per block are in flight whatever the registers allow (the register-fed
-// loop holds one batch in flight per thread). Thread 0 issues the copies; every warp reads its
+// loop holds one batch in flight per thread). Thread 0 issues the copies; every thread reads its
 // vectors of a stage into registers, releases the stage, then counts them. full[s] completes when
-// the copy into stage s has landed; empty[s] when every warp has read it (one arrival per warp).
+// the copy into stage s has landed; empty[s] when every thread has read it (one arrival per thread,
+// as racecheck can follow: a warp's single arrival after __syncwarp left it reporting hazards).
 template <typename T, int Stages, int V, class Sink>
 static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ in, u64 n, Sink& sink, uint4* ring,
                                                          u64* full, u64* empty) {
@@ -182,11 +184,11 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
     uint4 v[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = ring[s * chunk_vecs + j * blockDim.x + threadIdx.x];
-    __syncwarp();  // every lane of this warp has read stage s before lane 0 releases it
-    if ((threadIdx.x & 31u) == 0) ptx::mbarrier_arrive(empty + s);  // release: this warp's reads of stage s are done
+    ptx::mbarrier_arrive(empty + s);  // release: this thread's reads of stage s are done
     if (threadIdx.x == 0 && k + Stages < mine) {
       while (!ptx::mbarrier_try_wait_parity_acquire<false>(empty + s, parity)) {
-      }  // acquire: every warp has read stage s, so the next copy may overwrite it
+      }  // acquire: every thread has read stage s ...
+      cuadv::tma::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
       ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
       ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes, full + s);
     }
@@ -829,9 +831,10 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
   if (threadIdx.x == 0) {
     for (int s = 0; s < Stages; ++s) {
       ptx::mbarrier_init(full + s, 1u);                 // thread 0's arrive.expect_tx per copy
-      ptx::mbarrier_init(empty + s, blockDim.x / 32u);  // one arrival per warp
+      ptx::mbarrier_init(empty + s, blockDim.x);        // one arrival per thread
     }
-    ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible to the TMA unit's complete_tx
+    ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible before any copy completes on them
+    cuadv::tma::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
   }
   // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
   block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {
