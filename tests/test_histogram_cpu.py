@@ -338,7 +338,7 @@ def test_options_cover_the_new_variants():
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "uint8"))
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "int32", extras=False))
     tma = [o["stages"] for o in eng.options(256, "uint8") if "stages" in o]
-    assert tma == list(TMA_STAGES)  # the TMA-fed shared histogram at every ring size, where TMA exists
+    assert tma == [0, *TMA_STAGES]  # register loads and every TMA ring, where TMA exists
     eng.caps.tma = False
     assert not any("stages" in o for o in eng.options(256, "uint8"))
 

@@ -41,7 +41,6 @@
 #include <cuda/std/cstdint>
 
 #include "cuadv/ptx.cuh"
-#include "cuadv/tma.cuh"
 
 namespace cg = cooperative_groups;
 namespace ptx = cuadv::ptx;
@@ -188,7 +187,7 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
     if (threadIdx.x == 0 && k + Stages < mine) {
       while (!ptx::mbarrier_try_wait_parity_acquire<false>(empty + s, parity)) {
       }  // acquire: every thread has read stage s ...
-      cuadv::tma::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
+      ptx::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
       ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
       ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes, full + s);
     }
@@ -834,7 +833,7 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
       ptx::mbarrier_init(empty + s, blockDim.x);        // one arrival per thread
     }
     ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible before any copy completes on them
-    cuadv::tma::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
+    ptx::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
   }
   // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
   block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {

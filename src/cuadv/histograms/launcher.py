@@ -86,7 +86,8 @@ class HistogramEngine:
                 variant = "shared" if fits else "global"
             return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, stages=stages, **limits)
         return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
-                              sort=sort, stages=stages, largest_cluster=caps.max_cluster_size_nonportable, **limits)
+                              sort=sort, stages=stages, largest_cluster=caps.max_cluster_size_nonportable,
+                              tma=caps.tma, **limits)
 
     def options(self, bins: int, dtype: str, aggregate: bool = True, extras: bool = True) -> list[dict]:
         """Every variant that can hold ``bins`` bins here: global, shared (with sm_90 also fed by TMA rings of
@@ -94,8 +95,8 @@ class HistogramEngine:
         with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
         configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
         opts: list[dict] = [{"variant": "global"}]
-        candidates = [{"variant": "shared"}] + [{"variant": "shared", "stages": s} for s in TMA_STAGES
-                                                if self.caps.tma]
+        feeds = (0,) + TMA_STAGES if self.caps.tma else (None,)  # register loads, then each TMA ring
+        candidates = [{"variant": "shared"} if s is None else {"variant": "shared", "stages": s} for s in feeds]
         candidates += [{"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
                        for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
         if extras and dtype == "int32":

@@ -303,7 +303,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                    aggregate: bool = False, counter_bits: int | None = None, *, hot: int | None = None,
                    vectors: int | None = None, sort: str | None = None, stages: int | None = None,
                    shared_limit: int = H200_SHARED_PER_BLOCK, shared_per_sm: int = H200_SHARED_PER_SM,
-                   largest_cluster: int = 16) -> HistogramPlan:
+                   largest_cluster: int = 16, tma: bool = False) -> HistogramPlan:
     """The launch shape for ``bins`` bins of ``dtype`` input; raises naming the rule, value and limit.
 
     variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters); else 'dsm'
@@ -318,7 +318,9 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'. ``stages``
     ('shared', sm_90): 0 loads the input into registers (hist_block); 2-4 let the TMA unit copy that many
     chunks of 16 B per thread into a ring in shared memory (hist_block_tma), the replicas halved where
-    needed so that two blocks still fit an SM.
+    needed so that two blocks still fit an SM. ``tma``: the GPU has the TMA unit; then 'shared' without
+    ``stages`` takes the largest ring that fits beside the counters (on the H200 a ring of 4 read 95-97% of
+    the read-only ceiling at 256-4K int32 bins where register loads read 87-89%).
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
@@ -387,6 +389,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                 f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
                 f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins): use variant 'dsm' or 'global'")
         r = _replicas(need)
+        if stages is None and tma:
+            for ring in sorted(TMA_STAGES, reverse=True):
+                if tma_ring_bytes(need, ring) <= shared_limit:
+                    return _plan_shared_tma(bins, dtype, need, r, ring, shared_limit, shared_per_sm)
         if stages:
             return _plan_shared_tma(bins, dtype, need, r, stages, shared_limit, shared_per_sm)
         return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r,

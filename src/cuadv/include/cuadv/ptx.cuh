@@ -100,6 +100,15 @@ static inline __device__ void bulk_copy_global_to_shared(void* dst, const void* 
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
+// fence.proxy.async.shared::cta;  (sm_90)
+// Orders this thread's generic-proxy accesses to shared memory before its later async-proxy accesses: a TMA
+// store reading what was written, or a TMA copy overwriting what was read (after the readers' release).
+template <int D = 0>
+static inline __device__ void fence_proxy_async_shared_cta() {
+  static_assert(arch_at_least<D>(90), "fence.proxy.async needs sm_90");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // mapa.shared::cluster.u32 remote, local, rank;  (sm_90) - the same shared variable in block `rank` of the cluster.
 // A pure address computation (not volatile), so the compiler may hoist or merge it.
 template <int D = 0>

@@ -165,14 +165,7 @@ static inline __device__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// fence.proxy.async.shared::cta;  (sm_90)
-// Orders this thread's generic-proxy accesses to shared memory before later async-proxy accesses (a TMA store
-// reading what the thread wrote). Each writing thread fences its own writes, then the block synchronises.
-template <int D = 0>
-static inline __device__ void fence_proxy_async_shared_cta() {
-  static_assert(ptx::arch_at_least<D>(90), "fence.proxy.async needs sm_90");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
+using ptx::fence_proxy_async_shared_cta;  // (in ptx.cuh: kernels without TMA boxes use it too)
 
 // mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [remote];  (sm_90, PTX 8.6)
 // One arrival on a barrier of any block of the cluster (address from ptx::mapa_shared_cluster). Relaxed: orders
