@@ -7,7 +7,7 @@
 #   PYTEST_ARGS="-k clusters" CHECK_ARGS="--lab vecscale" RUN_ARGS="--only vecscale" scripts/gpu_suite.sh tests
 #   BENCH_ARGS=--peer scripts/gpu_suite.sh bench:domains     (on a machine with 2 GPUs)
 #
-# Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | examples | profile | bench:LAB
+# Steps: build (fills the compile cache in parallel) | tests | check | run | run-full | examples | sweep | profile | bench:LAB
 # $OUT ends with at most 8 files: env.txt, build.log, pytest.log, check.log, run.log, bench.log or examples.log,
 # report.tar.gz (reports, benches, profiles), summary.txt.
 set -u
@@ -58,6 +58,11 @@ for step in $STEPS; do
         echo "== $ex"; t python3 "$ex"; echo "== $ex: exit $?"
       done > "$OUT/examples.log" 2>&1
       note "examples: $(grep -c ': exit 0$' "$OUT/examples.log") of $(ls examples/*.py | wc -l) exit 0 in $(( $(date +%s) - start )) s" ;;
+    sweep)
+      # how the shared histogram is fed (register loads or TMA rings), 1 GiB per case, every result checked
+      mkdir -p "$OUT/report"
+      t python3 scripts/hist_feed_sweep.py ${SWEEP_MIB:-1024} > "$OUT/report/hist_feed_sweep.log" 2>&1
+      note "sweep: exit $? ($(grep -c WRONG "$OUT/report/hist_feed_sweep.log") wrong results) in $(( $(date +%s) - start )) s" ;;
     profile)
       # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report
       # and a summary of the counters that say why go into the report folder (ncu locks the clocks to base).
