@@ -117,8 +117,8 @@ def test_tiles_of_the_smoke_matrix_take_every_path():
     whole, split = S.build_tiles(m.offsets, False, 32, 128), S.build_tiles(m.offsets, True, 32, 128)
     assert whole.kinds()["long rows"] >= 2 and whole.kinds()["slices"] == 0
     assert split.kinds()["slices"] == 3 + 8 and split.splits.tolist()[1][1] == 8
-    lanes = set((S.build_tiles(m.offsets, True).tiles[:, 1] & 31).tolist()) - {0}
-    assert len(lanes) > 1  # more than one group width
+    mid = S.build_tiles(m.offsets, True, 128, 512).tiles
+    assert len(set((mid[mid[:, 1] > 0, 1] & 31).tolist())) > 1  # the model picks more than one group width
     for t in (whole, split):
         emulate(m, x, t, 64)
 
@@ -140,9 +140,9 @@ def lane_width(lens) -> int:
 def test_lane_widths_follow_the_rows():
     assert lane_width([8] * 200) == 1  # many short rows: the narrowest width, 16 rows per batch
     assert lane_width([1] * 100) == S.MIN_LANES_LOG2
+    assert lane_width([30] * 50) == 2 and lane_width([60] * 25) == 3 and lane_width([100] * 16) == 4
     assert lane_width([200] * 8) == 5  # long rows: a warp each
-    assert lane_width([2] * 150 + [400]) >= 3  # one long row among short ones: wider, so it takes fewer rounds
-    assert 1 <= lane_width([16] * 100) <= 2
+    assert lane_width([2] * 150 + [400]) == 1  # one long row among short ones: the warp takes over its rest
 
 
 @pytest.mark.parametrize("lanes_log2", range(6))
@@ -159,32 +159,41 @@ def test_a_fixed_lane_width_must_be_0_to_5(bad):
         S.build_tiles(np.array([0, 1, 3], np.int32), False, lanes_log2=bad)
 
 
-def register_reads(m: S.Csr, t: S.Tiles, threads: int = S.THREADS) -> tuple[np.ndarray, int]:
+def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
     """The elements register_rows (spmv.cuh) sums and the furthest it reads, replayed in NumPy for every short-row
-    tile: each lane of a group reads slots of ROW_UNROLL elements from a + lane * ROW_UNROLL, a step of the group's
-    width apart, while the slot starts before b, and keeps the elements before b."""
+    tile: each lane of a group takes slots of ROW_UNROLL elements from the row's start + lane * ROW_UNROLL, a step
+    of the group's width apart, for at most OWN_ROUNDS rounds; then the 32 lanes of the warp take slots the same
+    way over the rest of a longer row. A slot starts before the row's end, and keeps the elements before it."""
     off = m.offsets.astype(np.int64)
     summed = np.zeros(m.nnz, int)
     furthest = -1
-    for r0, info, _, _ in t.tiles[t.tiles[:, 1] > 0].astype(np.int64):
-        rows, lanes = info >> 5, 1 << (info & 31)
-        a, b = off[r0:r0 + rows], off[r0 + 1:r0 + rows + 1]
+
+    def slots(begin, end, lanes, rounds=None):
+        nonlocal furthest
         step = lanes * S.ROW_UNROLL
-        for lane in range(min(lanes, threads)):
-            start = a + lane * S.ROW_UNROLL
-            rounds = np.maximum(-(-(b - start) // step), 0)
-            for r in np.flatnonzero(rounds):
-                slots = start[r] + step * np.arange(rounds[r])[:, None] + np.arange(S.ROW_UNROLL)
-                furthest = max(furthest, int(slots.max()))
-                kept = slots[slots < b[r]]
-                np.add.at(summed, kept, 1)
+        for lane in range(lanes):
+            start = begin + lane * S.ROW_UNROLL
+            count = max(-(-(end - start) // step), 0) if rounds is None else min(max(-(-(end - start) // step), 0), rounds)
+            if count:
+                idx = start + step * np.arange(count)[:, None] + np.arange(S.ROW_UNROLL)
+                furthest = max(furthest, int(idx.max()))
+                np.add.at(summed, idx[idx < end], 1)
+
+    for r0, info, _, _ in t.tiles[t.tiles[:, 1] > 0].astype(np.int64):
+        lanes = 1 << (info & 31)
+        for r in range(r0, r0 + (info >> 5)):
+            slots(off[r], off[r + 1], lanes, S.OWN_ROUNDS)
+            rest = off[r] + S.OWN_ROUNDS * lanes * S.ROW_UNROLL
+            if rest < off[r + 1]:
+                slots(rest, off[r + 1], 32)
     return summed, furthest
 
 
 @pytest.mark.parametrize("lanes_log2", [None, 0, 1, 3, 5])
-def test_register_body_sums_every_element_once_and_reads_within_the_padding(lanes_log2):
-    m, _ = smoke_matrix()
-    t = S.build_tiles(m.offsets, True, 32, 128, lanes_log2=lanes_log2)
+@pytest.mark.parametrize("group", [32, S.GROUP_NNZ])
+def test_register_body_sums_every_element_once_and_reads_within_the_padding(lanes_log2, group):
+    m, _ = smoke_matrix()  # rows of 0 to 20 and two of 300 and 1000: every round count, the warp's rounds too
+    t = S.build_tiles(m.offsets, True, group, 4 * group, lanes_log2=lanes_log2)
     summed, furthest = register_reads(m, t)
     short = np.zeros(m.nnz, bool)
     for r0, info, k0, k1 in t.tiles[t.tiles[:, 1] > 0]:
@@ -221,6 +230,20 @@ def test_effective_bytes():
     assert m.effective_bytes() == 8 * 3 + 4 * 3 + 4 * 4 + 4 * 2
 
 
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_register_body_reads_around_the_warps_takeover(lanes_log2):
+    # rows just short of, at and past what a group sums itself, and the longest short row (as the GPU test runs)
+    t = S.OWN_ROUNDS * S.ROW_UNROLL << lanes_log2
+    rng = np.random.default_rng(lanes_log2)
+    lens = rng.integers(0, 20, 400)
+    lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
+    m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
+    tiles = S.build_tiles(m.offsets, True, lanes_log2=lanes_log2)
+    assert tiles.kinds()["long rows"] == 0
+    summed, furthest = register_reads(m, tiles)
+    assert np.all(summed == 1) and furthest <= m.nnz + S.ROW_UNROLL - 2
+
+
 ARCH_POLICIES = [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
                  ("sm_100a", ["fixed_work", "fixed_blocks", "clc", "auto"])]
 
@@ -242,39 +265,55 @@ def test_tile_kernel_compiles_without_spills(arch, policies, short_rows):
 
 
 def register_body_loops(listing):
-    """The round loop of register_rows (the only loop with 3 * ROW_UNROLL global loads and none inside it), the
-    batch loop around it and the shuffle loop beside it, as lists of opcodes."""
+    """register_rows' loops in a kernel's SASS, as lists of opcodes: the group's round loop and the warp's (the only
+    loops with 3 * ROW_UNROLL global loads and none inside them; the warp's is inside the loop over the rows the
+    warp finishes), that loop, the batch loop around them all and the butterfly loop beside them."""
     loops = sass_loops(listing)
     ops = [op for _, op, _ in listing]
 
     def inside(outer):
         return [lp for lp in loops if lp != outer and outer[0] <= lp[0] and lp[1] <= outer[1]]
 
+    def around(inner):
+        return [lp for lp in loops if inner in inside(lp)]  # innermost first
+
     rounds = [lp for lp in loops if not inside(lp)
               and sum(op.startswith("LDG") for op in ops[lp[0]:lp[1] + 1]) == 3 * S.ROW_UNROLL]
-    assert len(rounds) == 1, rounds
-    batch = next(lp for lp in loops if lp != rounds[0] and lp[0] <= rounds[0][0] and rounds[0][1] <= lp[1])
-    shuffles = [lp for lp in inside(batch) if lp != rounds[0]]
+    assert len(rounds) == 2, rounds
+    batch = next(lp for lp in loops if all(r in inside(lp) for r in rounds))
+    assist_round = next(r for r in rounds if around(r)[0] != batch)
+    own_round = next(r for r in rounds if r != assist_round)
+    assist = around(assist_round)[0]
+    assert around(assist)[0] == batch and around(own_round)[0] == batch
+    shuffles = [lp for lp in inside(batch) if lp not in (own_round, assist_round, assist)]
     assert len(shuffles) == 1 and "SHFL.BFLY" in ops[shuffles[0][0]:shuffles[0][1] + 1]
-    return [ops[a:b + 1] for a, b in (rounds[0], batch, shuffles[0])]
+    return [ops[a:b + 1] for a, b in (own_round, assist_round, assist, batch, shuffles[0])]
+
+
+def loads_first(round_):
+    """Every global load of a round is issued before its first floating-point operation."""
+    last_load = max(i for i, op in enumerate(round_) if op.startswith("LDG"))
+    return last_load < min(i for i, op in enumerate(round_) if op.startswith(("FFMA", "FMUL", "FADD")))
 
 
 @pytest.mark.parametrize("arch, policies", ARCH_POLICIES)
 def test_register_body_sass(arch, policies, tmp_path):
-    # The register body of the kernel each policy runs: no shared memory and no barrier in a batch, a round's loads
-    # all issued before its first multiply (kRowUnroll slots in flight: a predicate per element made ptxas
-    # interleave them), and no more instructions than the host's model of it (spmv_support: re-count them there
-    # if NVRTC changes its code).
+    # The register body in the kernel of each policy: no shared memory and no barrier in a batch; the group's round
+    # issues all its loads before its first multiply (kRowUnroll slots in flight: a predicate per element made ptxas
+    # interleave them), the warp's round too in the kernel auto runs; and no more instructions than the host's model
+    # of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
     k = S.spmv_kernel()
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
-        round_, batch, shuffle = register_body_loops(listing)
+        own, warp_round, assist, batch, shuffle = register_body_loops(listing)
         assert not [op for op in batch if op.startswith(("LDS", "STS", "BAR", "LDGSTS", "ATOMS", "SYNCS"))], policy
-        last_load = max(i for i, op in enumerate(round_) if op.startswith("LDG"))
-        assert last_load < min(i for i, op in enumerate(round_) if op.startswith(("FFMA", "FMUL", "FADD"))), policy
-        assert len(round_) <= S.ROUND_INSTR, (policy, len(round_))
+        assert loads_first(own), policy
+        if policy in ("steal", "clc"):  # auto's
+            assert loads_first(warp_round), policy
+        assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
+        assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
         assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))
-        assert len(batch) - len(round_) - len(shuffle) <= S.BATCH_INSTR, (policy, len(batch))
+        assert len(batch) - len(own) - len(assist) - len(shuffle) <= S.BATCH_INSTR, (policy, len(batch))
 
 
 def test_lab_is_registered_after_scheduling():

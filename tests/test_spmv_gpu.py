@@ -1,6 +1,7 @@
 """The spmv lab's tile kernel on the GPU: y = A x within the lab's tolerance of a float64 reference under every
 policy and both tile lists, with both short-row bodies (registers, staged), for power-law, R-MAT and uniform
-matrices, every lane width of the register body, empty matrices, row counts that are no multiple of anything,
+matrices, every lane width of the register body and rows around where the warp takes over from a group, empty
+matrices, row counts that are no multiple of anything,
 back-to-back launches (the split rows' counters reset themselves), an infinity and a NaN next to rows that must
 not see them (the register body reads past a row and masks), the lab's smoke run, and the cuSPARSE / torch peers
 on the same arrays."""
@@ -56,6 +57,18 @@ def test_every_lane_width(cp, kernel, lanes_log2):
     for kind in ("power-law", "uniform"):
         m = S.generate(kind, 1 << 13, 8, seed=15)
         run_checked(cp, kernel, m, x_for(m), group=256, lanes_log2=lanes_log2)
+
+
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_rows_the_warp_finishes(cp, kernel, lanes_log2):
+    # a group gives its row OWN_ROUNDS rounds of ROW_UNROLL elements per lane, the warp sums the rest: rows just
+    # short of, at and past that, and up to the longest short row, among short rows, in one tile list
+    t = S.OWN_ROUNDS * S.ROW_UNROLL << lanes_log2
+    rng = np.random.default_rng(lanes_log2)
+    lens = rng.integers(0, 20, 400)
+    lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
+    m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
+    run_checked(cp, kernel, m, x_for(m), lanes_log2=lanes_log2)
 
 
 def test_cols_and_vals_are_padded(cp):

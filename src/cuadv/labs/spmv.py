@@ -17,11 +17,12 @@ The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-ad
     row), about 2048 per tile. The block is groups of 2 to 32 lanes, a power of two the host picks per tile
     from a model of the kernel's SASS (the width with the fewest instructions over the block and its busiest
     warp); each group owns rows of the tile in turn: it reads the row's two offsets from global memory, loads
-    its columns and values lane-strided (4 in flight per thread and array), gathers x through the read-only
-    cache (__ldg), keeps the sum in registers and combines the lanes with warp shuffles. No shared memory and
-    no barrier. The variant "staged short rows" keeps the body this replaced: the products staged in shared
-    memory with coalesced loads, then summed from there by the groups of lanes after a barrier; the lab
-    measures it beside the default on split rows under auto.
+    its columns and values in slots of 4 per lane (8 loads, then 4 gathers of x through the read-only cache,
+    in flight per thread) for at most 2 rounds, the whole warp sums what a longer row has left, and the
+    lanes combine in registers with warp shuffles. No shared memory and no barrier. The variant "staged short
+    rows" keeps the body this replaced: the products staged in shared memory with coalesced loads, then
+    summed from there by the groups of lanes after a barrier; the lab measures it beside the default on
+    split rows under auto.
   - A row longer than 512 is a tile of its own, streamed by the whole block (6 loads in flight per thread
     and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
   - "whole rows": such a row is one tile however long, so tile weights span 512 to hundreds of thousands

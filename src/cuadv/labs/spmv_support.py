@@ -219,23 +219,28 @@ class Tiles:
                 "slices": int((info < 0).sum())}
 
 
-# The lane width of a short-row tile is chosen on the host from a model of register_rows' SASS (spmv.cuh), counted
-# in the steal kernel for sm_90a with NVRTC 13 (test_spmv_cpu keeps the kernel within these counts): a warp takes a
-# batch of 32 / lanes consecutive rows for BATCH_INSTR + SHUFFLE_INSTR * log2(lanes) instructions, plus
-# ROUND_INSTR per round (a slot of ROW_UNROLL elements per lane), as many rounds as the batch's longest row needs.
+# The lane width of a short-row tile is chosen on the host from a model of register_rows' SASS (spmv.cuh), its
+# loops counted in the kernels of every policy auto and the static ones run on sm_90a and sm_100a with NVRTC 13 (the
+# most of any; test_spmv_cpu keeps the kernels within these counts): a warp takes a batch of 32 / lanes consecutive
+# rows for BATCH_INSTR + SHUFFLE_INSTR * log2(lanes) instructions, plus ROUND_INSTR per round (a slot of ROW_UNROLL
+# elements per lane) up to OWN_ROUNDS, as many as the batch's longest row needs, plus for each row longer than
+# that, ASSIST_INSTR and ROUND_INSTR per round of the whole warp (32 slots) over what the row has left.
 ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
-ROUND_INSTR = 43  # one round of the row loop: per slot element its column, value and x loads and its masked add
-BATCH_INSTR = 37  # one batch outside the row loop: the row's offsets, the loop's set-up, the store of y
+OWN_ROUNDS = 2  # kOwnRounds
+ROUND_INSTR = 43  # one round: per slot element its column, value and x loads and its masked add
+BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
+ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
 
 
 def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int) -> np.ndarray:
     """log2 of the lanes per row (MIN_LANES_LOG2 to 5) for each short-row tile (rows [first, first + rows)): the
     width whose modelled instructions, over the warps plus the busiest warp's (warp w takes batches w, w + warps,
-    ...), are fewest, so both the instructions issued and the time the tile holds its block count. Rows far longer
-    than the tile's others want wide groups (fewer rounds), many short rows narrow ones (more rows per batch). The
-    staged body (ShortRows::kStaged) sums with the same widths."""
+    ...), are fewest, so both the instructions issued and the time the tile holds its block count. Many short rows
+    want narrow groups (more rows per batch), rows of a few rounds wide ones; a row far longer than its batch's
+    others costs the warp's rounds over its rest, not the batch's idle lanes. The staged body
+    (ShortRows::kStaged) sums with the same widths."""
     tiles = first.size
     if tiles == 0:
         return np.zeros(0, np.int64)
@@ -243,13 +248,16 @@ def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: i
     length = lens[np.repeat(first, rows) + pos]
     best, best_key = np.full(tiles, MIN_LANES_LOG2, np.int64), np.full(tiles, np.inf)
     for lanes_log2 in range(MIN_LANES_LOG2, 6):
-        per_batch = 32 >> lanes_log2
+        per_batch, step = 32 >> lanes_log2, ROW_UNROLL << lanes_log2
         batches = -(-rows // per_batch)
         first_batch = np.cumsum(batches) - batches
         batch = np.repeat(first_batch, rows) + pos // per_batch
         starts = np.flatnonzero(np.concatenate(([True], batch[1:] != batch[:-1])))  # every batch has a row
-        rounds = np.maximum.reduceat(-(-length // (ROW_UNROLL << lanes_log2)), starts)
-        cost = BATCH_INSTR + SHUFFLE_INSTR * lanes_log2 + ROUND_INSTR * rounds
+        own = np.minimum(-(-length // step), OWN_ROUNDS)
+        rest = np.maximum(length - OWN_ROUNDS * step, 0)
+        assist = np.where(rest > 0, ASSIST_INSTR + ROUND_INSTR * -(-rest // (32 * ROW_UNROLL)), 0)
+        cost = (BATCH_INSTR + SHUFFLE_INSTR * lanes_log2 + ROUND_INSTR * np.maximum.reduceat(own, starts)
+                + np.add.reduceat(assist, starts))
         tile = np.repeat(np.arange(tiles), batches)
         warp = (np.arange(batch[-1] + 1) - np.repeat(first_batch, batches)) % warps
         busiest = np.bincount(tile * warps + warp, cost, tiles * warps).reshape(tiles, warps).max(axis=1)
