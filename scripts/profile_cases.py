@@ -5,7 +5,8 @@ profile.
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), spmv (power-law and uniform matrices: cuadv's tilings under both policies, and cuSPARSE),
+ceiling kernel), spmv (power-law and uniform matrices: cuadv's tilings under both policies, the staged short-row
+body on split rows, and cuSPARSE),
 vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
@@ -89,6 +90,10 @@ def spmv() -> None:
                 dev.run(k, tiling, policy)
                 with _case(f"spmv {kind}: {tiling} {policy}"):
                     dev.run(k, tiling, policy)
+        staged = spmv_kernel(short_rows="staged")  # the short-row body the register one replaced, same tiles
+        dev.run(staged, "split", "steal")
+        with _case(f"spmv {kind}: split steal, staged short rows"):
+            dev.run(staged, "split", "steal")
         for peer_kind, label, call in peers(dev)[0]:
             if peer_kind == "cusparse":
                 call()

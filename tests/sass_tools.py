@@ -53,3 +53,32 @@ def sass_opcodes(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
         elif current and (m := _OPCODE.search(line)):
             ops[current].append(m.group(1))
     return ops
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)([^;]*);")
+_TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
+
+
+def sass_listing(cubin: bytes, tmp_path: Path) -> dict[str, list[tuple[int, str, str]]]:
+    """Each kernel's instructions (mangled name -> (address, opcode, operands) in program order) of a cubin."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    current = None
+    for line in sass(cubin, tmp_path).splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+            out[current] = []
+        elif current and (m := _INSTRUCTION.search(line)):
+            out[current].append((int(m.group(1), 16), m.group(2), m.group(3).strip()))
+    return out
+
+
+def sass_loops(listing: list[tuple[int, str, str]]) -> list[tuple[int, int]]:
+    """The loops of one kernel's listing: (first, last) indices of each backward branch's body, from its target to
+    the branch (a branch to itself, the trap after the last EXIT, is none), innermost first."""
+    index = {addr: i for i, (addr, _, _) in enumerate(listing)}
+    loops = []
+    for i, (addr, op, operands) in enumerate(listing):
+        m = _TARGET.search(operands)
+        if op.startswith("BRA") and m and int(m.group(1), 16) < addr and int(m.group(1), 16) in index:
+            loops.append((index[int(m.group(1), 16)], i))
+    return sorted(loops, key=lambda loop: loop[1] - loop[0])

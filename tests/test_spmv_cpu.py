@@ -1,10 +1,14 @@
 """The spmv lab without a GPU: the seeded generators give valid CSR (offsets monotone, columns in range, sorted
 and unique in each row, nnz as asked), power-law rows have a heavy tail, the host tile list covers every
-non-zero once and writes every row once (checked by running the tiles' meaning in NumPy), the tolerance rule,
-and the tile kernel compiles for sm_90a and sm_100a under every policy with no spill."""
+non-zero once and writes every row once (checked by running the tiles' meaning in NumPy), the lane widths the
+host picks, the register body's reads (every element of a row once, nothing past the padding), the tolerance
+rule, and the tile kernel compiles for sm_90a and sm_100a under every policy with no spill; in the register
+body's SASS no shared memory or barrier, every load of a round in flight together, and the instruction counts
+the host's model of it assumes."""
 
 import numpy as np
 import pytest
+from sass_tools import sass_listing, sass_loops
 
 from cuadv.errors import ValidationError
 from cuadv.labs import lab_by_name
@@ -113,10 +117,89 @@ def test_tiles_of_the_smoke_matrix_take_every_path():
     whole, split = S.build_tiles(m.offsets, False, 32, 128), S.build_tiles(m.offsets, True, 32, 128)
     assert whole.kinds()["long rows"] >= 2 and whole.kinds()["slices"] == 0
     assert split.kinds()["slices"] == 3 + 8 and split.splits.tolist()[1][1] == 8
-    lanes = set((split.tiles[split.tiles[:, 1] > 0, 1] & 31).tolist())
-    assert len(lanes) > 1  # more than one group width
+    mid = S.build_tiles(m.offsets, True, 128, 512).tiles
+    assert len(set((mid[mid[:, 1] > 0, 1] & 31).tolist())) > 1  # the model picks more than one group width
     for t in (whole, split):
         emulate(m, x, t, 64)
+
+
+def test_long_rows_are_those_past_a_quarter_group():
+    lens = np.array([3, S.LONG_NNZ, S.LONG_NNZ + 1, 0, 7])
+    t = S.build_tiles(np.concatenate(([0], np.cumsum(lens))).astype(np.int32), False)
+    assert t.tiles[t.tiles[:, 1] == 0, 0].tolist() == [2]  # only the row longer than LONG_NNZ
+    assert S.LONG_NNZ == S.GROUP_NNZ // 4
+
+
+def lane_width(lens) -> int:
+    """The lane width (log2) build_tiles picks for one tile of rows of these lengths."""
+    t = S.build_tiles(np.concatenate(([0], np.cumsum(lens))).astype(np.int32), False, long_nnz=max(lens))
+    assert t.count == 1
+    return int(t.tiles[0, 1] & 31)
+
+
+def test_lane_widths_follow_the_rows():
+    assert lane_width([8] * 200) == 1  # many short rows: the narrowest width, 16 rows per batch
+    assert lane_width([1] * 100) == S.MIN_LANES_LOG2
+    assert lane_width([30] * 50) == 2 and lane_width([60] * 25) == 3 and lane_width([100] * 16) == 4
+    assert lane_width([200] * 8) == 5  # long rows: a warp each
+    assert lane_width([2] * 150 + [400]) == 1  # one long row among short ones: the warp takes over its rest
+
+
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_a_fixed_lane_width(lanes_log2):
+    m = S.generate("power-law", N, 8, seed=6)
+    t = S.build_tiles(m.offsets, True, lanes_log2=lanes_log2)
+    assert set((t.tiles[t.tiles[:, 1] > 0, 1] & 31).tolist()) == {lanes_log2}
+    emulate(m, np.ones(m.n_cols, np.float32), t, S.STAGE)
+
+
+@pytest.mark.parametrize("bad", [-1, 6, 2.0, "2"])
+def test_a_fixed_lane_width_must_be_0_to_5(bad):
+    with pytest.raises(ValueError, match="lanes_log2 must be 0 to 5"):
+        S.build_tiles(np.array([0, 1, 3], np.int32), False, lanes_log2=bad)
+
+
+def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
+    """The elements register_rows (spmv.cuh) sums and the furthest it reads, replayed in NumPy for every short-row
+    tile: each lane of a group takes slots of ROW_UNROLL elements from the row's start + lane * ROW_UNROLL, a step
+    of the group's width apart, for at most OWN_ROUNDS rounds; then the 32 lanes of the warp take slots the same
+    way over the rest of a longer row. A slot starts before the row's end, and keeps the elements before it."""
+    off = m.offsets.astype(np.int64)
+    summed = np.zeros(m.nnz, int)
+    furthest = -1
+
+    def slots(begin, end, lanes, rounds=None):
+        nonlocal furthest
+        step = lanes * S.ROW_UNROLL
+        for lane in range(lanes):
+            start = begin + lane * S.ROW_UNROLL
+            count = max(-(-(end - start) // step), 0) if rounds is None else min(max(-(-(end - start) // step), 0), rounds)
+            if count:
+                idx = start + step * np.arange(count)[:, None] + np.arange(S.ROW_UNROLL)
+                furthest = max(furthest, int(idx.max()))
+                np.add.at(summed, idx[idx < end], 1)
+
+    for r0, info, _, _ in t.tiles[t.tiles[:, 1] > 0].astype(np.int64):
+        lanes = 1 << (info & 31)
+        for r in range(r0, r0 + (info >> 5)):
+            slots(off[r], off[r + 1], lanes, S.OWN_ROUNDS)
+            rest = off[r] + S.OWN_ROUNDS * lanes * S.ROW_UNROLL
+            if rest < off[r + 1]:
+                slots(rest, off[r + 1], 32)
+    return summed, furthest
+
+
+@pytest.mark.parametrize("lanes_log2", [None, 0, 1, 3, 5])
+@pytest.mark.parametrize("group", [32, S.GROUP_NNZ])
+def test_register_body_sums_every_element_once_and_reads_within_the_padding(lanes_log2, group):
+    m, _ = smoke_matrix()  # rows of 0 to 20 and two of 300 and 1000: every round count, the warp's rounds too
+    t = S.build_tiles(m.offsets, True, group, 4 * group, lanes_log2=lanes_log2)
+    summed, furthest = register_reads(m, t)
+    short = np.zeros(m.nnz, bool)
+    for r0, info, k0, k1 in t.tiles[t.tiles[:, 1] > 0]:
+        short[k0:k1] = True
+    assert np.all(summed[short] == 1) and np.all(summed[~short] == 0)
+    assert furthest <= m.nnz - 1 + S.ROW_UNROLL - 1  # DeviceCsr pads cols and vals with ROW_UNROLL - 1 zeros
 
 
 @pytest.mark.parametrize("rows", [0, 1, 7, 1001])
@@ -147,17 +230,90 @@ def test_effective_bytes():
     assert m.effective_bytes() == 8 * 3 + 4 * 3 + 4 * 4 + 4 * 2
 
 
-@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
-                                            ("sm_100a", ["fixed_work", "fixed_blocks", "clc", "auto"])])
-def test_tile_kernel_compiles_without_spills(arch, policies):
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_register_body_reads_around_the_warps_takeover(lanes_log2):
+    # rows just short of, at and past what a group sums itself, and the longest short row (as the GPU test runs)
+    t = S.OWN_ROUNDS * S.ROW_UNROLL << lanes_log2
+    rng = np.random.default_rng(lanes_log2)
+    lens = rng.integers(0, 20, 400)
+    lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
+    m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
+    tiles = S.build_tiles(m.offsets, True, lanes_log2=lanes_log2)
+    assert tiles.kinds()["long rows"] == 0
+    summed, furthest = register_reads(m, tiles)
+    assert np.all(summed == 1) and furthest <= m.nnz + S.ROW_UNROLL - 2
+
+
+ARCH_POLICIES = [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
+                 ("sm_100a", ["fixed_work", "fixed_blocks", "clc", "auto"])]
+
+
+@pytest.mark.parametrize("short_rows", list(S.SHORT_ROWS))
+@pytest.mark.parametrize("arch, policies", ARCH_POLICIES)
+def test_tile_kernel_compiles_without_spills(arch, policies, short_rows):
     # Every policy 'auto' can pick (steal on sm_90a, clc on sm_100a) and the two static ones; at the 48 registers
-    # of 5 blocks per SM, steal compiled for sm_100a (where auto runs clc) spills 20 bytes with NVRTC 13.5.
-    k = S.spmv_kernel()
+    # of 5 blocks per SM, steal compiled for sm_100a (where auto runs clc) spills with NVRTC 13.5.
+    k = S.spmv_kernel(short_rows=short_rows)
     for policy in policies:
         res = k.compile(arch, policy).resources_for(k.name)
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, (policy, res)
         assert res.registers <= 65536 // (S.THREADS * S.MIN_BLOCKS)
-        assert res.static_shared_bytes >= 4 * S.STAGE
+        if short_rows == "staged":
+            assert res.static_shared_bytes >= 4 * S.STAGE
+        else:  # no stage: red[] of the long rows and the scheduler's slots only
+            assert res.static_shared_bytes < 1024
+
+
+def register_body_loops(listing):
+    """register_rows' loops in a kernel's SASS, as lists of opcodes: the group's round loop and the warp's (the only
+    loops with 3 * ROW_UNROLL global loads and none inside them; the warp's is inside the loop over the rows the
+    warp finishes), that loop, the batch loop around them all and the butterfly loop beside them."""
+    loops = sass_loops(listing)
+    ops = [op for _, op, _ in listing]
+
+    def inside(outer):
+        return [lp for lp in loops if lp != outer and outer[0] <= lp[0] and lp[1] <= outer[1]]
+
+    def around(inner):
+        return [lp for lp in loops if inner in inside(lp)]  # innermost first
+
+    rounds = [lp for lp in loops if not inside(lp)
+              and sum(op.startswith("LDG") for op in ops[lp[0]:lp[1] + 1]) == 3 * S.ROW_UNROLL]
+    assert len(rounds) == 2, rounds
+    batch = next(lp for lp in loops if all(r in inside(lp) for r in rounds))
+    assist_round = next(r for r in rounds if around(r)[0] != batch)
+    own_round = next(r for r in rounds if r != assist_round)
+    assist = around(assist_round)[0]
+    assert around(assist)[0] == batch and around(own_round)[0] == batch
+    shuffles = [lp for lp in inside(batch) if lp not in (own_round, assist_round, assist)]
+    assert len(shuffles) == 1 and "SHFL.BFLY" in ops[shuffles[0][0]:shuffles[0][1] + 1]
+    return [ops[a:b + 1] for a, b in (own_round, assist_round, assist, batch, shuffles[0])]
+
+
+def loads_first(round_):
+    """Every global load of a round is issued before its first floating-point operation."""
+    last_load = max(i for i, op in enumerate(round_) if op.startswith("LDG"))
+    return last_load < min(i for i, op in enumerate(round_) if op.startswith(("FFMA", "FMUL", "FADD")))
+
+
+@pytest.mark.parametrize("arch, policies", ARCH_POLICIES)
+def test_register_body_sass(arch, policies, tmp_path):
+    # The register body in the kernel of each policy: no shared memory and no barrier in a batch; the group's round
+    # issues all its loads before its first multiply (kRowUnroll slots in flight: a predicate per element made ptxas
+    # interleave them), the warp's round too in the kernel auto runs; and no more instructions than the host's model
+    # of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
+    k = S.spmv_kernel()
+    for policy in policies[:-1]:
+        listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
+        own, warp_round, assist, batch, shuffle = register_body_loops(listing)
+        assert not [op for op in batch if op.startswith(("LDS", "STS", "BAR", "LDGSTS", "ATOMS", "SYNCS"))], policy
+        assert loads_first(own), policy
+        if policy in ("steal", "clc"):  # auto's
+            assert loads_first(warp_round), policy
+        assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
+        assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
+        assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))
+        assert len(batch) - len(own) - len(assist) - len(shuffle) <= S.BATCH_INSTR, (policy, len(batch))
 
 
 def test_lab_is_registered_after_scheduling():

@@ -1,7 +1,10 @@
 """The spmv lab's tile kernel on the GPU: y = A x within the lab's tolerance of a float64 reference under every
-policy and both tile lists, for power-law, R-MAT and uniform matrices, empty matrices, row counts that are no
-multiple of anything, back-to-back launches (the split rows' counters reset themselves), the lab's smoke run,
-and the cuSPARSE / torch peers on the same arrays."""
+policy and both tile lists, with both short-row bodies (registers, staged), for power-law, R-MAT and uniform
+matrices, every lane width of the register body and rows around where the warp takes over from a group, empty
+matrices, row counts that are no multiple of anything,
+back-to-back launches (the split rows' counters reset themselves), an infinity and a NaN next to rows that must
+not see them (the register body reads past a row and masks), the lab's smoke run, and the cuSPARSE / torch peers
+on the same arrays."""
 
 import numpy as np
 import pytest
@@ -20,15 +23,15 @@ def policies():
     return out
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    return S.spmv_kernel()
+@pytest.fixture(scope="module", params=list(S.SHORT_ROWS))
+def kernel(request):
+    return S.spmv_kernel(short_rows=request.param)
 
 
-def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1):
+def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None):
     ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
     tol = S.tolerance(m.lengths, abs_sum)
-    dev = S.DeviceCsr(m, x, group)
+    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2)
     for tiling in ("whole", "split"):
         for policy in policies():
             dev.y.fill(cp.nan)
@@ -46,6 +49,58 @@ def x_for(m, seed=0):
 def test_every_policy_and_tiling(cp, kernel, kind):
     m = S.generate(kind, 1 << 15, 8, seed=11)
     run_checked(cp, kernel, m, x_for(m))
+
+
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_every_lane_width(cp, kernel, lanes_log2):
+    # the host's model picks 2 to 32 lanes per row; each width, 1 included, must sum the same rows
+    for kind in ("power-law", "uniform"):
+        m = S.generate(kind, 1 << 13, 8, seed=15)
+        run_checked(cp, kernel, m, x_for(m), group=256, lanes_log2=lanes_log2)
+
+
+@pytest.mark.parametrize("lanes_log2", range(6))
+def test_rows_the_warp_finishes(cp, kernel, lanes_log2):
+    # a group gives its row OWN_ROUNDS rounds of ROW_UNROLL elements per lane, the warp sums the rest: rows just
+    # short of, at and past that, and up to the longest short row, among short rows, in one tile list
+    t = S.OWN_ROUNDS * S.ROW_UNROLL << lanes_log2
+    rng = np.random.default_rng(lanes_log2)
+    lens = rng.integers(0, 20, 400)
+    lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
+    m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
+    run_checked(cp, kernel, m, x_for(m), lanes_log2=lanes_log2)
+
+
+def test_cols_and_vals_are_padded(cp):
+    m = S.generate("uniform", 1 << 10, 8, seed=16)
+    dev = S.DeviceCsr(m, x_for(m))
+    for dev_array, host in ((dev.cols, m.cols), (dev.vals, m.vals)):
+        assert dev_array.size == m.nnz and dev_array.base.size == m.nnz + S.ROW_UNROLL - 1
+        assert np.array_equal(dev_array.get(), host) and not dev_array.base[m.nnz:].get().any()
+
+
+@pytest.mark.parametrize("lanes_log2", [0, 1, 3])
+def test_non_finite_values_stay_in_their_rows(cp, kernel, lanes_log2):
+    # the register body reads up to ROW_UNROLL - 1 elements past a row and masks their products: an infinity in
+    # x and a NaN among the values must reach exactly the rows that hold them
+    m = S.generate("uniform", 1 << 10, 8, seed=17)
+    x = x_for(m)
+    x[m.cols[m.offsets[10]]] = np.inf  # the first column of row 10
+    m.vals[m.offsets[20] + 1] = np.nan  # the second value of row 20
+    dev = S.DeviceCsr(m, x, 64, lanes_log2=lanes_log2)
+    prod = m.vals.astype(np.float64) * x.astype(np.float64)[m.cols]
+    row = np.repeat(np.arange(m.n_rows), m.lengths)
+    bad = np.zeros(m.n_rows, bool)
+    bad[np.unique(row[~np.isfinite(prod)])] = True
+    ref, abs_sum, _ = S.reference(S.Csr("finite", m.offsets, m.cols, np.where(np.isfinite(m.vals), m.vals, 0),
+                                        m.n_cols), np.where(np.isfinite(x), x, 0), use_scipy=False)
+    tol = S.tolerance(m.lengths, abs_sum)
+    for tiling in ("whole", "split"):
+        dev.y.fill(cp.nan)
+        dev.run(kernel, tiling, "fixed_work")
+        y = S.to_host(dev.y)
+        assert not np.isfinite(y[bad]).any() and bad[10] and bad[20]
+        S.check(f"finite rows, {tiling}", np.where(bad, 0, y), np.where(bad, 0, ref), tol)
 
 
 @pytest.mark.parametrize("group", [32, 256])

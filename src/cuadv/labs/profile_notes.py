@@ -32,10 +32,12 @@ HISTOGRAM = {
 }
 
 SPMV = (
-    "the tile body is instruction-bound: on the power-law matrix it executes 163 M warp instructions against "
-    "cuSPARSE csrmv_v3's 58 M (2.8x; uniform matrix 155 M vs 63 M, 2.5x) and keeps 57% of issue slots busy "
-    "against cuSPARSE's 29%; each non-zero is loaded, multiplied and staged in shared memory, then summed "
-    "from there in a second pass, where cuSPARSE reduces in registers")
+    "profiled before the register path (the default since) existed, on the staged short-row body (now the "
+    "'staged short rows' variant) with the tile lists of then: it was instruction-bound: on the power-law matrix "
+    "it executed 163 M warp instructions against cuSPARSE csrmv_v3's 58 M (2.8x; uniform matrix 155 M vs 63 M, "
+    "2.5x) and kept 57% of issue slots busy against cuSPARSE's 29%; each non-zero was loaded, multiplied and "
+    "staged in shared memory, then summed from there in a second pass, where cuSPARSE reduces in registers. The "
+    "register path is not yet profiled")
 
 VECSCALE = (
     "both policies trail the copy ceiling in the tile body, not the scheduling: fixed_work stalls on "

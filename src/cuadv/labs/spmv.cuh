@@ -4,8 +4,17 @@
 // cuadv_spmv::run_tile for the tile the scheduler hands out. The tiles are built on the host
 // (spmv_support.build_tiles); each is 16 bytes, int4 {row0, info, k0, k1}:
 //   info > 0   a run of whole short rows: info = rows << 5 | log2(lanes per row), the non-zeros [k0, k1)
-//              (fewer than kStage of them, at most kStage / 2 rows). Their products are staged in shared memory with coalesced loads,
-//              then groups of `lanes` threads sum each row from shared memory.
+//              (fewer than kStage of them, at most kStage / 2 rows). Two bodies, chosen when the kernel is
+//              compiled (ShortRows):
+//                kRegisters  groups of `lanes` threads each own a row: they read its two offsets from global
+//                            memory, load its columns and values and gather x (kRowUnroll elements per thread
+//                            and round, all in flight at once) for up to kOwnRounds rounds, the whole warp sums
+//                            what a longer row has left, and the lanes combine in registers with shuffles. No
+//                            shared memory, no barrier. cols and vals must be readable kRowUnroll - 1 elements
+//                            past the last non-zero (see slot_sum).
+//                kStaged     the products are staged in shared memory with coalesced loads (the row offsets
+//                            copied beside them with cp.async), then groups of `lanes` threads sum each row
+//                            from shared memory.
 //   info == 0  one whole long row row0, non-zeros [k0, k1): the whole block streams it and reduces.
 //   info < 0   a slice [k0, k1) of the long row row0, split over several tiles; ~info is the row's entry
 //              in splits[] = {first tile, slices}. Each slice writes its sum to partials[tile]; the slice
@@ -19,14 +28,18 @@
 
 namespace cuadv_spmv {
 
-constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile
+enum class ShortRows { kRegisters, kStaged };  // how a tile of short rows is summed (see the top of this file)
+
+constexpr int kRowUnroll = 4;     // a slot of register_rows: consecutive elements per thread and round
+constexpr int kOwnRounds = 2;     // rounds a group of register_rows gives its row before the warp takes over
+constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile (kStaged)
 constexpr int kLongUnroll = 6;    // ... while streaming a long row
 
 // Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.
 template <int kThreads>
 static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __restrict__ cols,
-                                                      const float* __restrict__ vals, const float* __restrict__ x,
-                                                      float* red) {
+                                                      const float* __restrict__ vals, const float* __restrict__ x) {
+  __shared__ float red[32];
   float s = 0.f;
   for (int base = k0; base < k1; base += kThreads * kLongUnroll) {
     int c[kLongUnroll];
@@ -50,17 +63,90 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   }
+  __syncthreads();  // warp 0 has read red[] before any warp writes it for the block's next long row
   return s;
 }
 
-// A run of whole short rows: stage the products, then sum each row with a group of lanes. The tile's row
-// offsets (rows + 1 of them, at most kStage / 2 + 1: the host counts 2 per row in a tile's weight) are copied
-// to shared memory with cp.async, which needs no registers and lands while the products are loaded.
+// One slot of register_rows: the sum of vals[j] * x[cols[j]] over j in [k, k + kRowUnroll) and j < b, given
+// k < b. The slot's columns and values are loaded, then x is gathered for all of them, so a thread has
+// 2 * kRowUnroll loads and then kRowUnroll gathers in flight. Elements past b are read too (the next rows, or
+// past the last non-zero the kRowUnroll - 1 elements of padding cols and vals must have: DeviceCsr pads them)
+// and their products masked to +0 bitwise: no predicate per element, so ptxas holds no load back behind a
+// multiply-add (with a predicate each it did, short of predicate registers in the steal kernel), and a NaN or
+// infinity read past the row cannot leak into it.
+static __device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
+                                                 const float* __restrict__ vals, const float* __restrict__ x) {
+  int c[kRowUnroll];
+  float v[kRowUnroll], g[kRowUnroll];
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {  // k + u < b + kRowUnroll - 1: in the row, the next ones or the padding
+    c[u] = __ldg(cols + k + u);
+    v[u] = __ldg(vals + k + u);
+  }
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) g[u] = __ldg(x + c[u]);
+  float s = v[0] * g[0];  // element k is in the row
+#pragma unroll
+  for (int u = 1; u < kRowUnroll; ++u) {
+    const int keep = (u - (b - k)) >> 31;  // arithmetic shift: all ones while k + u < b, else zero
+    s += __int_as_float(__float_as_int(v[u] * g[u]) & keep);
+  }
+  return s;
+}
+
+// A run of whole short rows summed in registers (ShortRows::kRegisters). The block is groups of 2**lanes_log2
+// consecutive lanes (the host picks the width per tile, build_tiles); group g owns rows g, g + groups, ... of the
+// tile, so a warp takes a batch of 32 >> lanes_log2 consecutive rows at a time. The group reads its row's two
+// offsets from global memory; lane l takes slots (slot_sum) from the row's start + l * kRowUnroll, a step of the
+// group's width apart, for at most kOwnRounds rounds. What a longer row has left, the whole warp then sums, one
+// such row of the batch after another, 32 slots a round: one row many times longer than the batch's others
+// costs the others no idle rounds. The group's lanes combine with butterfly shuffles and lane 0 writes y.
+template <int kThreads>
+static __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2,
+                                                     const int* __restrict__ offsets, const int* __restrict__ cols,
+                                                     const float* __restrict__ vals, const float* __restrict__ x,
+                                                     float* __restrict__ y) {
+  const int lanes = 1 << lanes_log2, groups = kThreads >> lanes_log2, step = kRowUnroll << lanes_log2;
+  const int group = static_cast<int>(threadIdx.x) >> lanes_log2, lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int warp_lane = static_cast<int>(threadIdx.x) & 31;
+  // The trip count depends only on the tile, so every lane of a warp reaches each shuffle and ballot together.
+  for (int r = group; r - group < rows; r += groups) {
+    float s = 0.f;
+    int rest = 0, b = 0;  // the warp takes over the row's [rest, b) where rest < b
+    if (r < rows) {
+      const int a = __ldg(offsets + row0 + r);
+      b = __ldg(offsets + row0 + r + 1);
+      rest = lane == 0 ? a + kOwnRounds * step : b;  // the group's first lane asks for the warp
+      int k = a + lane * kRowUnroll;
+#pragma unroll 1
+      for (int round = 0; round < kOwnRounds && k < b; ++round, k += step) s += slot_sum(k, b, cols, vals, x);
+    }
+    for (unsigned more = __ballot_sync(0xffffffffu, rest < b); more != 0; more &= more - 1) {
+      const int owner = __ffs(more) - 1;  // the lane that leads that row's group
+      const int begin = __shfl_sync(0xffffffffu, rest, owner), end = __shfl_sync(0xffffffffu, b, owner);
+      float t = 0.f;
+#pragma unroll 1
+      for (int k = begin + warp_lane * kRowUnroll; k < end; k += 32 * kRowUnroll) {
+        t += slot_sum(k, end, cols, vals, x);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+      if (warp_lane == owner) s += t;
+    }
+    for (int o = 1; o < lanes; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (r < rows && lane == 0) y[row0 + r] = s;
+  }
+}
+
+// A run of whole short rows with kStaged: stage the products, then sum each row with a group of lanes. The
+// tile's row offsets (rows + 1 of them, at most kStage / 2 + 1: the host counts 2 per row in a tile's weight)
+// are copied to shared memory with cp.async, which needs no registers and lands while the products are loaded.
 template <int kThreads, int kStage>
 static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets,
                                                    const int* __restrict__ cols, const float* __restrict__ vals,
-                                                   const float* __restrict__ x, float* __restrict__ y, float* stage,
-                                                   int* soff) {
+                                                   const float* __restrict__ x, float* __restrict__ y) {
+  __shared__ float stage[kStage];
+  __shared__ int soff[kStage / 2 + 1];
   const int n = d.w - d.z, t = threadIdx.x;
   const int rows = d.y >> 5, lanes_log2 = d.y & 31, lanes = 1 << lanes_log2;
   for (int i = t; i <= rows; i += kThreads) __pipeline_memcpy_async(soff + i, offsets + d.x + i, sizeof(int));
@@ -94,24 +180,27 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
     for (int o = lanes >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (r < rows && lane == 0) y[d.x + r] = s;
   }
+  __syncthreads();  // this tile's reads of stage[] and soff[] are done before the block's next tile writes them
 }
 
-// One tile of the lab's tile list (see the top of this file). Every thread of the block calls it.
-template <int kThreads, int kStage>
+// One tile of the lab's tile list (see the top of this file). Every thread of the block calls it. kStage:
+// the floats of the stage (kStaged only).
+template <int kThreads, ShortRows kShort, int kStage>
 static __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
                                                 const int2* __restrict__ splits, const int* __restrict__ offsets,
                                                 const int* __restrict__ cols, const float* __restrict__ vals,
                                                 const float* __restrict__ x, float* __restrict__ y, float* partials,
                                                 unsigned int* counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
-  __shared__ float stage[kStage];
-  __shared__ int soff[kStage / 2 + 1];
-  __shared__ float red[32];
   const int4 d = __ldg(tiles + index);
   if (d.y > 0) {
-    stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y, stage, soff);
+    if constexpr (kShort == ShortRows::kStaged) {
+      stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
+    } else {
+      register_rows<kThreads>(d.x, d.y >> 5, d.y & 31, offsets, cols, vals, x, y);
+    }
   } else {
-    const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x, red);
+    const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x);
     if (threadIdx.x == 0) {
       if (d.y == 0) {
         y[d.x] = s;
@@ -130,7 +219,6 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
       }
     }
   }
-  __syncthreads();  // this tile's reads of stage[], soff[] and red[] are done before the next tile writes them
 }
 
 }  // namespace cuadv_spmv

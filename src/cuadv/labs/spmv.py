@@ -13,16 +13,19 @@ and a uniform one (every row the mean +- 25%), all with mean 8 non-zeros per row
 unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
-  - Short rows are grouped into tiles by their running weight (non-zeros + 2 per row), about 2048 per
-    tile. A block copies the tile's row offsets to shared memory with cp.async (no registers; they land
-    while the products load), loads the values and columns with coalesced loads (8 in flight per thread
-    and array), gathers x through the read-only cache (__ldg) and stages the products in shared memory; then
-    groups of 1 to 32 lanes (a power of two fitted to the tile's row lengths, chosen on the host) sum each
-    row from shared memory with warp shuffles. Row lengths inside a tile cost nothing in balance: the loads
-    are spread over the block whatever they are.
-  - A row longer than 2048 is a tile of its own, streamed by the whole block (6 loads in flight per thread
+  - Short rows (at most 512 non-zeros) are grouped into tiles by their running weight (non-zeros + 2 per
+    row), about 2048 per tile. The block is groups of 2 to 32 lanes, a power of two the host picks per tile
+    from a model of the kernel's SASS (the width with the fewest instructions over the block and its busiest
+    warp); each group owns rows of the tile in turn: it reads the row's two offsets from global memory, loads
+    its columns and values in slots of 4 per lane (8 loads, then 4 gathers of x through the read-only cache,
+    in flight per thread) for at most 2 rounds, the whole warp sums what a longer row has left, and the
+    lanes combine in registers with warp shuffles. No shared memory and no barrier. The variant "staged short
+    rows" keeps the body this replaced: the products staged in shared memory with coalesced loads, then
+    summed from there by the groups of lanes after a barrier; the lab measures it beside the default on
+    split rows under auto.
+  - A row longer than 512 is a tile of its own, streamed by the whole block (6 loads in flight per thread
     and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
-  - "whole rows": such a row is one tile however long, so tile weights span 2,000 to hundreds of thousands
+  - "whole rows": such a row is one tile however long, so tile weights span 512 to hundreds of thousands
     of non-zeros: the imbalance the scheduling policies face. "split rows": a row longer than 8192 is cut
     into slices of 8192; each slice writes its sum to a scratch slot and the last slice to finish (an
     acq_rel counter, reset by that slice) adds the slots in slice order and writes y. So y needs no memset,
@@ -48,8 +51,8 @@ from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import TileOrder, resolve_policy
 from .base import RunContext, gb_per_s, interleaved_rounds
 from .profile_notes import PROFILED, SPMV
-from .spmv_support import (GROUP_NNZ, MATRICES, SLICE_NNZ, Csr, DeviceCsr, check, generate, peers, reference,
-                           spmv_kernel, to_host, tolerance)
+from .spmv_support import (GROUP_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, Csr, DeviceCsr, check, generate,
+                           peers, reference, spmv_kernel, to_host, tolerance)
 
 MEAN = 8  # non-zeros per row
 SEED = 18
@@ -58,18 +61,22 @@ QUEUE_AHEAD_US = 500.0  # hides the host side of each call (cupyx and torch buil
 TARGETS = {"power-law": 1.0, "R-MAT": 1.0, "uniform": 0.9}  # x cuSPARSE for cuadv with split rows and 'auto'
 POLICIES = ("fixed_work", "fixed_blocks", "auto")
 TILINGS = {"whole": "whole rows", "split": "split rows"}
+DEFAULT_SHORT = "registers"  # the short-row body of every variant but the one that measures the other beside it
 
 
-def _variants() -> list[tuple[str, str, bool]]:
-    """(tiling, policy, heaviest first) of every cuadv variant measured."""
-    out = [(t, p, False) for t in TILINGS for p in POLICIES]
-    out.insert(3, ("whole", "auto", True))
+def _variants() -> list[tuple[str, str, bool, str]]:
+    """(tiling, policy, heaviest first, short-row body) of every cuadv variant measured: each policy on both tile
+    lists, auto on whole rows heaviest first, and the staged short-row body on split rows under auto."""
+    out = [(t, p, False, DEFAULT_SHORT) for t in TILINGS for p in POLICIES]
+    out.insert(3, ("whole", "auto", True, DEFAULT_SHORT))
+    out.append(("split", "auto", False, "staged"))
     return out
 
 
-def _label(tiling: str, policy: str, heaviest: bool, cc) -> str:
+def _label(tiling: str, policy: str, heaviest: bool, short: str, cc) -> str:
     name = f"auto ({resolve_policy('auto', cc)})" if policy == "auto" else policy
-    return f"{TILINGS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
+    return (f"{TILINGS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
+            + ("" if short == DEFAULT_SHORT else f", {short} short rows"))
 
 
 def _slug(text: str) -> str:
@@ -87,23 +94,30 @@ class SpmvLab:
         return None
 
     def build(self, arch: str):
-        k = spmv_kernel()
-        return [k.compile(arch, p) for p in ("fixed_work", "fixed_blocks", "steal")]
+        return [spmv_kernel(short_rows=short).compile(arch, p) for short in SHORT_ROWS
+                for p in ("fixed_work", "fixed_blocks", "steal")]
 
     def smoke(self) -> None:
         """A few hundred rows (an empty one, rows longer than a tile, one split into slices) under every policy
-        and both tilings, with small tiles so every path of the body runs; checked against NumPy in float64."""
+        and both tilings, with small tiles so every path of the body runs, both short-row bodies, and every lane
+        width of the register body; checked against NumPy in float64."""
         m, x = smoke_matrix()
         ref, abs_sum, _ = reference(m, x, use_scipy=False)
         tol = tolerance(m.lengths, abs_sum)
-        k = spmv_kernel()
+        kernels = {short: spmv_kernel(short_rows=short) for short in SHORT_ROWS}
         for group in (32, GROUP_NNZ):
             dev = DeviceCsr(m, x, group)
             for tiling in TILINGS:
                 for policy in ("fixed_work", "fixed_blocks", "steal"):
-                    dev.y.fill(np.nan)
-                    dev.run(k, tiling, policy)
-                    check(f"smoke, {tiling} rows of {group}, {policy}", to_host(dev.y), ref, tol)
+                    for short, k in kernels.items():
+                        dev.y.fill(np.nan)
+                        dev.run(k, tiling, policy)
+                        check(f"smoke, {tiling} rows of {group}, {policy}, {short}", to_host(dev.y), ref, tol)
+        for lanes_log2 in range(6):
+            dev = DeviceCsr(m, x, GROUP_NNZ, lanes_log2=lanes_log2)
+            dev.y.fill(np.nan)
+            dev.run(kernels["registers"], "whole", "fixed_work")
+            check(f"smoke, {1 << lanes_log2} lanes per row", to_host(dev.y), ref, tol)
 
     # -- the lab ----------------------------------------------------------------------------------
     def run(self, ctx: RunContext) -> LabResult:
@@ -112,8 +126,8 @@ class SpmvLab:
         result = LabResult(self.name, self.title)
         n_rows = 1 << (19 if ctx.quick else 22)
         rounds = 2 if ctx.quick else 3
-        # one TileKernel per tile list, so steal's grid is learned from launches over the same tiles
-        kernels = {tiling: spmv_kernel() for tiling in TILINGS}
+        # one TileKernel per tile list and short-row body, so steal's grid is learned from launches over the same tiles
+        kernels = {(tiling, short): spmv_kernel(short_rows=short) for tiling, _, _, short in _variants()}
         mat_rows, rows, targets = [], [], []
         for kind in MATRICES:
             ctx.progress(f"spmv: generating the {kind} matrix ({n_rows:,} rows)")
@@ -142,7 +156,7 @@ class SpmvLab:
                              "tiles, whole rows", "tiles, split rows", "ideal ms", "generated in s"], mat_rows,
             note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped about {GROUP_NNZ} non-zeros per "
                  "tile, "
-                 f"rows longer than {GROUP_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
+                 f"rows longer than {LONG_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
                  f"ideal: the bytes below at the copy ceiling measured in this run ({ctx.ceiling.tb_per_s:.2f} TB/s)"))
         result.tables.append(Table(
             "y = A x, float32 CSR: each policy and tiling against cuSPARSE and torch",
@@ -153,7 +167,8 @@ class SpmvLab:
                  f"{QUEUE_AHEAD_US:.0f} us kernel queued ahead so host set-up is not timed; bytes = 8 per non-zero "
                  "+ 4 per row offset + 4 per x element + 4 per y element; x cuSPARSE / x torch / x fixed_blocks = "
                  "their time / this time (above 1: this is faster), fixed_blocks of the same tiling; cuSPARSE: "
-                 "cusparseSpMV with descriptors and workspace made once"))
+                 "cusparseSpMV with descriptors and workspace made once; staged short rows: the short-row tiles "
+                 "summed by the body the register body replaced (products staged in shared memory), same tiles"))
         result.tables.append(Table(
             "targets: cuadv with split rows and policy auto against cuSPARSE",
             ["matrix", "x cuSPARSE", "target", "met", "by", "best cuadv variant", "its x cuSPARSE"], targets,
@@ -163,8 +178,8 @@ class SpmvLab:
 
     def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
         """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
-        runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy, heaviest first)) or
-        ("peer", kind), the peers absent (name -> why) and the largest error over its tolerance."""
+        runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy, heaviest first, short-row
+        body)) or ("peer", kind), the peers absent (name -> why) and the largest error over its tolerance."""
         import cupy as cp
 
         from ..timing import time_gpu
@@ -172,11 +187,11 @@ class SpmvLab:
         cc = ctx.caps.compute_capability
         order = TileOrder.heaviest_first(dev.tilings["whole"][0].nnz())
         fns, labels = {}, {}
-        for tiling, policy, heaviest in _variants():
-            label = _label(tiling, policy, heaviest, cc)
+        for tiling, policy, heaviest, short in _variants():
+            label = _label(tiling, policy, heaviest, short, cc)
             o = order if heaviest else None
-            fns[label] = (lambda t=tiling, p=policy, o=o: dev.run(kernels[t], t, p, order=o))
-            labels[label] = ("cuadv", (tiling, policy, heaviest))
+            fns[label] = (lambda t=tiling, p=policy, o=o, k=kernels[tiling, short]: dev.run(k, t, p, order=o))
+            labels[label] = ("cuadv", (tiling, policy, heaviest, short))
         peer_list, missing = peers(dev)
         for peer_kind, label, fn in peer_list:
             fns[label], labels[label] = fn, ("peer", peer_kind)
@@ -212,22 +227,28 @@ class SpmvLab:
         peer_ms = {labels[l][1]: ms for l, ms in times.items() if labels[l][0] == "peer"}
         cus, torch_ms = peer_ms["cusparse"], peer_ms.get("torch", math.nan)
         fixed = {labels[l][1][0]: ms for l, ms in times.items()
-                 if labels[l][0] == "cuadv" and labels[l][1][1:] == ("fixed_blocks", False)}
+                 if labels[l][0] == "cuadv" and labels[l][1][1:] == ("fixed_blocks", False, DEFAULT_SHORT)}
         for label, ms in times.items():
             what, key = labels[label]
-            fb = fixed[key[0]] / ms if what == "cuadv" else math.nan
+            fb = fixed[key[0]] / ms if what == "cuadv" and key[3] == DEFAULT_SHORT else math.nan
             pct = spread_map(lambda t: 100 * ideal_ms / t, ms)
             rows.append([kind, label, ms, gb_per_s(ms, nbytes), pct, cus / ms, torch_ms / ms, fb])
             if what == "cuadv":
-                slug = f"spmv_{_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
+                slug = (f"spmv_{_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
+                        + ("" if key[3] == DEFAULT_SHORT else f"_{key[3]}"))
                 result.figures[f"{slug}_x_cusparse"] = cus / ms
-                result.figures[f"{slug}_x_fixed_blocks"] = fb
+                if key[3] == DEFAULT_SHORT:
+                    result.figures[f"{slug}_x_fixed_blocks"] = fb
                 result.figures[f"{slug}_pct_ceiling"] = pct
                 if not math.isnan(torch_ms):
                     result.figures[f"{slug}_x_torch"] = torch_ms / ms
         for name, why in missing.items():
             rows.append([kind, f"{name}: skipped ({why})", math.nan, math.nan, math.nan, math.nan, math.nan, math.nan])
-        head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False)))
+        head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False, DEFAULT_SHORT)))
+        staged = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False, "staged")))
+        result.figures[f"spmv_{_slug(kind)}_split_auto_x_staged"] = staged / head
+        result.notes.append(f"{kind}, split rows, auto: the register short-row body against the staged one "
+                            f"(same tiles): {staged / head:.2f}x (their time / its time; above 1: registers faster)")
         best = min((ms, l) for l, ms in times.items() if labels[l][0] == "cuadv")
         target = TARGETS[kind]
         ratio = cus / head
@@ -239,8 +260,9 @@ class SpmvLab:
         """Block traces of steal on both tilings: the makespan against the ideal max(sum of tile times / slots,
         longest tile) of that very launch, the slots being the blocks steal's kernel keeps resident at once."""
         for tiling in TILINGS:
-            slots = kernels[tiling].resident_units("steal")
-            trace = dev.run(kernels[tiling], tiling, "steal", trace=True)
+            k = kernels[tiling, DEFAULT_SHORT]
+            slots = k.resident_units("steal")
+            trace = dev.run(k, tiling, "steal", trace=True)
             rec = trace.records
             if not trace.written.all():
                 from ..errors import ValidationError

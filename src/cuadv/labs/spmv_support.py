@@ -15,15 +15,17 @@ from ..timing import synchronize_device
 from ..work_stealing import TileKernel
 
 THREADS = 256
-GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 1 per row) ends in one window this wide
+GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 2 per row) ends in one window this wide
+LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build_tiles' default)
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
 MIN_BLOCKS = 5  # __launch_bounds__ occupancy hint: 5 blocks of 256 threads per SM (at most 48 registers: no spill)
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
-BODY = ("      cuadv_spmv::run_tile<{threads}, {stage}>(tile.index, tiles, splits, offsets, cols, vals, x, y, "
-        "partials, counts);\n")
+BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}>(tile.index, tiles, splits, "
+        "offsets, cols, vals, x, y, partials, counts);\n")
+SHORT_ROWS = {"registers": "kRegisters", "staged": "kStaged"}  # short-row tile bodies (spmv.cuh ShortRows)
 MATRICES = ("power-law", "R-MAT", "uniform")
 
 
@@ -217,16 +219,67 @@ class Tiles:
                 "slices": int((info < 0).sum())}
 
 
-def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ) -> Tiles:
-    """Cut the rows into tiles. Rows of at most `group` non-zeros are grouped by where their weight (non-zeros
-    plus two per row, for its offset, its y and its turn in the sums) ends: the rows whose running weight ends in
-    the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros (its stage in shared
-    memory) and at most group rows (its offsets in shared memory).
+# The lane width of a short-row tile is chosen on the host from a model of register_rows' SASS (spmv.cuh), its
+# loops counted in the kernels of every policy auto and the static ones run on sm_90a and sm_100a with NVRTC 13 (the
+# most of any; test_spmv_cpu keeps the kernels within these counts): a warp takes a batch of 32 / lanes consecutive
+# rows for BATCH_INSTR + SHUFFLE_INSTR * log2(lanes) instructions, plus ROUND_INSTR per round (a slot of ROW_UNROLL
+# elements per lane) up to OWN_ROUNDS, as many as the batch's longest row needs, plus for each row longer than
+# that, ASSIST_INSTR and ROUND_INSTR per round of the whole warp (32 slots) over what the row has left.
+ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
+OWN_ROUNDS = 2  # kOwnRounds
+ROUND_INSTR = 43  # one round: per slot element its column, value and x loads and its masked add
+BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
+SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
+ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
+MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
+
+
+def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int) -> np.ndarray:
+    """log2 of the lanes per row (MIN_LANES_LOG2 to 5) for each short-row tile (rows [first, first + rows)): the
+    width whose modelled instructions, over the warps plus the busiest warp's (warp w takes batches w, w + warps,
+    ...), are fewest, so both the instructions issued and the time the tile holds its block count. Many short rows
+    want narrow groups (more rows per batch), rows of a few rounds wide ones; a row far longer than its batch's
+    others costs the warp's rounds over its rest, not the batch's idle lanes. The staged body
+    (ShortRows::kStaged) sums with the same widths."""
+    tiles = first.size
+    if tiles == 0:
+        return np.zeros(0, np.int64)
+    pos = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)  # each short row's place in its tile
+    length = lens[np.repeat(first, rows) + pos]
+    best, best_key = np.full(tiles, MIN_LANES_LOG2, np.int64), np.full(tiles, np.inf)
+    for lanes_log2 in range(MIN_LANES_LOG2, 6):
+        per_batch, step = 32 >> lanes_log2, ROW_UNROLL << lanes_log2
+        batches = -(-rows // per_batch)
+        first_batch = np.cumsum(batches) - batches
+        batch = np.repeat(first_batch, rows) + pos // per_batch
+        starts = np.flatnonzero(np.concatenate(([True], batch[1:] != batch[:-1])))  # every batch has a row
+        own = np.minimum(-(-length // step), OWN_ROUNDS)
+        rest = np.maximum(length - OWN_ROUNDS * step, 0)
+        assist = np.where(rest > 0, ASSIST_INSTR + ROUND_INSTR * -(-rest // (32 * ROW_UNROLL)), 0)
+        cost = (BATCH_INSTR + SHUFFLE_INSTR * lanes_log2 + ROUND_INSTR * np.maximum.reduceat(own, starts)
+                + np.add.reduceat(assist, starts))
+        tile = np.repeat(np.arange(tiles), batches)
+        warp = (np.arange(batch[-1] + 1) - np.repeat(first_batch, batches)) % warps
+        busiest = np.bincount(tile * warps + warp, cost, tiles * warps).reshape(tiles, warps).max(axis=1)
+        key = np.bincount(tile, cost, tiles) / warps + busiest
+        better = key < best_key
+        best[better], best_key[better] = lanes_log2, key[better]
+    return best
+
+
+def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ,
+                long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None) -> Tiles:
+    """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
+    their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
+    running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
+    (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there). Each such
+    tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
+    `lanes_log2` (0 to 5) where given (the tests run each width).
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
     lens = np.diff(offsets)
-    long_ = lens > group
+    long_ = lens > (group // 4 if long_nnz is None else long_nnz)
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
     key = weight_end // group
     prev_key = np.concatenate(([-1], key[:-1]))
@@ -237,13 +290,10 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     end = np.append(bounds, n)[np.searchsorted(bounds, first, side="right")]  # next start or long row, or n
     rows = end - first
     k0, k1 = offsets[first], offsets[end]
-    mean = np.ceil((k1 - k0) / rows)
-    # the longest row of each tile: reduceat over [first, end) pairs (the odd results, [end, next first), dropped)
-    pairs = np.stack([first, end], axis=1).ravel()
-    longest = np.maximum.reduceat(np.append(lens, 0), pairs)[::2] if first.size else np.zeros(0, np.int64)
-    # lanes per row: a power of two at least the mean row length and 1/32 of the longest row, at most a warp
-    want = np.maximum(np.maximum(mean, np.ceil(longest / 32)), 1)
-    lanes_log2 = np.minimum(np.ceil(np.log2(want)), 5).astype(np.int64)
+    if lanes_log2 is None:
+        lanes_log2 = _lane_widths(lens, first, rows, threads // 32)
+    elif not isinstance(lanes_log2, (int, np.integer)) or not 0 <= lanes_log2 <= 5:
+        raise ValueError(f"lanes_log2 must be 0 to 5 (1 to 32 lanes per row), got {lanes_log2!r}")
     short = np.stack([first, (rows << 5) | lanes_log2, k0, k1], axis=1)
 
     long_rows = np.flatnonzero(long_)
@@ -268,27 +318,36 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
-                name: str = "spmv") -> TileKernel:
-    """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``)."""
-    return TileKernel(PARAMS, BODY.format(threads=threads, stage=stage), policy=policy, block=threads,
-                      preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{stage}",
+                name: str = "spmv", short_rows: str = "registers") -> TileKernel:
+    """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
+    ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
+    or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged"."""
+    if short_rows not in SHORT_ROWS:
+        raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
+    suffix = "regs" if short_rows == "registers" else f"staged_{stage}"
+    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage), policy=policy,
+                      block=threads, preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
                       min_blocks_per_sm=min_blocks)
 
 
 class DeviceCsr:
     """A matrix and its two tile lists on the GPU, with x, y and the split rows' scratch (partials, counts:
-    zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts."""
+    zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts.
+    ``group`` and ``lanes_log2``: build_tiles' (small groups and a fixed lane width make the tests take every
+    path)."""
 
-    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ):
+    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None):
         import cupy as cp
 
         self.host = m
-        self.offsets, self.cols, self.vals = cp.asarray(m.offsets), cp.asarray(m.cols), cp.asarray(m.vals)
+        self.offsets = cp.asarray(m.offsets)
+        # register_rows reads up to ROW_UNROLL - 1 elements past a row (and masks them): past the last row, zeros
+        self.cols, self.vals = (_padded(cp, a, ROW_UNROLL - 1) for a in (m.cols, m.vals))
         self.x = cp.asarray(x)
         self.y = cp.empty(m.n_rows, cp.float32)
         self.tilings = {}
         for split in (False, True):
-            t = build_tiles(m.offsets, split, group, 4 * group)
+            t = build_tiles(m.offsets, split, group, 4 * group, lanes_log2=lanes_log2)
             self.tilings["split" if split else "whole"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
                                                            cp.zeros(max(t.count, 1), cp.float32),
                                                            cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
@@ -298,6 +357,14 @@ class DeviceCsr:
         t, tiles, splits, partials, counts = self.tilings[tiling]
         return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
                       policy=policy, **launch)
+
+
+def _padded(cp, a: np.ndarray, pad: int):
+    """A device copy of a followed by pad zeros in the same allocation, as a view of a's length (what the peers
+    and the kernel are given: the kernel may read the zeros, nothing else sees them)."""
+    out = cp.zeros(a.size + pad, a.dtype)
+    out[:a.size].set(np.ascontiguousarray(a))
+    return out[:a.size]
 
 
 # -- reference ---------------------------------------------------------------------------------------------
