@@ -11,6 +11,7 @@ import pytest
 
 _FUNCTION = re.compile(r"Function : (\S+)")
 _OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]+?)\s*;")
 
 
 def cuobjdump() -> str | None:
@@ -53,3 +54,16 @@ def sass_opcodes(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
         elif current and (m := _OPCODE.search(line)):
             ops[current].append(m.group(1))
     return ops
+
+
+def sass_instructions(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
+    """Each kernel's instructions with their operands ('@!P0 LDG.E.128 R4, desc[UR8][R2.64]'), in program order."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in sass(cubin, tmp_path).splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+            out[current] = []
+        elif current and (m := _INSTRUCTION.search(line)):
+            out[current].append(m.group(1))
+    return out
