@@ -11,6 +11,7 @@ import pytest
 
 _FUNCTION = re.compile(r"Function : (\S+)")
 _OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
+_PREDICATED = re.compile(r"/\*[0-9a-f]{4}\*/\s+([^;]+?)\s*;")  # an instruction whole, predicate included
 
 
 def cuobjdump() -> str | None:
@@ -82,3 +83,16 @@ def sass_loops(listing: list[tuple[int, str, str]]) -> list[tuple[int, int]]:
         if op.startswith("BRA") and m and int(m.group(1), 16) < addr and int(m.group(1), 16) in index:
             loops.append((index[int(m.group(1), 16)], i))
     return sorted(loops, key=lambda loop: loop[1] - loop[0])
+
+
+def sass_instructions(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
+    """Each kernel's instructions with their operands ('@!P0 LDG.E.128 R4, desc[UR8][R2.64]'), in program order."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in sass(cubin, tmp_path).splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+            out[current] = []
+        elif current and (m := _PREDICATED.search(line)):
+            out[current].append(m.group(1))
+    return out

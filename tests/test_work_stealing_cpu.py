@@ -149,7 +149,8 @@ def test_clc_ptx_has_try_cancel_and_steal_does_not():
     steal = k.compile("sm_90a", "steal").ptx
     assert "clusterlaunchcontrol" not in steal
     assert "mbarrier.complete_tx.relaxed.cta.shared::cta.b64" in steal  # the software completion
-    assert "atom.add.relaxed.gpu.u64" in steal  # the ticket
+    assert "atom.add.relaxed.gpu.u64" in steal  # a block's first ticket
+    assert "atom.relaxed.gpu.global.add.u64" in steal and "elect.sync" in steal  # the loop's, by one elected lane
     assert steal.count("st.relaxed.sys.b64") == 1  # the slice report to host-mapped memory
     assert ".sys" not in clc  # CLC has no slices to report
 

@@ -177,6 +177,19 @@ static inline __device__ void named_barrier_sync(u32 id, u32 count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// atom.relaxed.gpu.global.add.u64 old, [p], v;  (sm_70)
+// cuda::atomic_ref<u64, thread_scope_device>::fetch_add(v, memory_order_relaxed), on the .global state
+// space: on a generic address ptxas also emits paths for shared and local memory, and where they merge
+// the thread waits for the result, right after the atomic, instead of where the result is first used.
+template <int D = 0>
+static inline __device__ u64 atom_add_relaxed_gpu_global(u64* p, u64 v) {
+  static_assert(arch_at_least<D>(70), "atom.relaxed.gpu needs sm_70");
+  u64 old;
+  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;"
+               : "=l"(old) : "l"(static_cast<u64>(__cvta_generic_to_global(p))), "l"(v) : "memory");
+  return old;
+}
+
 // %globaltimer: nanoseconds, the same clock on every SM (updates about every microsecond).  (sm_50)
 static inline __device__ u64 globaltimer_ns() {
   u64 t;

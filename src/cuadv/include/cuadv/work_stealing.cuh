@@ -124,10 +124,10 @@ struct alignas(16) Slots {
   unsigned long long bar;   // its phase completes when `result` has arrived
   // State one thread keeps from before the tile body to after it, here rather than in registers: a
   // register is allocated in every thread and would stay taken across the body (see kept()).
-  unsigned long long trace_start;  // tracing: %globaltimer before the body (the leader's)
-  unsigned long long trace_index;  // tracing: the tile being timed
   unsigned long long start_ns;     // Steal: when the block began; its time slice counts from here
+  alignas(16) unsigned long long trace[2];  // tracing: the tile being timed, %globaltimer before the body (the leader's)
   unsigned long long slice_ns;     // Steal: the block's time slice (0: none)
+  uint3 local;                     // clusters: this block's index in its cluster, added to each response's first ctaid
 };
 static inline __device__ Slots& slots() {
   __shared__ Slots s;
@@ -146,11 +146,35 @@ template <class T>
 static inline __device__ volatile T& kept(T& slot) {
   return const_cast<volatile T&>(slot);
 }
-static inline __device__ unsigned int thread_rank() {
-  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+// Tracing: `index` and %globaltimer into trace[0] and trace[1] with one 16-byte volatile store, and
+// the index read back from it, which the body then uses. A store alone may sink below the body
+// (ptxas moves a shared store past global accesses), keeping the start in two registers of every
+// thread across it; the body's accesses depending on the load that follows the store, it cannot.
+static inline __device__ unsigned long long stamp_trace(unsigned long long (&trace)[2], unsigned long long index) {
+  unsigned long long read;
+  asm volatile("{\n\t.reg .u64 t;\n\tmov.u64 t, %%globaltimer;\n\tst.volatile.shared.v2.u64 [%1], {%2, t};\n\t"
+               "ld.volatile.shared.u64 %0, [%1];\n\t}"
+               : "=l"(read) : "r"(ptx::smem_addr(trace)), "l"(index) : "memory");
+  return read;
+}
+// The unit index (x, y, z) of unit u of a grid of dx x dy x ... units when there are 2^32 or more: out of
+// line, so that its 64-bit divisions (calls themselves) take no registers from a loop that decodes units.
+static __device__ __noinline__ uint3 wide_unit_index(unsigned long long u, unsigned dx, unsigned dy) {
+  return make_uint3(static_cast<unsigned>(u % dx), static_cast<unsigned>((u / dx) % dy),
+                    static_cast<unsigned>(u / (static_cast<unsigned long long>(dx) * dy)));
+}
+// Thread 0 of the block (thread rank 0): no index multiplications, so nothing of it but %tid is kept.
+static inline __device__ bool first_thread() {
+  return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 }  // namespace detail
 
+// The scheduler holds the Schedule (in the constant bank), whether its thread leads the block, and
+// the current tile. What else it needs (units per dimension, cluster shape and rank) is derived from
+// the Schedule or a special register where it is used, and what the request loop carries from before
+// a tile body to after it lives in shared memory (detail::Slots): a value held in a register is held
+// in every thread across every body, and the registers the body can have set its occupancy. Across
+// the body the request loop keeps its round count and, in the submitting thread, the ticket in flight.
 template <class Policy>
 class Scheduler {
   static constexpr bool kCancel = cuda::std::is_same_v<Policy, ClusterLaunchControl>;
@@ -162,37 +186,33 @@ class Scheduler {
                 "ClusterLaunchControl needs sm_100 or newer; use cuadv::ws::Steal (or Auto) below it");
 
  public:
-  __device__ explicit Scheduler(const Schedule& s) : s_(s) {
-    for (int d = 0; d < 3; ++d) units_dim_[d] = s.tiles[d] / s.cluster[d];
-    units_ = static_cast<unsigned long long>(units_dim_[0]) * units_dim_[1] * units_dim_[2];
-    cluster_size_ = s.cluster[0] * s.cluster[1] * s.cluster[2];
-    clustered_ = cluster_size_ > 1;
-    local_ = make_uint3(0, 0, 0);
-#if CUADV_ARCH >= 900
-    if (clustered_) {
-      const dim3 local = cg::this_cluster().block_index();
-      local_ = make_uint3(local.x, local.y, local.z);
-      cluster_rank_ = cg::this_cluster().block_rank();
-    }
-#endif
-    leader_ = detail::thread_rank() == 0;
-  }
+  __device__ explicit Scheduler(const Schedule& s) : s_(s), leader_(detail::first_thread()) {}
 
   // Finds this block's first tile. False: nothing left for it; return from the kernel at once
   // (before the prologue), as a block whose launch was cancelled would never have run.
   __device__ bool begin() {
     if constexpr (kStrided) {
       unit_ = cluster_index();
-      if (unit_ >= units_) return false;
-      tile_ = tile_of_unit(unit_for(unit_));
+      if (!is_unit(unit_)) return false;
+      tile_ = tile_of_unit(unit_for(unit_), local_index());
       return true;
     } else {
-      tile_ = tile_of_ctaid(make_uint3(blockIdx.x - local_.x, blockIdx.y - local_.y, blockIdx.z - local_.z));
+      const uint3 local = local_index();
+      if constexpr (!kSteal) {  // this block's own tile (its unit's first block is blockIdx - local), or its unit's in order
+        if (s_.order == nullptr) tile_ = make_tile(blockIdx.x, blockIdx.y, blockIdx.z);
+        else tile_ = tile_of_ctaid(make_uint3(blockIdx.x - local.x, blockIdx.y - local.y, blockIdx.z - local.z), local);
+      }
       if constexpr (kRequestLoop) {
-        if (leader_) {
+        if (leader()) {
           detail::Slots& sl = detail::slots();
           ptx::mbarrier_init(&sl.bar, 1);
-          if (clustered_) ptx::fence_mbarrier_init_release_cluster();  // init visible to the cluster's remote completions
+          if (clustered()) {
+            ptx::fence_mbarrier_init_release_cluster();  // init visible to the cluster's remote completions
+            // For decoding responses (kept_local_index); read after the unit's first sync.
+            detail::kept(sl.local.x) = local.x;
+            detail::kept(sl.local.y) = local.y;
+            detail::kept(sl.local.z) = local.z;
+          }
         }
       }
       if constexpr (kSteal) {
@@ -201,16 +221,18 @@ class Scheduler {
         // takes min_units tickets unless the work is gone, and the grid has at least units / min_units
         // blocks, which is what makes tickets 0 .. units-1 all taken.
         detail::Slots& sl = detail::slots();
-        if (leader_ && cluster_rank_ == 0) detail::kept(sl.start_ns) = ptx::globaltimer_ns();  // the slice counts from here
-        if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before remote writes
-        if (leader_ && cluster_rank_ == 0) publish(first_claim());
+        if (submitter()) detail::kept(sl.start_ns) = ptx::globaltimer_ns();  // the slice counts from here
+#if CUADV_ARCH >= 900
+        if (clustered()) cg::this_cluster().sync();  // every block of the cluster runs before remote writes
+#endif
+        if (submitter()) publish(first_claim());
         sync_unit();  // the response (and the barrier init) is visible to every thread of the unit
         const uint4 first = sl.result;
         if (first.x == 0) {
           exit_protocol();
           return false;
         }
-        tile_ = make_tile(first.y + local_.x, first.z + local_.y, first.w + local_.z);
+        tile_ = make_tile(first.y + local.x, first.z + local.y, first.w + local.z);
       }
       return true;
     }
@@ -222,13 +244,14 @@ class Scheduler {
     if constexpr (cuda::std::is_same_v<Policy, FixedWork>) {
       run_tile(body, tile_);
     } else if constexpr (cuda::std::is_same_v<Policy, FixedBlocks>) {
-      const unsigned long long stride = grid_clusters();
-      for (unsigned long long i = unit_; i < units_; i += stride) run_tile(body, tile_of_unit(unit_for(i)));
+      const unsigned long long stride = grid_clusters(), units = unit_count();
+      const uint3 local = local_index();
+      for (unsigned long long i = unit_; i < units; i += stride) run_tile(body, tile_of_unit(unit_for(i), local));
     } else if constexpr (kCounter) {
       counter_loop(body);
     } else {
       if constexpr (kSteal) {
-        if (leader_ && cluster_rank_ == 0) {  // only the submitter reads the slice
+        if (submitter()) {  // only the submitter reads the slice
           detail::Slots& sl = detail::slots();
           const unsigned long long prologue = ptx::globaltimer_ns() - detail::kept(sl.start_ns);
           unsigned long long slice = s_.quantum_ns;
@@ -236,8 +259,10 @@ class Scheduler {
           detail::kept(sl.slice_ns) = slice;
         }
       }
-      unsigned int ran = 1;  // units this block will have run after this round's tile
-      unsigned long long claim = 0;
+      // ran: units this block will have run after this round's tile. It also gives the parity of the
+      // response barrier's phase this round waits for, (ran - 1) % 2, so no phase is kept besides it.
+      unsigned int ran = 1;
+      unsigned long long claim = kRefused;
       for (;; ++ran) {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
@@ -245,7 +270,7 @@ class Scheduler {
         claim = request(ran);  // in flight while the body runs
         run_tile(body, tile_);
         if constexpr (kSteal) complete_software_request(claim);
-        if (!wait_and_decode()) break;  // a failed response: no further request, no decoding
+        if (!wait_and_decode((ran - 1) & 1)) break;  // a failed response: no further request, no decoding
       }
       if constexpr (kSteal) {
         if (claim == kRefused) report_slice(ran);  // only the submitter's request is ever refused
@@ -257,35 +282,78 @@ class Scheduler {
   __device__ const Tile& tile() const { return tile_; }
 
  private:
+  // ---- derived from the Schedule (its constant bank) or a special register where used ----
+  __device__ unsigned cluster_size() const { return s_.cluster[0] * s_.cluster[1] * s_.cluster[2]; }
+  __device__ bool clustered() const { return cluster_size() > 1; }
+  __device__ unsigned units_dim(int d) const { return s_.tiles[d] / s_.cluster[d]; }
+  __device__ unsigned long long tile_count() const {
+    return static_cast<unsigned long long>(s_.tiles[0]) * s_.tiles[1] * s_.tiles[2];
+  }
+  __device__ unsigned long long unit_count() const {
+    return static_cast<unsigned long long>(units_dim(0)) * units_dim(1) * units_dim(2);
+  }
+  // u < units, without a division: every dimension of the tile grid is a multiple of the cluster's, so
+  // units = tiles / cluster exactly (no overflow: the u checked stay below 2^33, clusters at 16 blocks).
+  __device__ bool is_unit(unsigned long long u) const { return u * cluster_size() < tile_count(); }
+  // Units in one dimension (x): the unit index is the first block's x / cluster x, no division to decode.
+  __device__ bool one_dimensional() const { return s_.tiles[1] == s_.cluster[1] && s_.tiles[2] == s_.cluster[2]; }
+  __device__ bool leader() const { return leader_; }
+  // The thread that submits each request: thread 0 of the block, or of the cluster's rank 0 block.
+  __device__ bool submitter() const {
+#if CUADV_ARCH >= 900
+    if (clustered()) return leader() && cg::this_cluster().block_rank() == 0;
+#endif
+    return leader();
+  }
+  // This block's index within its cluster ((0, 0, 0) without clusters). %cluster_ctaid is computed
+  // from %ctaid (divisions), so the request loop reads its copy in shared memory instead (kept_local_index).
+  __device__ uint3 local_index() const {
+#if CUADV_ARCH >= 900
+    if (clustered()) {
+      const dim3 local = cg::this_cluster().block_index();
+      return make_uint3(local.x, local.y, local.z);
+    }
+#endif
+    return make_uint3(0, 0, 0);
+  }
+  // The request loop: local_index() as begin() left it in shared memory, read where used (a volatile
+  // read, which the compiler does not hoist out of the tile loop into registers).
+  __device__ uint3 kept_local_index() const {
+    if (!clustered()) return make_uint3(0, 0, 0);
+    const detail::Slots& sl = detail::slots();
+    return make_uint3(detail::kept(sl.local.x), detail::kept(sl.local.y), detail::kept(sl.local.z));
+  }
+
   // AtomicCounter: units 0 .. grid-1 are the blocks' (clusters') first; the k-th claim of the launch
   // (counter value k) is unit grid + k. The claim is a relaxed atomicAdd: only uniqueness matters, its
   // single modification order gives it; nothing else is ordered by it.
   template <class Body>
   __device__ void counter_loop(Body& body) {
     const unsigned long long grid = grid_clusters();
-    const bool submitter = leader_ && cluster_rank_ == 0;
+    const bool submits = submitter();
+    const uint3 local = local_index();
     unsigned long long* slot = detail::next_unit_slots();
 #if CUADV_ARCH >= 900
-    if (clustered_) cg::this_cluster().sync();  // every block of the cluster runs before the first remote write
+    if (clustered()) cg::this_cluster().sync();  // every block of the cluster runs before the first remote write
 #endif
     for (unsigned round = 0;; ++round) {
       unsigned long long next = 0;
-      if (submitter) next = atomicAdd(&s_.state->word, 1ull) + grid;  // in flight while the body runs
+      if (submits) next = atomicAdd(&s_.state->word, 1ull) + grid;  // in flight while the body runs
       run_tile(body, tile_);
-      if (submitter) publish_unit(&slot[round & 1], next);
+      if (submits) publish_unit(&slot[round & 1], next);
       sync_unit();  // the published unit is visible to every thread of the unit (cluster)
       const unsigned long long unit = slot[round & 1];
-      if (unit >= units_) return;  // every block of the cluster leaves after the same barrier: no remote write after
-      tile_ = tile_of_unit(unit_for(unit));
+      if (!is_unit(unit)) return;  // every block of the cluster leaves after the same barrier: no remote write after
+      tile_ = tile_of_unit(unit_for(unit), local);
     }
   }
 
   // AtomicCounter: the next unit into this block's slot, and with clusters into every block's.
   __device__ void publish_unit(unsigned long long* slot, unsigned long long unit) const {
 #if CUADV_ARCH >= 900
-    if (clustered_) {
+    if (clustered()) {
       const unsigned addr = ptx::smem_addr(slot);
-      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_u64(ptx::mapa_shared_cluster(addr, r), unit);
+      for (unsigned r = 0; r < cluster_size(); ++r) ptx::st_shared_cluster_u64(ptx::mapa_shared_cluster(addr, r), unit);
       return;
     }
 #endif
@@ -298,17 +366,15 @@ class Scheduler {
 
   // First block (cluster-local index 0) of a unit of work, as the hardware's get_first_ctaid.
   __device__ uint3 first_ctaid_of_unit(unsigned long long u) const {
-    if (units_dim_[1] == 1 && units_dim_[2] == 1)  // 1-D: u < 2^31, no division
+    if (one_dimensional())  // u < 2^31, no division
       return make_uint3(static_cast<unsigned>(u) * s_.cluster[0], 0, 0);
-    if (units_ <= 0xffffffffull) {  // every index and plane size fits 32 bits: far cheaper division
-      const unsigned v = static_cast<unsigned>(u), per_plane = units_dim_[0] * units_dim_[1];
-      return make_uint3((v % units_dim_[0]) * s_.cluster[0], ((v / units_dim_[0]) % units_dim_[1]) * s_.cluster[1],
-                        (v / per_plane) * s_.cluster[2]);
+    const unsigned dx = units_dim(0), dy = units_dim(1);
+    if (tile_count() < static_cast<unsigned long long>(cluster_size()) << 32) {  // every index and plane size fits 32 bits
+      const unsigned v = static_cast<unsigned>(u), per_plane = dx * dy;
+      return make_uint3((v % dx) * s_.cluster[0], ((v / dx) % dy) * s_.cluster[1], (v / per_plane) * s_.cluster[2]);
     }
-    const unsigned ux = static_cast<unsigned>(u % units_dim_[0]);
-    const unsigned uy = static_cast<unsigned>((u / units_dim_[0]) % units_dim_[1]);
-    const unsigned uz = static_cast<unsigned>(u / (static_cast<unsigned long long>(units_dim_[0]) * units_dim_[1]));
-    return make_uint3(ux * s_.cluster[0], uy * s_.cluster[1], uz * s_.cluster[2]);
+    const uint3 c = detail::wide_unit_index(u, dx, dy);
+    return make_uint3(c.x * s_.cluster[0], c.y * s_.cluster[1], c.z * s_.cluster[2]);
   }
 
   // The unit handed out i-th: order[i] when the schedule carries an order, else i.
@@ -316,22 +382,22 @@ class Scheduler {
     return s_.order != nullptr ? s_.order[i] : i;
   }
 
-  __device__ Tile tile_of_unit(unsigned long long u) const {
+  __device__ Tile tile_of_unit(unsigned long long u, uint3 local) const {
     const uint3 c = first_ctaid_of_unit(u);
-    return make_tile(c.x + local_.x, c.y + local_.y, c.z + local_.z);
+    return make_tile(c.x + local.x, c.y + local.y, c.z + local.z);
   }
 
   // For grids launched over the tile grid (FixedWork, CLC): the block at `first` (cluster-local 0)
   // stands for the unit with its linear index, handed out through order like a ticket.
-  __device__ Tile tile_of_ctaid(uint3 first) const {
-    if (s_.order == nullptr) return make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);
-    const unsigned long long i = first.x / s_.cluster[0] + static_cast<unsigned long long>(units_dim_[0]) *
-        (first.y / s_.cluster[1] + static_cast<unsigned long long>(units_dim_[1]) * (first.z / s_.cluster[2]));
-    return tile_of_unit(unit_for(i));
+  __device__ Tile tile_of_ctaid(uint3 first, uint3 local) const {
+    if (s_.order == nullptr) return make_tile(first.x + local.x, first.y + local.y, first.z + local.z);
+    const unsigned long long i = first.x / s_.cluster[0] + static_cast<unsigned long long>(units_dim(0)) *
+        (first.y / s_.cluster[1] + static_cast<unsigned long long>(units_dim(1)) * (first.z / s_.cluster[2]));
+    return tile_of_unit(unit_for(i), local);
   }
 
   __device__ unsigned long long grid_clusters() const {
-    return static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z / cluster_size_;
+    return static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z / cluster_size();
   }
 
   __device__ unsigned long long cluster_index() const {
@@ -342,7 +408,7 @@ class Scheduler {
 
   __device__ void sync_unit() const {
 #if CUADV_ARCH >= 900
-    if (clustered_) {
+    if (clustered()) {
       cg::this_cluster().sync();  // orders all blocks' previous reads of their result
       return;
     }
@@ -354,20 +420,18 @@ class Scheduler {
   __device__ void run_tile(Body& body, const Tile& t) const {
     if constexpr (kRequestLoop) {  // the tile and its start wait in shared memory, not in registers across the body
       detail::Slots& sl = detail::slots();
-      if (s_.trace != nullptr && leader_) {
-        detail::kept(sl.trace_index) = t.index;
-        detail::kept(sl.trace_start) = ptx::globaltimer_ns();
-      }
-      body(t);
-      if (s_.trace != nullptr && leader_) {
+      Tile timed = t;
+      if (s_.trace != nullptr && leader()) timed.index = detail::stamp_trace(sl.trace, t.index);
+      body(timed);
+      if (s_.trace != nullptr && leader()) {
         const unsigned long long end = ptx::globaltimer_ns();
-        s_.trace[detail::kept(sl.trace_index)] = TraceRecord{ptx::smid(), block_index(), detail::kept(sl.trace_start), end};
+        s_.trace[detail::kept(sl.trace[0])] = TraceRecord{ptx::smid(), block_index(), detail::kept(sl.trace[1]), end};
       }
     } else {
       unsigned long long start = 0;
-      if (s_.trace != nullptr && leader_) start = ptx::globaltimer_ns();
+      if (s_.trace != nullptr && leader()) start = ptx::globaltimer_ns();
       body(t);
-      if (s_.trace != nullptr && leader_) s_.trace[t.index] = TraceRecord{ptx::smid(), block_index(), start, ptx::globaltimer_ns()};
+      if (s_.trace != nullptr && leader()) s_.trace[t.index] = TraceRecord{ptx::smid(), block_index(), start, ptx::globaltimer_ns()};
     }
   }
 
@@ -379,15 +443,15 @@ class Scheduler {
   // run by this block so far (the current one included) decide whether the slice may end.
   __device__ unsigned long long request(unsigned int ran) {
     detail::Slots& sl = detail::slots();
-    const bool submitter = leader_ && cluster_rank_ == 0;
+    const bool submits = submitter();
     unsigned long long claim = kRefused;
-    if (submitter) {
+    if (submits) {
       if constexpr (kCancel) {
         // Acquire write access to `result` for the async proxy, after the generic reads of the last round.
         ptx::fence_proxy_async_generic_acquire_cluster();
 #if CUADV_ARCH >= 1000
         // try_cancel is a uniform instruction: invoke_one lets the compiler drop the peeling loop.
-        if (clustered_) {
+        if (clustered()) {
           cg::invoke_one(cg::coalesced_threads(), [&] { ptx::clusterlaunchcontrol_try_cancel_multicast(&sl.result, &sl.bar); });
         } else {
           cg::invoke_one(cg::coalesced_threads(), [&] { ptx::clusterlaunchcontrol_try_cancel(&sl.result, &sl.bar); });
@@ -397,18 +461,21 @@ class Scheduler {
         // Software stand-in for try_cancel: a ticket, or a refusal once the time slice is spent.
         const unsigned long long slice = detail::kept(sl.slice_ns);
         const bool expired = slice != 0 && ran >= s_.min_units && ptx::globaltimer_ns() - detail::kept(sl.start_ns) >= slice;
-        if (!expired) claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
+        // The ticket stays in flight across the body, its registers first read after it. elect.sync (invoke_one):
+        // ptxas sees one lane take it, so it does not combine the warp's atomics into one (a vote, the atomic,
+        // then a shuffle of its result, which waited for the ticket before the body).
+        if (!expired) cg::invoke_one(cg::coalesced_threads(), [&] { claim = ptx::atom_add_relaxed_gpu_global(&s_.state->word, 1); });
       }
     }
     // Steal: the submitter arrives on its own block's barrier only after writing the response
     // (complete_software_request), so its arrival orders that write for the waiting threads.
-    if (leader_ && !(kSteal && submitter)) arrive_expect_response();
+    if (leader() && !(kSteal && submits)) arrive_expect_response();
     return claim;
   }
 
   __device__ void arrive_expect_response() const {
     detail::Slots& sl = detail::slots();
-    if (clustered_) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
+    if (clustered()) ptx::mbarrier_arrive_expect_tx_relaxed<true>(&sl.bar, sizeof(uint4));
     else ptx::mbarrier_arrive_expect_tx_relaxed<false>(&sl.bar, sizeof(uint4));
   }
 
@@ -421,25 +488,28 @@ class Scheduler {
   __device__ uint4 response_for(unsigned long long claim) const {
     if (claim == kRefused) return make_uint4(0, 0, 0, 0);
     const unsigned long long ticket = claim & 0xffffffffull;
-    if (ticket >= units_) return make_uint4(0, 0, 0, 0);
+    if (!is_unit(ticket)) return make_uint4(0, 0, 0, 0);
     const uint3 c = first_ctaid_of_unit(unit_for(ticket));
     return make_uint4(1, c.x, c.y, c.z);
   }
 
   // A block's first claim. A block launched after the work is gone sees it with one load and
   // leaves without a read-modify-write. Tagged: the first block of a launch to see another
-  // launch's tag starts this launch's count (taking ticket 0).
+  // launch's tag starts this launch's count (taking ticket 0). The restart is a relaxed atomicCAS,
+  // which returns what it saw (atomic_ref's compare_exchange updates `seen` through its address,
+  // which put it in a stack frame).
   __device__ uint4 first_claim() const {
-    auto word = state_word();
-    unsigned long long seen = word.load(cuda::memory_order_relaxed);
+    unsigned long long seen = state_word().load(cuda::memory_order_relaxed);
     if (!counted()) {
       const unsigned long long tag = (ptx::grid_id() & 0xffffffffull) << 32;
       while ((seen & ~0xffffffffull) != tag) {  // an earlier launch's count: restart it under this tag
-        if (word.compare_exchange_weak(seen, tag | 1, cuda::memory_order_relaxed)) return response_for(tag);
+        const unsigned long long before = atomicCAS(&s_.state->word, seen, tag | 1);
+        if (before == seen) return response_for(tag);
+        seen = before;
       }
     }
-    if ((seen & 0xffffffffull) >= units_) return make_uint4(0, 0, 0, 0);
-    return response_for(word.fetch_add(1, cuda::memory_order_relaxed));
+    if (!is_unit(seen & 0xffffffffull)) return make_uint4(0, 0, 0, 0);
+    return response_for(state_word().fetch_add(1, cuda::memory_order_relaxed));
   }
 
   __device__ bool counted() const { return (s_.flags & kCountExits) != 0; }
@@ -449,7 +519,7 @@ class Scheduler {
   // competed, where later blocks may run in the lighter tail and look faster than the launch was.
   // After the loop, so it costs the loop no registers; 32-bit arithmetic (slices past 4.29 s saturate).
   __device__ void report_slice(unsigned int done) const {
-    if (!(leader_ && cluster_rank_ == 0) || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
+    if (!submitter() || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
     const unsigned long long launch = ptx::grid_id() + 1;  // never 0, the state's initial value
     cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> reported(s_.state->reported);
     if (reported.exchange(launch, cuda::memory_order_relaxed) == launch) return;  // this launch has reported
@@ -464,7 +534,7 @@ class Scheduler {
 
   // Counted reset: the last unit of the grid to exit sets the word back to zero.
   __device__ void exit_protocol() const {
-    if (!counted() || !(leader_ && cluster_rank_ == 0)) return;
+    if (!counted() || !submitter()) return;
     // Relaxed is enough: claims and exits update one word, so the exit that brings the count to
     // the number of units comes after every other unit's last update in its modification order.
     const unsigned long long before = state_word().fetch_add(kExited, cuda::memory_order_relaxed);
@@ -474,9 +544,9 @@ class Scheduler {
   // The first response, written into every block of the unit (made visible by the sync after it).
   __device__ void publish(uint4 response) const {
     detail::Slots& sl = detail::slots();
-    if (clustered_) {
+    if (clustered()) {
       const unsigned result_addr = ptx::smem_addr(&sl.result);
-      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
+      for (unsigned r = 0; r < cluster_size(); ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
     } else {
       sl.result = response;
     }
@@ -486,14 +556,14 @@ class Scheduler {
   // behind it): write the response into every block of the cluster, complete 16 transaction bytes
   // on each barrier, as the async proxy does for try_cancel.
   __device__ void complete_software_request(unsigned long long claim) const {
-    if (!(leader_ && cluster_rank_ == 0)) return;
+    if (!submitter()) return;
     const uint4 response = response_for(claim);
     detail::Slots& sl = detail::slots();
-    if (clustered_) {
+    if (clustered()) {
       const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
-      for (unsigned r = 0; r < cluster_size_; ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
+      for (unsigned r = 0; r < cluster_size(); ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
       ptx::fence_acq_rel_cluster();  // the response stores above happen before the completions below
-      for (unsigned r = 0; r < cluster_size_; ++r) ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
+      for (unsigned r = 0; r < cluster_size(); ++r) ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
     } else {
       sl.result = response;
       // The response store happens before the completion below; only this block waits on it, so
@@ -504,41 +574,33 @@ class Scheduler {
     arrive_expect_response();  // the arrival that completes this block's phase, after the response
   }
 
-  // Wait for the response, decode it. False on a failed response (never decoded further).
-  __device__ bool wait_and_decode() {
+  // Wait for the phase of the response barrier with this parity, decode the response. False on a
+  // failed response (never decoded further).
+  __device__ bool wait_and_decode(unsigned parity) {
     detail::Slots& sl = detail::slots();
-    if (clustered_) { while (!ptx::mbarrier_try_wait_parity_acquire<true>(&sl.bar, phase_)) {} }
-    else { while (!ptx::mbarrier_try_wait_parity_acquire<false>(&sl.bar, phase_)) {} }
-    phase_ ^= 1;
+    if (clustered()) { while (!ptx::mbarrier_try_wait_parity_acquire<true>(&sl.bar, parity)) {} }
+    else { while (!ptx::mbarrier_try_wait_parity_acquire<false>(&sl.bar, parity)) {} }
     const uint4 response = sl.result;
-    uint3 first;
     if constexpr (kCancel) {
 #if CUADV_ARCH >= 1000
       if (!ptx::clusterlaunchcontrol_query_cancel_is_canceled(response)) return false;
-      first = ptx::clusterlaunchcontrol_query_cancel_get_first_ctaid(response);
-      tile_ = tile_of_ctaid(first);  // the cancelled block's index is the ticket: map it through order
+      // The cancelled block's index is the ticket: map it through order.
+      tile_ = tile_of_ctaid(ptx::clusterlaunchcontrol_query_cancel_get_first_ctaid(response), kept_local_index());
+      // Release read access to `result` to the async proxy: our reads above come before its next write.
+      ptx::fence_proxy_async_generic_release_cluster();
 #endif
     } else {
+      // Steal's response is a generic store, ordered by the sync at the top of the loop.
       if (response.x == 0) return false;
-      first = make_uint3(response.y, response.z, response.w);
-      tile_ = make_tile(first.x + local_.x, first.y + local_.y, first.z + local_.z);  // already mapped
+      const uint3 local = kept_local_index();
+      tile_ = make_tile(response.y + local.x, response.z + local.y, response.w + local.z);  // already mapped
     }
-    // Release read access to `result` to the async proxy: our reads above come before its next
-    // write. Steal's response is a generic store, ordered by the sync at the top of the loop.
-    if constexpr (kCancel) ptx::fence_proxy_async_generic_release_cluster();
     return true;
   }
 
   const Schedule s_;  // by value: members stay in the constant bank of the kernel parameter
-  unsigned units_dim_[3];
-  unsigned long long units_ = 0;
-  unsigned long long unit_ = 0;
-  unsigned cluster_size_ = 1;
-  unsigned cluster_rank_ = 0;
-  uint3 local_;
-  bool clustered_ = false;
-  bool leader_ = false;
-  unsigned phase_ = 0;
+  const bool leader_;  // thread 0 of the block
+  unsigned long long unit_ = 0;  // FixedBlocks, AtomicCounter: this block's first unit
   Tile tile_{};
 };
 
