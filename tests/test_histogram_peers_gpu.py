@@ -41,6 +41,9 @@ def test_cub_histogram_even_equals_cupy(cp, cub, dtype, bins, n):
     temp = cub.temp_bytes(dtype, bins, lo, hi, n, ptr, hist.data.ptr)
     assert temp > 0
     buf = cp.empty(temp, dtype=cp.uint8)
+    # The poison and the upload ran on CuPy's stream, which a non-blocking stream does not wait for: without
+    # this wait CUB's zeroing could land before the poison (seen once at 1M bins and n = 0).
+    cp.cuda.get_current_stream().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         cub.run(buf.data.ptr, temp, ptr, dtype, hist.data.ptr, bins, lo, hi, n, stream.ptr)
