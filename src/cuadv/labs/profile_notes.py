@@ -51,3 +51,9 @@ VECSCALE = (
     "2026-12-02 05:00 it holds 46-50, and at 1 GiB steal read 90.6-92.6% of the copy ceiling across the shapes "
     "against 93.4% for fixed_work's best (cuadv bench vecscale, 05:10): the registers were not what held it back, "
     "and the rest is not profiled yet")
+
+
+def histogram_note(dtype: str, dist: str, bins: int) -> str | None:
+    """The profile's finding for cuadv's kernel on this histogram case, or None where none was profiled."""
+    found = HISTOGRAM.get((dtype, dist, bins))
+    return f"why ({PROFILED}): {found}" if found else None
