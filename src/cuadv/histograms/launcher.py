@@ -18,8 +18,8 @@ from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureE
 from ..features import require
 from ..interop import DeviceArray
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
-                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _counter_bytes, hot_max, kernel_expressions,
-                    plan_histogram)
+                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _counter_bytes, hot_max,
+                    kernel_expressions, plan_histogram)
 
 
 def device_array(obj: Any, what: str) -> DeviceArray:
