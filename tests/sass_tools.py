@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -43,17 +44,22 @@ def sass_ops(cubin: bytes, tmp_path: Path) -> dict[str, set[str]]:
     return {name: set(ops) for name, ops in sass_opcodes(cubin, tmp_path).items()}
 
 
-def sass_opcodes(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
-    """Each kernel's opcodes (mangled name -> opcodes in program order) of a cubin."""
-    ops: dict[str, list[str]] = {}
+def _per_kernel(cubin: bytes, tmp_path: Path, pattern: re.Pattern, item: Callable[[re.Match], Any]) -> dict[str, list]:
+    """item(match) for each SASS line that ``pattern`` matches, per kernel (mangled name), in program order."""
+    out: dict[str, list] = {}
     current = None
     for line in sass(cubin, tmp_path).splitlines():
         if m := _FUNCTION.search(line):
             current = m.group(1)
-            ops[current] = []
-        elif current and (m := _OPCODE.search(line)):
-            ops[current].append(m.group(1))
-    return ops
+            out[current] = []
+        elif current and (m := pattern.search(line)):
+            out[current].append(item(m))
+    return out
+
+
+def sass_opcodes(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
+    """Each kernel's opcodes (mangled name -> opcodes in program order) of a cubin."""
+    return _per_kernel(cubin, tmp_path, _OPCODE, lambda m: m.group(1))
 
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)([^;]*);")
@@ -62,15 +68,7 @@ _TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
 
 def sass_listing(cubin: bytes, tmp_path: Path) -> dict[str, list[tuple[int, str, str]]]:
     """Each kernel's instructions (mangled name -> (address, opcode, operands) in program order) of a cubin."""
-    out: dict[str, list[tuple[int, str, str]]] = {}
-    current = None
-    for line in sass(cubin, tmp_path).splitlines():
-        if m := _FUNCTION.search(line):
-            current = m.group(1)
-            out[current] = []
-        elif current and (m := _INSTRUCTION.search(line)):
-            out[current].append((int(m.group(1), 16), m.group(2), m.group(3).strip()))
-    return out
+    return _per_kernel(cubin, tmp_path, _INSTRUCTION, lambda m: (int(m.group(1), 16), m.group(2), m.group(3).strip()))
 
 
 def sass_loops(listing: list[tuple[int, str, str]]) -> list[tuple[int, int]]:
@@ -87,12 +85,4 @@ def sass_loops(listing: list[tuple[int, str, str]]) -> list[tuple[int, int]]:
 
 def sass_instructions(cubin: bytes, tmp_path: Path) -> dict[str, list[str]]:
     """Each kernel's instructions with their operands ('@!P0 LDG.E.128 R4, desc[UR8][R2.64]'), in program order."""
-    out: dict[str, list[str]] = {}
-    current = None
-    for line in sass(cubin, tmp_path).splitlines():
-        if m := _FUNCTION.search(line):
-            current = m.group(1)
-            out[current] = []
-        elif current and (m := _PREDICATED.search(line)):
-            out[current].append(m.group(1))
-    return out
+    return _per_kernel(cubin, tmp_path, _PREDICATED, lambda m: m.group(1))
