@@ -18,6 +18,7 @@ from cuadv.histograms.api import SAMPLES
 from cuadv.histograms.plans import (CLUSTER_SIZES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_MAX_LOCAL, MAX_REPLICAS,
                                     REPLICA_BUDGET, THREADS, exchange_chunk, hot_max)
 from cuadv.timing import synchronize
+from cuadv.work_stealing.policies import runnable_policies
 
 pytestmark = pytest.mark.gpu
 
@@ -149,14 +150,8 @@ def tile_kernel(policy: str, cluster: int, quantum_us: float | None) -> TileKern
     return _kernels[key]
 
 
-def policies() -> list[str]:
-    caps = current_device().caps
-    out = ["fixed_work", "fixed_blocks", "atomic_counter", "auto"]
-    if caps.compute_capability >= (9, 0):
-        out.append("steal")
-    if caps.clc:
-        out.append("clc")
-    return out
+def policies() -> tuple[str, ...]:
+    return runnable_policies(current_device().caps.compute_capability)
 
 
 PRIMES = [2, 3, 97, 1009, 7919, 65_537, 1_000_003]

@@ -322,3 +322,11 @@ def test_atomic_counter_launch_is_preceded_by_a_memset_on_its_stream(fake_occupa
     assert k.last_launch.config.grid == (3 * 132, 1, 1)
     k(50_000, 0x2000, stream=7, policy="fixed_blocks")
     assert enqueued[-1] == ("kernel", 0, 7) and len(enqueued) == 7
+
+
+def test_runnable_policies_are_what_resolve_policy_accepts():
+    from cuadv.work_stealing.policies import runnable_policies
+
+    assert runnable_policies((8, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "auto")
+    assert runnable_policies((9, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto")
+    assert runnable_policies((10, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")

@@ -8,6 +8,7 @@ import pytest
 
 from cuadv import TileKernel, current_device
 from cuadv.timing import synchronize
+from cuadv.work_stealing.policies import runnable_policies
 
 pytestmark = pytest.mark.gpu
 
@@ -26,14 +27,8 @@ SPIN_1US = """
 """
 
 
-def policies():
-    caps = current_device().caps
-    out = ["fixed_work", "fixed_blocks", "atomic_counter", "auto"]
-    if caps.compute_capability >= (9, 0):
-        out.append("steal")
-    if caps.clc:
-        out.append("clc")
-    return out
+def policies() -> tuple[str, ...]:
+    return runnable_policies(current_device().caps.compute_capability)
 
 
 def run_counts(cp, kernel, tiles, launches=1, stream=None, **kw):

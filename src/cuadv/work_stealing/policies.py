@@ -41,6 +41,18 @@ def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
     return policy
 
 
+def runnable_policies(cc: tuple[int, int]) -> tuple[str, ...]:
+    """Every policy name a GPU of compute capability ``cc`` runs (those ``resolve_policy`` accepts)."""
+    out = []
+    for policy in POLICIES:
+        try:
+            resolve_policy(policy, cc)
+        except UnsupportedFeatureError:
+            continue
+        out.append(policy)
+    return tuple(out)
+
+
 def policy_for_arch(policy: str, arch: str) -> str:
     """``resolve_policy`` for a compile target ("sm_90a"), so code can be built without the GPU."""
     return resolve_policy(policy, parse_arch(arch))
