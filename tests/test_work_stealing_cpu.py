@@ -6,7 +6,7 @@ import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.work_stealing import (Schedule, SliceReport, TileKernel, check_quantum, check_tiles, learned_min_units,
-                                 resolve_policy)
+                                 resolve_policy, steal_grid_units)
 
 COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
 
@@ -57,13 +57,23 @@ def test_invalid_min_tiles(kw, match):
 
 
 @pytest.mark.parametrize("min_tiles, tiles, cluster, grid", [(1, (1001, 1, 1), 1, (1001, 1, 1)),
-                                                             (7, (1001, 1, 1), 1, (143, 1, 1)),
-                                                             (4, (10, 7, 3), 1, (53, 1, 1)),
-                                                             (3, (40, 6, 1), (2, 2, 1), (40, 2, 1))])
+                                                             (7, (1001, 1, 1), 1, (143 + 10, 1, 1)),
+                                                             (4, (10, 7, 3), 1, (53 + 10, 1, 1)),
+                                                             (3, (40, 6, 1), (2, 2, 1), (2 * (20 + 10), 2, 1)),
+                                                             (50, (30, 1, 1), 1, (1 + 10, 1, 1)),
+                                                             (3, (12, 1, 1), 1, (12, 1, 1))])
 def test_steal_grid_shrinks_by_min_tiles(min_tiles, tiles, cluster, grid):
-    """ceil(units / min_tiles) blocks (clusters) take every unit when each takes min_tiles."""
+    """ceil(units / min_tiles) blocks (clusters) take every unit when each takes min_tiles, and a spare wave of
+    the units that fit at once (10 here) refills the SMs that the last yields free; never more than the units."""
     k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, min_tiles=min_tiles, cluster=cluster)
+    k._resident[None] = 10  # what the occupancy query of a compiled kernel would give
     assert k.launch_config(None, "steal", tiles).grid == grid
+
+
+@pytest.mark.parametrize("units, k, resident, blocks", [(8448, 5, 1056, 1690 + 1056), (8448, 1, 1056, 8448),
+                                                        (100, 7, 1056, 100), (32768, 7, 660, 4682 + 660)])
+def test_steal_grid_units(units, k, resident, blocks):
+    assert steal_grid_units(units, k, resident) == blocks
 
 
 def test_slice_report_word():
@@ -148,7 +158,7 @@ def test_clc_ptx_has_try_cancel_and_steal_does_not():
     assert "fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster" in clc
     steal = k.compile("sm_90a", "steal").ptx
     assert "clusterlaunchcontrol" not in steal
-    assert "mbarrier.complete_tx.relaxed.cta.shared::cta.b64" in steal  # the software completion
+    assert "mbarrier.complete_tx.relaxed.cluster.shared::cluster.b64" in steal  # the software completion (clusters)
     assert "atom.add.relaxed.gpu.u64" in steal  # a block's first ticket
     assert "atom.relaxed.gpu.global.add.u64" in steal and "elect.sync" in steal  # the loop's, by one elected lane
     assert steal.count("st.relaxed.sys.b64") == 1  # the slice report to host-mapped memory

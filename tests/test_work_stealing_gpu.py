@@ -8,6 +8,7 @@ import pytest
 
 from cuadv import TileKernel, current_device
 from cuadv.timing import synchronize
+from cuadv.work_stealing import steal_grid_units
 from cuadv.work_stealing.policies import runnable_policies
 
 pytestmark = pytest.mark.gpu
@@ -105,8 +106,8 @@ def test_steal_quantum_keeps_exactly_once(cp, quantum_us):
                                                       (5_000, 3_001, 1), (3, (37, 23, 5), 1), (4, (2 * 3001,), (2, 1, 1)),
                                                       (3, (38, 22), (2, 2, 1))])
 def test_steal_min_tiles_keeps_exactly_once(cp, min_tiles, tiles, cluster):
-    """A quantum far shorter than a tile, so every block yields as soon as min_tiles allows: the
-    ceil(units / min_tiles) blocks of the smaller grid still take every tile once."""
+    """A quantum far shorter than a tile, so every block yields as soon as min_tiles allows: the smaller grid
+    (ceil(units / min_tiles) blocks and a spare wave) still takes every tile once."""
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")
     k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="steal", block=64, cluster=cluster, quantum_us=0.2,
@@ -115,7 +116,8 @@ def test_steal_min_tiles_keeps_exactly_once(cp, min_tiles, tiles, cluster):
         counts, prologues = run_counts(cp, k, tiles, launches=launches)
         assert (counts == launches).all()
         units = math.prod(tiles if isinstance(tiles, tuple) else (tiles,)) // math.prod(k.cluster)
-        assert prologues <= launches * math.prod(k.cluster) * -(-units // min_tiles)
+        blocks = steal_grid_units(units, min_tiles, k.resident_units())  # each block runs the prologue at most once
+        assert prologues <= launches * math.prod(k.cluster) * blocks
 
 
 @pytest.mark.parametrize("cluster", [1, (2, 1, 1)])
@@ -135,10 +137,13 @@ def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
     kernel, _ = k.kernel()
     learned = k.min_units(kernel, "steal", units)
     assert learned == min(report.units_per_slice, units // k._resident_units(kernel)) >= 2
-    assert k.launch_config(kernel, "steal", (tiles, 1, 1), min_units=learned).grid[0] == -(-units // learned) * k.cluster[0]
+    blocks = steal_grid_units(units, learned, k._resident_units(kernel))
+    assert blocks == -(-units // learned) + k._resident_units(kernel) < units
+    assert k.launch_config(kernel, "steal", (tiles, 1, 1), min_units=learned).grid[0] == blocks * k.cluster[0]
     counts, prologues = run_counts(cp, k, tiles, launches=3)
     assert (counts == 3).all()
-    assert prologues <= 3 * math.prod(k.cluster) * -(-units // 2)  # each launch had the smaller grid
+    smaller = steal_grid_units(units, 2, k._resident_units(kernel))  # the grid of any learned min_tiles >= 2
+    assert prologues <= 3 * math.prod(k.cluster) * smaller
 
 
 def test_steal_without_quantum_launches_only_resident_blocks(cp):

@@ -103,7 +103,8 @@ def test_clc_compiled_for_a_hopper_target():
 def test_steal_on_ampere(fake_gpu):
     fake_gpu(AMPERE)
     with pytest.raises(UnsupportedFeatureError, match=r"software CLC \(policy 'steal'\) needs compute capability >= "
-                                                      r"9\.0 \(mbarrier transaction counts\) \(got 8\.0\); fallback: "
+                                                      r"9\.0 \(elect\.sync; with clusters, mbarrier transaction "
+                                                      r"counts\) \(got 8\.0\); fallback: "
                                                       r"policy='fixed_work' or 'fixed_blocks'"):
         TileKernel("float* x", "", policy="steal")(8, DeviceArray())
 

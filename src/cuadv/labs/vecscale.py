@@ -34,7 +34,7 @@ class Shape:
     in registers, so it needs a register cap (min_blocks) that leaves room for them and the scheduler."""
 
     vec: int = 8  # float4 loads in flight per thread
-    rows: int = 2  # rows per tile
+    rows: int = 1  # rows per tile
     min_blocks: int = 5  # __launch_bounds__ occupancy hint (the default: see DEFAULT_SHAPE)
     prefetch: bool = False
 
@@ -48,16 +48,18 @@ class Shape:
         return f"{self.vec} x float4, {self.rows} rows{prefetched}, {self.min_blocks} blocks/SM"
 
 
-# The default: 5 blocks/SM, a cap of 48 registers, which is what fixed_work's kernel takes uncapped (at 3
-# blocks/SM). Under the 80 that 3 blocks/SM allow, the loop policies took more (steal 78 until its loop
-# state left the registers, 50 since: 4 blocks/SM, against fixed_work's 5, the occupancy behind steal's
-# lower DRAM throughput in the 2026-12-02 profile). At 48 every policy's kernel fits without spilling, steal
-# with all 8 float4 of a row in flight (tests/test_vecscale_cpu.py), so the policies compare at one occupancy.
+# The default: one row of 8 float4 per thread (every policy's best 5-blocks/SM shape at 1 GiB in the H200 run
+# of 2026-12-02 05:10: steal 92.1% of the copy ceiling against 90.6% with two rows), 5 blocks/SM, a cap of 48
+# registers, which is what fixed_work's kernel takes uncapped (at 3 blocks/SM). Under the 80 that 3 blocks/SM
+# allow, the loop policies took more (steal 78 until its loop state left the registers, 50 since: 4 blocks/SM,
+# against fixed_work's 5, the occupancy behind steal's lower DRAM throughput in the 2026-12-02 profile). At 48
+# every policy's kernel fits without spilling, with all 8 float4 of a row in flight on sm_90a (on sm_100a steal's
+# kernel issues 6 before its first store; tests/test_vecscale_cpu.py), so the policies compare at one occupancy.
 DEFAULT_SHAPE = Shape()
 # Every kernel of every shape fits its register cap (65536 / (256 x min_blocks), in steps of 8) without
 # spilling: a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those shapes run 2 blocks/SM
 # (or vec 4 at 3); unprefetched rows run at 5 blocks/SM (the default), 4 and 3.
-SHAPES = (DEFAULT_SHAPE, Shape(8, 1, 5), Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3),
+SHAPES = (DEFAULT_SHAPE, Shape(8, 2, 5), Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3),
           Shape(8, 1, 4), Shape(8, 2, 4), Shape(4, 4, 3, True), Shape(8, 2, 2, True), Shape(8, 4, 2, True),
           Shape(4, 8, 3, True))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round

@@ -56,10 +56,23 @@ class SliceReport:
         return cls(word >> 32, word & 0xFFFFFFFF) if word else None
 
 
+def steal_grid_units(units: int, min_units: int, resident: int) -> int:
+    """Blocks (clusters) of a steal launch with a quantum: one per unit when ``min_units`` <= 1; else the
+    ceil(units / min_units) that take every unit when each takes min_units, plus one spare wave of the
+    ``resident`` that fit at once. Blocks yield after about one slice, so without the spare wave the last
+    replacements are too few to refill every SM: with 8 tiles per slot and 5 per slice, 1,690 blocks for 1,056
+    slots left 422 SMs' slots idle through the second half of the launch. Spare blocks that find the work gone
+    read the counter once and exit. At most ``units``."""
+    if min_units <= 1:
+        return units
+    return min(units, -(-units // min_units) + resident)
+
+
 def learned_min_units(report: SliceReport | None, units: int, resident: int) -> int:
     """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
-    grid needs one block per that many units, about as many as will find work. At most units / resident,
-    so the grid still fills the GPU; 1 (the full tile grid) before any report."""
+    grid needs one block per that many units, about as many as will find work, and a spare wave
+    (steal_grid_units). At most units / resident, so the grid still fills the GPU; 1 (the full tile grid)
+    before any report."""
     if report is None:
         return 1
     return max(1, min(report.units_per_slice, units // max(resident, 1)))

@@ -21,7 +21,7 @@ from ..launch import LaunchConfig, check_shared_memory, launch, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
-from .schedule import Schedule, SliceReport, learned_min_units
+from .schedule import Schedule, SliceReport, learned_min_units, steal_grid_units
 from ..state_pool import StatePool
 from .trace import TRACE_DTYPE, TileOrder, Trace
 
@@ -73,12 +73,14 @@ class TileKernel:
     ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
     when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off.
     ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
-    before its slice may end, so ceil(units / min_tiles) blocks take every tile and the grid shrinks
-    by that factor. Each block launched after the work is gone still costs a launch (about 0.14 us
-    per block per SM on an H200), so for short tiles it should be near quantum / time of one tile: the
-    grid then has about as many blocks as will find work, and a block still yields after about one
-    quantum. None (default): learned, as what one slice held in the latest ``slice_report`` of this
-    kernel (the full tile grid until a block has given its SM back); 1: always the full tile grid.
+    before its slice may end, so ceil(units / min_tiles) blocks take every tile; the grid is that many
+    plus one spare wave of the blocks that fit at once (``steal_grid_units``: the last blocks to replace
+    those that yielded refill every SM rather than some). Each block launched after the work is gone
+    still costs a launch (about 0.14 us per block per SM on an H200), so for short tiles it should be
+    near quantum / time of one tile: the grid then has about as many blocks as will find work (and the
+    spare wave), and a block still yields after about one quantum. None (default): learned, as what one slice held in the
+    latest ``slice_report`` of this kernel (the full tile grid until a block has given its SM back); 1:
+    always the full tile grid.
 
     ``policy="atomic_counter"``: the grid of fixed_blocks, each block then taking tiles from a global
     counter (FlashAttention-3's kind of scheduler); every launch enqueues a memset of its counter on its
@@ -182,14 +184,16 @@ class TileKernel:
         kernel (``self.kernel(policy)[0]``): its occupancy sizes the grids that fit at once."""
         cluster = self.cluster if volume(self.cluster) > 1 else None
         # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
-        # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back (and, once the
-        # work is gone, each still launches, reads the counter and exits: see docs/work_stealing.md).
+        # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back, and a spare wave
+        # (steal_grid_units; once the work is gone, each block still launches, reads the counter and exits: see
+        # docs/work_stealing.md).
         units = volume(tiles) // volume(self.cluster)
         k = self.min_units(kernel, policy, units) if min_units is None else min_units
-        needed = -(-units // k)  # steal: blocks (clusters) that take every unit
+        smaller = policy == "steal" and k > 1
+        needed = steal_grid_units(units, k, self._resident_units(kernel)) if smaller else units
         if policy in RESIDENT_GRID or (policy == "steal" and self.quantum_ns == 0):
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
-        elif policy == "steal" and k > 1 and needed * self.cluster[0] <= MAX_TILES[0]:
+        elif smaller and needed * self.cluster[0] <= MAX_TILES[0]:
             grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
         else:  # the tile grid (also when the smaller grid would not fit in x: it has more blocks than needed)
             grid = tiles

@@ -82,14 +82,6 @@ static inline __device__ bool mbarrier_try_wait_parity_acquire(u64* bar, u32 par
   return done != 0;
 }
 
-// mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [bar], bytes;  (sm_90)
-template <int D = 0>
-static inline __device__ void mbarrier_complete_tx_cta(u64* bar, u32 bytes) {
-  static_assert(arch_at_least<D>(90), "mbarrier.complete_tx needs sm_90");
-  asm volatile("mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
 // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], bytes, [bar];  (sm_90)
 // A 1-D bulk copy by the TMA unit: `bytes` (a multiple of 16; dst and src 16-byte aligned) from global memory
 // into this block's shared memory, counted as transaction bytes on `bar` when they have landed.
@@ -147,12 +139,6 @@ template <int D = 0>
 static inline __device__ void fence_acq_rel_cluster() {
   static_assert(arch_at_least<D>(90), "fence.acq_rel.cluster needs sm_90");
   asm volatile("fence.acq_rel.cluster;" ::: "memory");
-}
-
-// fence.acq_rel.cta;  - the same pattern when every observer is in this block: a CTA-scope
-// membar, which unlike the cluster-scope fence does not wait for this thread's global stores.
-static inline __device__ void fence_acq_rel_cta() {
-  asm volatile("fence.acq_rel.cta;" ::: "memory");
 }
 
 // fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;  (sm_90, PTX 8.6)

@@ -13,8 +13,10 @@
 //                         takes its tile; cancellation fails once the work is gone or a
 //                         higher-priority kernel is waiting, and then the block exits.
 //   Steal                 the same loop on GPUs without CLC: the request is a ticket taken from
-//                         this launch's counter, written into the same 16-byte result and completed
-//                         on the same mbarrier transaction; once the block's time slice is spent
+//                         this launch's counter; with clusters it is written into the same 16-byte
+//                         result of every block and completed on the same mbarrier transaction (a
+//                         single block hands it to its threads through shared memory, one barrier
+//                         per tile); once the block's time slice is spent
 //                         (quantum_ns, stretched to prologue_factor x its own prologue time so the
 //                         prologue costs at most 1/(factor+1) of the block's life, and never before
 //                         the block ran min_units tiles) the request fails on purpose, so the block
@@ -140,6 +142,12 @@ static inline __device__ unsigned long long* next_unit_slots() {
   __shared__ unsigned long long s[2];
   return s;
 }
+// Steal without clusters: the response to the current request, handed from the submitting thread to the
+// block's threads; two slots used in turn, as next_unit_slots.
+static inline __device__ uint4* response_slots() {
+  __shared__ uint4 s[2];
+  return s;
+}
 // A volatile view of a slot: the compiler may not keep its value in a register across the body in
 // place of reading it again (which it could, the body's stores going to other memory).
 template <class T>
@@ -263,12 +271,26 @@ class Scheduler {
       // response barrier's phase this round waits for, (ran - 1) % 2, so no phase is kept besides it.
       unsigned int ran = 1;
       unsigned long long claim = kRefused;
+      // Steal in one block: its response needs no transaction. It goes through shared memory as
+      // AtomicCounter's next unit does, one barrier per tile, in two slots used in turn (slot ran % 2 is
+      // written again in round ran + 2, after every thread passed round ran + 1's barrier, which follows
+      // its read in round ran).
+      const bool handed = kSteal && !clustered();
+      uint4* slot = detail::response_slots();
       for (;; ++ran) {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
-        sync_unit();
+        if (!handed) sync_unit();
         claim = request(ran);  // in flight while the body runs
         run_tile(body, tile_);
+        if (handed) {
+          if (submitter()) slot[ran & 1] = response_for(claim);
+          __syncthreads();  // orders the submitter's response before every thread's read of it
+          const uint4 response = slot[ran & 1];
+          if (response.x == 0) break;  // refused, or no work left
+          tile_ = make_tile(response.y, response.z, response.w);  // already mapped
+          continue;
+        }
         if constexpr (kSteal) complete_software_request(claim);
         if (!wait_and_decode((ran - 1) & 1)) break;  // a failed response: no further request, no decoding
       }
@@ -468,7 +490,8 @@ class Scheduler {
       }
     }
     // Steal: the submitter arrives on its own block's barrier only after writing the response
-    // (complete_software_request), so its arrival orders that write for the waiting threads.
+    // (complete_software_request, clusters), so its arrival orders that write for the waiting threads;
+    // a block without a cluster never uses the barrier (for_each hands the response over).
     if (leader() && !(kSteal && submits)) arrive_expect_response();
     return claim;
   }
@@ -552,25 +575,19 @@ class Scheduler {
     }
   }
 
-  // The second half of the software request, after the body (so the ticket's latency was hidden
-  // behind it): write the response into every block of the cluster, complete 16 transaction bytes
-  // on each barrier, as the async proxy does for try_cancel.
+  // The second half of the software request of a cluster, after the body (so the ticket's latency was
+  // hidden behind it): write the response into every block of the cluster, complete 16 transaction bytes
+  // on each barrier, as the async proxy does for try_cancel. (A single block hands it over in for_each.)
   __device__ void complete_software_request(unsigned long long claim) const {
     if (!submitter()) return;
     const uint4 response = response_for(claim);
     detail::Slots& sl = detail::slots();
-    if (clustered()) {
-      const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
-      for (unsigned r = 0; r < cluster_size(); ++r) ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
-      ptx::fence_acq_rel_cluster();  // the response stores above happen before the completions below
-      for (unsigned r = 0; r < cluster_size(); ++r) ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
-    } else {
-      sl.result = response;
-      // The response store happens before the completion below; only this block waits on it, so
-      // a CTA-scope fence suffices (a cluster-scope one would wait for the body's global stores).
-      ptx::fence_acq_rel_cta();
-      ptx::mbarrier_complete_tx_cta(&sl.bar, sizeof(uint4));
-    }
+    const unsigned result_addr = ptx::smem_addr(&sl.result), bar_addr = ptx::smem_addr(&sl.bar);
+    for (unsigned r = 0; r < cluster_size(); ++r)
+      ptx::st_shared_cluster_v4(ptx::mapa_shared_cluster(result_addr, r), response);
+    ptx::fence_acq_rel_cluster();  // the response stores above happen before the completions below
+    for (unsigned r = 0; r < cluster_size(); ++r)
+      ptx::mbarrier_complete_tx_cluster(ptx::mapa_shared_cluster(bar_addr, r), sizeof(uint4));
     arrive_expect_response();  // the arrival that completes this block's phase, after the response
   }
 
