@@ -315,11 +315,25 @@ class FakeCaps:
 
 
 def fake_engine(monkeypatch=None):
-    eng = h.HistogramEngine.__new__(h.HistogramEngine)  # no GPU: plans only
-    eng.caps, eng._module, eng._kernels, eng._resident = FakeCaps(), None, {}, {}
+    eng = h.HistogramEngine(FakeCaps())  # no GPU: plans only
     if monkeypatch is not None:
         monkeypatch.setattr(launcher, "_engine", eng)
     return eng
+
+
+def test_the_engine_makes_each_plan_once_and_still_checks_every_call():
+    """Plans are kept per engine (a one-shot call chooses between them after a wait for the GPU), keyed on each
+    argument's value and type: a value equal to a valid one (256.0, True) or one that cannot be hashed still meets
+    the checks, whatever was planned before."""
+    eng = fake_engine()
+    assert eng.plan(256, "int32") is eng.plan(256, "int32")
+    assert eng.plan(1000, "int32", "hot", hot=1) is eng.plan(1000, "int32", "hot", hot=1)
+    with pytest.raises(ValueError, match="bins must be an int"):
+        eng.plan(256.0, "int32")
+    with pytest.raises(ValueError, match="hot must be an int"):
+        eng.plan(1000, "int32", "hot", hot=True)
+    with pytest.raises(ValueError, match="hot must be an int"):
+        eng.plan(1000, "int32", "hot", hot=[3])
 
 
 def test_options_cover_the_new_variants():

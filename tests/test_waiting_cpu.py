@@ -35,15 +35,18 @@ def ready_after(polls: int):
     return done, calls
 
 
-@pytest.mark.parametrize("polls", [0, 1, 5, 2000, 3000])
+SPIN_POLLS = round(waiting.SPIN_S / 1e-6)  # polls in the spin phase, a microsecond each on the fake clock
+
+
+@pytest.mark.parametrize("polls", [0, 1, 5, SPIN_POLLS - 100, SPIN_POLLS + 1000, SPIN_POLLS + 2000])
 def test_wait_returns_once_the_query_is_ready(polls):
     t = FakeClock()
     done, calls = ready_after(polls)
     waiting.wait_until(done, "kernel k", timeout_s=10, clock=t.clock, sleep=t.sleep)
     assert len(calls) == polls + 1 and len(t.sleeps) == polls
-    spun = [s for s in t.sleeps if s == 0]  # the first millisecond (a microsecond a poll): polls that only yield
+    spun = [s for s in t.sleeps if s == 0]  # the first SPIN_S (a microsecond a poll): polls that only yield
     assert t.sleeps[:len(spun)] == spun
-    assert len(spun) == (polls if polls < 900 else pytest.approx(1000, abs=2))
+    assert len(spun) == (polls if polls < SPIN_POLLS - 50 else pytest.approx(SPIN_POLLS, abs=2))
     slept = t.sleeps[len(spun):]
     assert slept == sorted(slept)  # then the pause between polls grows ...
     assert all(s <= waiting.LONGEST_PAUSE_S for s in slept)  # ... up to a bound

@@ -4,8 +4,10 @@ Every wait of cuadv's host for the GPU (timing, readbacks, the labs, ``cuadv che
 through here and lasts at most a timeout: a kernel that never ends (a deadlock, a spin on a flag
 nobody sets) raises ``GpuTimeoutError`` naming what was waited for, instead of hanging the process.
 A stream or an event is polled (``cuStreamQuery`` / ``cuEventQuery``): without sleeping for the first
-millisecond (a short wait ends within microseconds of the work, as a synchronize would), then with
-sleeps from 50 us up to 2 ms between polls (a longer wait overshoots by at most that). The driver has
+20 ms (a wait that short ends within microseconds of the work, as a synchronize would), then with
+sleeps from 50 us up to 2 ms between polls (a longer wait overshoots by at most that). The spin is
+that long because a sleep overshoots: with 1 ms of it, a one-shot ``cuadv.histogram`` whose skew sample
+waited behind 1 ms of queued work woke up to 0.2 ms after its data was ready (H200, 2026-12-02). The driver has
 no query for a whole context, so ``wait_device`` runs ``cuCtxSynchronize`` on a helper thread and gives
 up on it after the timeout.
 
@@ -38,7 +40,7 @@ from .interop import stream_handle
 
 TIMEOUT_ENV = "CUADV_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
-SPIN_S = 1e-3  # polls without sleeping (only yielding the GIL) for this long first
+SPIN_S = 20e-3  # polls without sleeping (only yielding the GIL) for this long first
 FIRST_PAUSE_S = 50e-6  # then the first sleep between polls; each next one doubles ...
 LONGEST_PAUSE_S = 2e-3  # ... up to this: what a finished wait may overshoot by
 EXIT_GRACE_S = 5.0  # at exit after a timeout: how long the GPU may take to go idle before the process ends at once

@@ -23,9 +23,7 @@ def no_gpu(monkeypatch):
 
 def engine_of(caps) -> HistogramEngine:
     """The histogram engine of a GPU with these capabilities (nothing compiled, nothing queried)."""
-    eng = HistogramEngine.__new__(HistogramEngine)
-    eng.caps, eng._module, eng._resident = caps, None, {}
-    return eng
+    return HistogramEngine(caps)
 
 
 def out(shape=(10,), typestr="<i8", address=OUT, **kw):

@@ -32,7 +32,7 @@ from ..errors import LaunchConfigError
 from ..interop import DeviceArray, overlaps, stream_handle, writable
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
-from .plans import MAX_BINS, VARIANTS, HistogramPlan, hot_max
+from .plans import MAX_BINS, VARIANTS, HistogramPlan
 
 # Input element types: NumPy name -> C type of the binning kernels.
 INPUT_TYPES = {"int32": "int", "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
@@ -216,7 +216,8 @@ class _Counter:
         plan = self.eng.plan(self.bins, self.index_dtype, self.variant)
         multi_block = plan.variant in ("exchange", "global") or (plan.variant == "dsm" and plan.cluster > 1)
         if self.variant == "auto" and self.index_dtype == "int32" and multi_block and n:
-            hot = min(self.bins, hot_max(self.eng.caps.shared_mem_per_block_optin))
+            skewed = self.eng.plan(self.bins, "int32", "hot")  # made before the wait: after it, only the choice
+            hot = skewed.hot  # the low bins it privatises, the ones the sample counts
             tally = Scratch(8, stream, keep=False)
             _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), tally.ptr), stream,
                         self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
@@ -224,7 +225,7 @@ class _Counter:
             in_range, in_hot = (int(v) for v in sample)
             tally.release(stream)
             if in_range and in_hot >= SKEW_SHARE * in_range:
-                plan = self.eng.plan(self.bins, "int32", "hot")
+                plan = skewed
         self.plan = plan
         return plan
 
@@ -343,11 +344,13 @@ class PreparedHistogram:
         the same kind as for bins; where the extra slot takes the bins out of the exchange (1M bins: 1M + 1
         slots no longer fit its 16-bit mailbox entries), the exchange over bins with a closed last bin."""
         if self._unit_ok is None:
-            plan = self.unit.choose(ptr, n, stream)
+            # Both outcomes are made before the sample's wait for the GPU: after it, only the choice.
             usual = self.eng.plan(self.bins, "int32", self.variant)
+            closed = self._closed_counter(usual) if usual.variant == "exchange" else None
+            plan = self.unit.choose(ptr, n, stream)
             self._unit_ok = plan.variant in ("hot", usual.variant)
-            if not self._unit_ok and usual.variant == "exchange":
-                self.unit, self._unit_ok = self._closed_counter(usual), True
+            if not self._unit_ok and closed is not None:
+                self.unit, self._unit_ok = closed, True
             elif not self._unit_ok and self.counter.plan is None:
                 self.counter.plan = usual  # the sample found no skew: no second sample of the index
         return self._unit_ok

@@ -51,14 +51,18 @@ def _dtype_name(dtype: np.dtype) -> str:
 
 
 class HistogramEngine:
-    """The compiled histogram kernels on the current GPU, with per-plan occupancy (grid sizes)."""
+    """The compiled histogram kernels on the current GPU, with per-plan occupancy (grid sizes). ``caps``: the
+    capabilities to plan for (default: the current GPU's; given, plans are made without a GPU)."""
 
-    def __init__(self):
-        from ..device import current_device
+    def __init__(self, caps=None):
+        if caps is None:
+            from ..device import current_device
 
-        self.caps = current_device().caps
+            caps = current_device().caps
+        self.caps = caps
         self._module = None
         self._resident: dict[HistogramPlan, int] = {}
+        self._plans: dict[tuple, HistogramPlan] = {}  # plan()'s arguments, each with its type -> its plan
 
     @property
     def module(self):
@@ -72,6 +76,24 @@ class HistogramEngine:
     def plan(self, bins: int, dtype: str, variant: str = "auto", cluster: int | None = None, aggregate: bool = False,
              counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
              sort: str | None = None, stages: int | None = None) -> HistogramPlan:
+        """The plan for these options on this GPU (plans are frozen: each is made once per engine, so a
+        one-shot call that chooses between plans after a wait for the GPU does not spend tens of
+        microseconds of Python on it while the GPU idles)."""
+        args = (bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort, stages)
+        # Each value with its type: 256.0 or True must still be refused where 256 or 1 made a plan. An argument
+        # that cannot be hashed (a list) goes straight to the checks, which name it.
+        key = tuple((type(v), v) for v in args)
+        try:
+            plan = self._plans.get(key)
+        except TypeError:
+            return self._make_plan(*args)
+        if plan is None:
+            plan = self._plans[key] = self._make_plan(*args)
+        return plan
+
+    def _make_plan(self, bins: int, dtype: str, variant: str, cluster: int | None, aggregate: bool,
+                   counter_bits: int | None, hot: int | None, vectors: int | None, sort: str | None,
+                   stages: int | None) -> HistogramPlan:
         caps = self.caps
         limits = dict(shared_limit=caps.shared_mem_per_block_optin, shared_per_sm=caps.shared_mem_per_sm)
         if stages and not caps.tma:
