@@ -89,9 +89,19 @@ def test_host_arrays_are_refused():
 class _FakeDeviceArray:
     """A device array by the CUDA Array Interface (no memory behind it: persist only reads the description)."""
 
-    def __init__(self, ptr, n):
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3,
-                                         "strides": None, "stream": None}
+    def __init__(self, ptr, n, shape=None, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape or (n,), "typestr": "<f4", "data": (ptr, False),
+                                         "version": 3, "strides": strides, "stream": None}
+
+
+@pytest.mark.parametrize("shape, strides, window", [
+    ((100, 30), (512, 4), (0x20000, 99 * 512 + 30 * 4)),  # pitched rows: the padding between them is inside
+    ((64, 8), (4, 256), (0x20000, 63 * 4 + 7 * 256 + 4)),  # a transposed view
+    ((10,), (-4,), (0x20000 - 36, 40)),  # a reversed view starts below its pointer
+])
+def test_a_strided_array_window_covers_every_element(shape, strides, window):
+    p = l2.persist(_FakeDeviceArray(0x20000, 0, shape, strides), stream=7, caps=Caps())
+    assert (p.ptr, p.nbytes) == window
 
 
 def test_array_window_defaults_to_the_whole_array_and_stays_inside_it():

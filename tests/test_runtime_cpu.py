@@ -62,8 +62,20 @@ def test_stream_handle_forms():
             return (0, 13)
 
     assert stream_handle(Proto()) == 13
+    assert stream_handle(np.uint64(2**64 - 1)) == 2**64 - 1
     with pytest.raises(KernelArgumentError, match="cannot use str as a stream"):
         stream_handle("stream")
+
+
+@pytest.mark.parametrize("bad, match", [(-1, "stream handle -1 is not a CUstream"),
+                                        (2**64, "is not a CUstream"),
+                                        (types.SimpleNamespace(ptr=-5), "stream handle -5"),
+                                        (True, "stream must be a stream object"),
+                                        (np.bool_(False), "stream must be a stream object")])
+def test_stream_handle_rejects_what_is_no_handle(bad, match):
+    """Checked in Python, before anything reaches the driver (which would take -1 as some other stream)."""
+    with pytest.raises(KernelArgumentError, match=match):
+        stream_handle(bad)
 
 
 def test_stream_none_follows_cupys_current_stream(monkeypatch):

@@ -55,6 +55,17 @@ class DeviceArray:
         return self.size * self.itemsize
 
     @property
+    def extent(self) -> tuple[int, int]:
+        """(offset of the lowest byte from ``ptr``, bytes) of the smallest range that holds every element:
+        ``(0, nbytes)`` for a C-contiguous array; more bytes for a strided one (rows a pitch apart, a column
+        slice), and a negative offset where a stride is negative. (0, 0) for an empty array."""
+        if self.size == 0:
+            return 0, 0
+        low = sum(s * (n - 1) for n, s in zip(self.shape, self.strides) if s < 0)
+        high = sum(s * (n - 1) for n, s in zip(self.shape, self.strides) if s > 0)
+        return low, high - low + self.itemsize
+
+    @property
     def dtype(self) -> np.dtype | None:
         """The NumPy dtype, or None for a type NumPy does not have (bfloat16)."""
         try:
@@ -273,17 +284,28 @@ def stream_handle(stream: Any, *like: Any) -> int:
     int; None follows ``current_stream(*like)``."""
     if stream is None:
         return current_stream(*like)
-    if isinstance(stream, int):
-        return stream
+    if isinstance(stream, (bool, np.bool_)):  # an int to Python, but never meant as a handle
+        raise KernelArgumentError(f"stream must be a stream object, a CUstream handle (an int) or None, got {stream!r}")
+    if isinstance(stream, (int, np.integer)):
+        return _checked_handle(int(stream))
     if hasattr(stream, "__cuda_stream__"):
         proto = stream.__cuda_stream__
         _version, handle = proto() if callable(proto) else proto
-        return int(handle)
+        return _checked_handle(int(handle))
     for attr in ("handle", "ptr", "cuda_stream"):
         h = getattr(stream, attr, None)
         if h is not None:
-            return int(h)
+            return _checked_handle(int(h))
     raise KernelArgumentError(f"cannot use {type(stream).__name__} as a stream")
+
+
+def _checked_handle(handle: int) -> int:
+    """A CUstream is an address (0: the legacy default stream): a negative or wider value would reach the driver
+    as some other stream, or fail there without naming the argument."""
+    if not 0 <= handle < 2**64:
+        raise KernelArgumentError(f"stream handle {handle} is not a CUstream: a handle is an address, "
+                                  "0 <= handle < 2**64 (0: the legacy default stream)")
+    return handle
 
 
 def empty(library: str, shape: Sequence[int], dtype: Any, *, like: Any = None, stream: int = 0) -> Any:

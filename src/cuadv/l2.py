@@ -273,8 +273,8 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
     """A context manager that keeps ``array_or_ptr`` (a device array, or an address with ``nbytes``) in the
     persisting part of L2 for the work enqueued on ``stream`` inside the ``with`` block.
 
-    ``nbytes``: the window's size from the buffer's first byte (default: the whole array; required with
-    an address). ``hit_ratio``: the fraction of the window's lines that persist (default: set-aside /
+    ``nbytes``: the window's size from the buffer's first byte (default: the whole array, for a strided
+    one its whole extent from its lowest byte, padding between rows included; required with an address). ``hit_ratio``: the fraction of the window's lines that persist (default: set-aside /
     window, at most 1, so persisting lines do not evict each other). ``stream``: None is the current
     stream of the array's library. ``set_aside``: bytes of L2 reserved for persisting lines (default:
     the device maximum). ``caps``: the capabilities to check against (default: the current GPU's).
@@ -293,7 +293,10 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
     require_feature("l2_persistence", features, name="L2 persistence (cuadv.l2.persist)", fallback=FALLBACK)
     if isinstance(array_or_ptr, bool) or not isinstance(array_or_ptr, int):
         array = device_array(array_or_ptr)  # KernelArgumentError for host arrays
-        ptr, size = array.ptr, array.nbytes
+        # A strided array (rows a pitch apart, a slice) spans more than nbytes: the window covers its whole extent,
+        # from its lowest byte, padding included.
+        offset, size = array.extent
+        ptr = array.ptr + offset
         like: tuple = (array_or_ptr,)
         if nbytes is None:
             nbytes = size
