@@ -55,15 +55,16 @@ class DeviceArray:
         return self.size * self.itemsize
 
     @property
-    def extent(self) -> tuple[int, int]:
-        """(offset of the lowest byte from ``ptr``, bytes) of the smallest range that holds every element:
-        ``(0, nbytes)`` for a C-contiguous array; more bytes for a strided one (rows a pitch apart, a column
-        slice), and a negative offset where a stride is negative. (0, 0) for an empty array."""
+    def byte_range(self) -> tuple[int, int]:
+        """[first, last + 1) of the bytes the elements occupy: ``(ptr, ptr + nbytes)`` for a C-contiguous array,
+        wider for a strided one (rows a pitch apart, a column slice), starting below ``ptr`` where a stride is
+        negative; ``(ptr, ptr)`` for an empty array."""
         if self.size == 0:
-            return 0, 0
-        low = sum(s * (n - 1) for n, s in zip(self.shape, self.strides) if s < 0)
-        high = sum(s * (n - 1) for n, s in zip(self.shape, self.strides) if s > 0)
-        return low, high - low + self.itemsize
+            return self.ptr, self.ptr
+        lo = hi = self.ptr
+        for n, s in zip(self.shape, self.strides):
+            lo, hi = lo + min(0, s * (n - 1)), hi + max(0, s * (n - 1))
+        return lo, hi + self.itemsize
 
     @property
     def dtype(self) -> np.dtype | None:
@@ -97,7 +98,7 @@ def overlaps(a: DeviceArray, b: DeviceArray) -> bool:
     byte ranges intersect (which may say True for interleaved arrays that share no byte)."""
     if a.size == 0 or b.size == 0:
         return False
-    (a_lo, a_hi), (b_lo, b_hi) = _byte_range(a), _byte_range(b)
+    (a_lo, a_hi), (b_lo, b_hi) = a.byte_range, b.byte_range
     if a_hi <= b_lo or b_hi <= a_lo:
         return False
     ra, rb = _rows(a), _rows(b)
@@ -115,14 +116,6 @@ def overlaps(a: DeviceArray, b: DeviceArray) -> bool:
     k_lo = max(-(a_rows - 1), (-b_len - d) // pitch + 1)
     k_hi = min(b_rows - 1, -((d - a_len) // pitch) - 1)
     return k_lo <= k_hi
-
-
-def _byte_range(arr: DeviceArray) -> tuple[int, int]:
-    """[first, last + 1) of the bytes ``arr``'s elements occupy (strides may be negative)."""
-    lo = hi = arr.ptr
-    for n, s in zip(arr.shape, arr.strides):
-        lo, hi = lo + min(0, s * (n - 1)), hi + max(0, s * (n - 1))
-    return lo, hi + arr.itemsize
 
 
 def _rows(arr: DeviceArray) -> tuple[int, int, int, int] | None:

@@ -295,8 +295,8 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
         array = device_array(array_or_ptr)  # KernelArgumentError for host arrays
         # A strided array (rows a pitch apart, a slice) spans more than nbytes: the window covers its whole extent,
         # from its lowest byte, padding included.
-        offset, size = array.extent
-        ptr = array.ptr + offset
+        ptr, end = array.byte_range
+        size = end - ptr
         like: tuple = (array_or_ptr,)
         if nbytes is None:
             nbytes = size
