@@ -1,5 +1,5 @@
 """How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
-ring (hist_block_tma, 2-4 chunks in flight per block), for bin counts whose plans are 'shared', each result
+ring (hist_block_tma, 2-6 chunks in flight per block), for bin counts whose plans are 'shared', each result
 checked against NumPy, each time against the read-only ceiling measured in the same run.
 
     PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once]

@@ -15,7 +15,7 @@ import numpy as np
 
 from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import DeviceCsr, generate, peers, reference, spmv_kernel, tolerance
+from cuadv.labs.spmv_support import checked_case, peers, spmv_kernel
 from cuadv.timing import time_gpu
 
 BLOCKS_PER_SM = (5, 6, 8)
@@ -26,11 +26,7 @@ def main() -> None:
     kernels = {(mb, short, tiling): spmv_kernel(min_blocks=mb, short_rows=short, name=f"spmv_mb{mb}_{tiling}")
                for mb in BLOCKS_PER_SM for short in ("registers", "staged") for tiling in ("split", "whole")}
     for kind in MATRICES:
-        m = generate(kind, 1 << 22, MEAN, SEED)
-        x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
-        ref, abs_sum, _ = reference(m, x)
-        tol = tolerance(m.lengths, abs_sum)
-        dev = DeviceCsr(m, x)
+        dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
         calls = {}
         for (mb, short, tiling), k in kernels.items():
             for policy in ("steal", "fixed_work"):

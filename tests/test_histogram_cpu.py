@@ -6,7 +6,8 @@ import pytest
 
 from cuadv.errors import KernelArgumentError, LaunchConfigError
 from cuadv.histograms import launcher
-from cuadv.histograms.plans import BLOCK_RESERVED, H200_SHARED_PER_SM, TMA_STAGES, tma_ring_bytes
+from cuadv.histograms.plans import (BLOCK_RESERVED, H200_SHARED_PER_BLOCK, H200_SHARED_PER_SM, TMA_STAGES,
+                                    tma_ring_bytes)
 from cuadv.labs import histogram as h
 
 
@@ -361,6 +362,10 @@ def test_options_cover_the_new_variants():
 @pytest.mark.parametrize("stages", TMA_STAGES)
 def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bins, stages):
     plain = h.plan_histogram(bins, "int32", "shared")
+    if tma_ring_bytes(4 * (bins + 1), stages) > H200_SHARED_PER_BLOCK:  # one replica and the ring do not fit a block
+        with pytest.raises(LaunchConfigError, match="use fewer stages"):
+            h.plan_histogram(bins, "int32", "shared", stages=stages)
+        return
     plan = h.plan_histogram(bins, "int32", "shared", stages=stages)
     assert plan.kernel_expr == f"hist_block_tma<int, {stages}>" and f"TMA ring of {stages}" in plan.label
     assert plan.shared_bytes == tma_ring_bytes(4 * (bins + 1) * plan.replicas, stages)
@@ -371,11 +376,29 @@ def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bi
         assert 2 * (tma_ring_bytes(4 * (bins + 1) * plan.replicas * 2, stages) + BLOCK_RESERVED) > H200_SHARED_PER_SM
 
 
+def test_auto_ring_depth_per_input_type():
+    # int32 takes the deepest ring, giving up replicas to keep two blocks per SM; uint8 (an atomic per byte) keeps its
+    # 32 replicas with a ring of 4 (the H200 sweep in AUTO_TMA_STAGES' comment)
+    from cuadv.histograms.plans import AUTO_TMA_STAGES, BASE_TMA_STAGES, DTYPES, plan_histogram
+
+    assert set(AUTO_TMA_STAGES) == set(DTYPES) and set(AUTO_TMA_STAGES.values()) <= set(TMA_STAGES)
+    wide = plan_histogram(256, "int32", "shared", tma=True)
+    assert (wide.stages, wide.replicas) == (AUTO_TMA_STAGES["int32"], 16) == (6, 16)
+    narrow = plan_histogram(256, "uint8", "shared", tma=True)
+    assert (narrow.stages, narrow.replicas) == (AUTO_TMA_STAGES["uint8"], 32) == (4, 32)
+    # deeper than BASE_TMA_STAGES only while two blocks still fit an SM; else the base ring, as before
+    for bins, ring in ((4096, 6), (8192, 5), (12_543, BASE_TMA_STAGES), (40_000, BASE_TMA_STAGES)):
+        plan = plan_histogram(bins, "int32", "shared", tma=True)
+        assert plan.stages == ring, (bins, plan.stages)
+        if ring > BASE_TMA_STAGES:
+            assert 2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM
+
+
 def test_tma_fed_shared_plan_errors_name_the_rule():
     with pytest.raises(ValueError, match="stages applies to variant 'shared' only"):
         h.plan_histogram(256, "int32", "dsm", stages=2)
-    with pytest.raises(ValueError, match=r"stages must be 0 \(register loads\) or one of 2, 3, 4"):
-        h.plan_histogram(256, "int32", "shared", stages=5)
+    with pytest.raises(ValueError, match=r"stages must be 0 \(register loads\) or one of 2, 3, 4, 5, 6"):
+        h.plan_histogram(256, "int32", "shared", stages=7)
     with pytest.raises(LaunchConfigError, match="per-block limit is 232448 B: use fewer stages"):
         h.plan_histogram(50_000, "int32", "shared", stages=2)
 

@@ -5,6 +5,7 @@ import pytest
 
 from cuadv import current_device
 from cuadv.errors import KernelArgumentError, LaunchConfigError
+from cuadv.histograms.plans import TMA_STAGES
 from cuadv.labs import histogram as h
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +33,7 @@ def test_every_variant_matches_bincount(cp, dtype, bins, dist):
                 h.check_variant(cp, host, bins, offset, dev=dev, want=want, **opts)
 
 
-@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("stages", TMA_STAGES)
 @pytest.mark.parametrize("dtype, bins", [("int32", 256), ("int32", 4097), ("uint8", 256), ("uint8", 97)])
 def test_tma_fed_shared_histogram_over_many_turns_of_its_ring(cp, stages, dtype, bins):
     """One block takes hundreds of chunks (the ring wraps and the barriers' parity flips many times), a

@@ -54,6 +54,7 @@ def test_tables_from_fake_timings():
             hp.Row(c2, "cupy.bincount (CuPy 14.2.0)", 1.0, 1000.0, "peer")]  # no CUB row: skipped
     tables, figures, lines = hp.peer_tables(rows, read_gbps=4000.0, n_bytes=1 << 30)
     assert [t.title for t in tables] == ["Histogram peers: int32 uniform", "Histogram peers: uint8 uniform"]
+    assert "read-only ceiling 4.00 TB/s" in tables[0].note and "{" not in tables[0].note  # the note's figures filled in
     first = tables[0].rows[0]
     assert first[1] == hp.CUADV + " [shared (1 block, x2)]"
     assert first[4] == pytest.approx(90.0) and first[5] == pytest.approx(12.0) and first[6] == pytest.approx(12.0)

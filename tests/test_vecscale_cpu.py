@@ -11,14 +11,13 @@ import re
 
 import pytest
 
-from cuadv.arch import parse_arch
 from cuadv.labs.scheduling_support import spin_kernel
 from cuadv.labs.vecscale import DEFAULT_SHAPE, SHAPES, THREADS, vecscale_kernel
 
 # Registers per thread at which 5 blocks of THREADS fit an SM (65,536 registers, allocated in steps of 8
 # per thread): 48, what fixed_work's kernel takes without a cap.
 FIVE_BLOCKS_REGISTERS = 65536 // (5 * THREADS) // 8 * 8
-from cuadv.work_stealing import TileKernel, resolve_policy
+from cuadv.work_stealing import TileKernel
 
 
 def _resources(module):
@@ -84,13 +83,14 @@ def test_steal_loop_state_stays_out_of_registers(arch):
 
 @pytest.mark.parametrize("arch, policy", [("sm_90a", "steal"), ("sm_100a", "clc"), ("sm_100a", "steal")])
 def test_default_kernel_keeps_a_row_and_the_ticket_in_flight(arch, policy, tmp_path):
-    """The registers were not bought with memory parallelism: all of a row's float4 loads issue before its first
-    store, in the kernel of the policy auto takes on each target. (On sm_100a, where auto takes clc, the steal
-    kernel has issued two of its eight after its first stores since a block without clusters hands its next
-    tile over with one barrier, 2026-12-02: ptxas then gives it 42 registers instead of 46. Not measured: no
-    Blackwell GPU here.) And steal's ticket (the loop's .global atomic) is first read after the body's loads:
-    when it was a generic atomic outside elect.sync, ptxas combined the warp's atomics and shuffled the result
-    to the lanes right away, so warp 0 waited an atomic round trip before every tile."""
+    """The registers were not bought with memory parallelism: a row's float4 loads issue before its first store,
+    but for the last two, which the body places after the row's first two stores (that order streamed 2% faster
+    on the H200: scripts/sched_trace_breakdown.py --fit, 2026-12-02); exactly so in steal's kernel on sm_90a (what
+    auto runs on Hopper); ptxas may issue one more after them elsewhere (clc on sm_100a does, at 44 registers.
+    Not measured: no Blackwell GPU here).
+    And steal's ticket (the loop's .global atomic) is first read after the body's loads: when it was a generic
+    atomic outside elect.sync, ptxas combined the warp's atomics and shuffled the result to the lanes right away,
+    so warp 0 waited an atomic round trip before every tile."""
     from sass_tools import sass_instructions
 
     k = vecscale_kernel(policy)
@@ -98,8 +98,11 @@ def test_default_kernel_keeps_a_row_and_the_ticket_in_flight(arch, policy, tmp_p
     first_load = next(i for i, op in enumerate(code) if "LDG.E.128" in op)
     first_store = next(i for i, op in enumerate(code) if "STG.E.128" in op)
     in_flight = sum("LDG.E.128" in op for op in code[first_load:first_store])
-    auto = policy == resolve_policy("auto", parse_arch(arch))
-    assert in_flight == DEFAULT_SHAPE.vec if auto else in_flight >= DEFAULT_SHAPE.vec - 2
+    early = 2  # kEarly in the body
+    if (arch, policy) == ("sm_90a", "steal"):
+        assert in_flight == DEFAULT_SHAPE.vec - early
+    else:
+        assert DEFAULT_SHAPE.vec - early - 1 <= in_flight <= DEFAULT_SHAPE.vec
     if policy != "steal":
         return
     ticket = next(i for i, op in enumerate(code) if "ATOMG.E.ADD.64" in op)

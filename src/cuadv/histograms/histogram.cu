@@ -814,7 +814,7 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
 
 // hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block.
 // Dynamic shared memory: the counters, rounded up to 128 B, then the ring (Stages chunks), then the
-// 2 * Stages mbarriers; the host sizes it as tma_ring_layout in plans.py does.
+// 2 * Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
 template <typename T, int Stages>
 __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
                                                        u32 bins, u32 log2r) {

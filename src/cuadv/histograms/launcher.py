@@ -282,7 +282,7 @@ def count_bins(x: Any, bins: int, *, variant: str = "auto", cluster: int | None 
     thread per round, ``sort`` 'ballot' or 'atomic', optionally ``hot`` low bins privatised; int32);
     ``cluster``: blocks per cluster for 'dsm' (1, 2, 4, 8, 16) and 'exchange' (2, 4, 8, 16), default
     the smallest that holds the bins; ``aggregate``: warp-aggregated increments for 'dsm' (for skewed
-    data); ``stages``: for 'shared' (sm_90), 2-4 chunks of the input in flight per block in a ring that the
+    data); ``stages``: for 'shared' (sm_90), 2-6 chunks of the input in flight per block in a ring that the
     TMA unit fills, 0 register loads; ``units``: blocks (clusters for dsm and exchange) to launch, default the
     persistent grid from the occupancy API.
     """

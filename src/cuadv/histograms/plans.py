@@ -26,7 +26,14 @@ EXCHANGE_VECTORS = (1, 2)  # 16-byte loads per thread per round: 4K or 8K int32 
 EXCHANGE_MAX_LOCAL = 1 << 16  # mailbox entries are 16-bit local indices
 EXCHANGE_SLACK = (5, 4)  # a run holds 1.25x a uniform chunk's share per owner before it overflows
 EXCHANGE_HOT = 4096  # low bins privatised per block by the measured "+hot" exchange configurations
-TMA_STAGES = (2, 3, 4)  # chunks in flight per block of the TMA-fed shared variant
+TMA_STAGES = (2, 3, 4, 5, 6)  # chunks in flight per block of the TMA-fed shared variant
+# The deepest ring 'shared' takes without ``stages``, per input type (H200, 2026-12-02, scripts/hist_feed_sweep.py):
+# int32 at 256 bins read 96.9% of the read-only ceiling with 6 chunks (and 16 replicas, so that two blocks still
+# fit an SM) against 94.0% with 4 (32 replicas), 4K bins 95.0-95.8% with any ring; uint8, one shared atomic per
+# byte, needs its 32 replicas: 62.6% with 6 chunks and 16 replicas, 90.4% with 4 and 32. A ring deeper than
+# BASE_TMA_STAGES is taken only where two blocks still fit an SM (deeper rings were not measured at one block).
+AUTO_TMA_STAGES = {"int32": 6, "uint8": 4}
+BASE_TMA_STAGES = 4
 EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
 MAX_BINS = 1 << 30
 MAX_ELEMENTS = 2**32 - 1  # counters are uint32
@@ -316,11 +323,12 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     cluster of 2-16 blocks that holds them with 16-bit mailbox entries, ``vectors`` (1 or 2, default
     2) loads per thread per round, ``hot`` low bins (default 0) privatised per block, ``sort`` (how
     warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'. ``stages``
-    ('shared', sm_90): 0 loads the input into registers (hist_block); 2-4 let the TMA unit copy that many
+    ('shared', sm_90): 0 loads the input into registers (hist_block); 2-6 let the TMA unit copy that many
     chunks of 16 B per thread into a ring in shared memory (hist_block_tma), the replicas halved where
     needed so that two blocks still fit an SM. ``tma``: the GPU has the TMA unit; then 'shared' without
-    ``stages`` takes the largest ring that fits beside the counters (on the H200 a ring of 4 read 95-97% of
-    the read-only ceiling at 256-4K int32 bins where register loads read 87-89%).
+    ``stages`` takes the largest ring up to AUTO_TMA_STAGES[dtype] that fits beside the counters, deeper than 4
+    only where two blocks still fit an SM (on the H200 rings of 4-6 read 94-97% of the read-only ceiling at
+    256-4K int32 bins where register loads read 88-90%).
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
@@ -390,8 +398,9 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                 f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins): use variant 'dsm' or 'global'")
         r = _replicas(need)
         if stages is None and tma:
-            for ring in sorted(TMA_STAGES, reverse=True):
-                if tma_ring_bytes(need, ring) <= shared_limit:
+            for ring in sorted((s for s in TMA_STAGES if s <= AUTO_TMA_STAGES[dtype]), reverse=True):
+                alone = 2 * (tma_ring_bytes(need, ring) + BLOCK_RESERVED) > shared_per_sm  # even at one replica
+                if tma_ring_bytes(need, ring) <= shared_limit and not (ring > BASE_TMA_STAGES and alone):
                     return _plan_shared_tma(bins, dtype, need, r, ring, shared_limit, shared_per_sm)
         if stages:
             return _plan_shared_tma(bins, dtype, need, r, stages, shared_limit, shared_per_sm)

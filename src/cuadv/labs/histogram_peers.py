@@ -127,7 +127,7 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
                "strongest peer", "target", "met"]
     note = (f"GB/s of input ({n_bytes >> 20} MiB per histogram / median of CUDA-event timings over interleaved "
             f"rounds, every provider once per round, each call behind a {QUEUE_AHEAD_US / 1e3:g} ms spin that hides "
-            "the host's time to make it); % of the read-only ceiling {read_gbps / 1e3:.2f} TB/s "
+            f"the host's time to make it); % of the read-only ceiling {read_gbps / 1e3:.2f} TB/s "
             "(a kernel streaming 1 GiB with 16-byte loads, measured in this run); x CUB and x strongest peer: "
             "the same run; cuadv rows name the plan auto chose")
     out = [Table(f"Histogram peers: {group}", columns, body, note=note) for group, body in tables.items()]

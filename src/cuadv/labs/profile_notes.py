@@ -1,40 +1,48 @@
-"""Why a target is missed: what Nsight Compute measured on the kernels behind each missed target.
+"""Why a target is missed: what Nsight Compute, block traces and fits of time against size measured on the kernels
+behind each missed target.
 
-Measured on one NVIDIA H200 on 2026-12-02 (01:52 and 06:12 UTC) with ``scripts/gpu_suite.sh profile`` (``ncu`` over
-``scripts/profile_cases.py``: SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats and
-MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longer than the lab's). The raw
-counters are committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first). A lab
-appends the note of a target it misses to that target's line, so the report says why beside by how much.
+Measured on one NVIDIA H200 on 2026-12-02: ``ncu`` at 01:52 and 06:12 UTC with ``scripts/gpu_suite.sh profile``
+(over ``scripts/profile_cases.py``: SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats and
+MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longer than the lab's), the raw counters
+committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
+at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758). A lab appends the
+note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
 from __future__ import annotations
 
-PROFILED = "ncu on the H200, 2026-12-02"
+PROFILED = "ncu, block traces and timing sweeps on the H200, 2026-12-02"
 
 # Histogram peers: (input dtype, distribution, bins) -> what the profile of cuadv's kernel found.
 HISTOGRAM = {
     ("int32", "uniform", 256): (
-        "the TMA-fed hist_block_tma (a ring of 4 chunks of 16 KB per block) ran 249 us under ncu against 234 us "
-        "for the kernel that only reads the same 1 GiB, DRAM at 90.0% of peak against 95.7%, with 96% of warp "
-        "slots resident (32 registers) and 53.8% of issue slots used, top stalls long_scoreboard (13.9 cycles "
-        "per issued instruction) and branch_resolving (4.9): with 64 KB in flight per block it still reads 6% "
-        "below the read-only kernel, and these counters do not separate the ring's waits from the counting; "
-        "2.5x CUB's 0.62 ms would take 0.248 ms, 96% of the read-only ceiling. (The register-fed kernel before "
-        "it was memory-latency bound: 34% issue, DRAM 82.9%.) CUB's sweep is issue-bound (68.7% issue active, "
-        "27.6% DRAM)"),
+        "profiled with a ring of 4 chunks of 16 KB per block and 32 replicas of the counters, the TMA-fed "
+        "hist_block_tma ran 249 us under ncu against 234 us for the kernel that only reads the same 1 GiB, DRAM at "
+        "90.0% of peak against 95.7%, with 96% of warp slots resident and 53.8% of issue slots used, top stall "
+        "long_scoreboard (13.9 cycles per issued instruction). Since then int32 takes a ring of 6 with 16 replicas "
+        "(two blocks per SM still): 96.9% of the read-only ceiling alone against 94.0% with 4 and 32 "
+        "(scripts/hist_feed_sweep.py, 08:31; the sweep does not separate the ring's depth from the replicas); 2.5x "
+        "CUB's 0.62 ms takes 0.248 ms, 94-96% of the read-only ceilings measured (4.51-4.59 TB/s). CUB's sweep is "
+        "issue-bound (68.7% issue active, 27.6% DRAM)"),
     ("int32", "uniform", 4096): (
-        "as at 256 bins (the same TMA-fed kernel, two replicas of the counters per block instead of 32): 96.3% "
-        "of the read-only ceiling alone (scripts/hist_feed_sweep.py, 2026-12-02 05:10), 94.2-95.1% in the "
-        "interleaved rounds here"),
+        "as at 256 bins (the same TMA-fed kernel, a ring of 6 and one replica of the counters per block): 95.3-95.8% "
+        "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31), 94.1-95.6% in "
+        "the interleaved rounds of the bench"),
     ("int32", "uniform", 65536): (
         "65,537 32-bit counters do not fit one block's 227 KB, so the counters are 16-bit, packed two per "
         "word: one 1,024-thread block per SM (50% of warp slots) and returning atomics with wrap checks; "
         "issue-bound at 78.6% issue active, 67.7% of DRAM peak"),
+    ("int32", "zipf", 1048576): (
+        "the counting is 17.4x CUB (the prepared call, 0.308 ms, 08:40); a one-shot call first reads a sample of "
+        "the data back to the host to choose between the exchange and the skew-aware plan, and that round trip is "
+        "in its time (the host timeline of scripts/hist_oneshot_breakdown.py shows the wait): 0.473 ms at 06:40 "
+        "(11.1x) and 0.562 ms at 08:40 (9.58x, p10-p90 0.531-0.602), the same code on two machines"),
     ("uint8", "uniform", 256): (
         "one shared-memory atomic per byte (four times int32's per byte of input): the TMA-fed kernel is bound by "
         "the shared-memory pipe, not DRAM (322 us under ncu, DRAM 69.6% of peak, 68% of issue slots used, top "
         "stall mio_throttle 5.2 cycles per issued instruction); CUB's uint8 sweep is held by the same pipe "
-        "(mio_throttle 11.3, DRAM 35.2%). 2x CUB's 0.50 ms would take 0.248 ms, 96% of the read-only ceiling"),
+        "(mio_throttle 11.3, DRAM 35.2%). 2x CUB's 0.50 ms would take 0.249 ms, 94-96% of the read-only ceilings "
+        "measured (4.51-4.59 TB/s)"),
 }
 
 SPMV = (
@@ -46,24 +54,31 @@ SPMV = (
     "matrix (0.965x R-MAT), steal 0.955x (0.938x): under ncu split steal took 305 us against fixed_work's 296 "
     "us, and a barrier stall (3.5 cycles per issued instruction, absent from fixed_work's top four) is the "
     "hand-off of the next tile between a steal block's tiles, where fixed_work's tile boundaries are block "
-    "launches the hardware overlaps with other blocks' work")
+    "launches the hardware overlaps with other blocks' work. Block traces (07:58, power-law): steal's kernel runs "
+    "6 blocks per SM (792 slots), fixed_work's 5 (660), and a tile takes 6.91 us in steal's against 6.66 us (the "
+    "median, warp 0's view); loading the next rows' offsets a batch ahead changed nothing (the body does not wait "
+    "on them)")
 
 VECSCALE = (
-    "the tile body, not the scheduling, holds every policy below 95%: under ncu (06:12, the default shape of 8 "
-    "float4 in one row) fixed_work took 536 us at 82.2% of DRAM peak and steal 546 us at 80.7%, both stalled on "
-    "long_scoreboard (51-53 cycles per issued instruction) and lg_throttle (the load/store queue full); fixed_work's "
-    "best shape, a block per tile with no scheduler at all, reads 93.3% of the copy ceiling at 1 GiB (94.0% at 4 "
-    "GiB), so steal at 95% would have to beat the body without a scheduler. Steal's default reads 91.8%, its best "
-    "shape 92.3% and without slices 92.8% (98.4-99.5% of fixed_work's best)")
+    "a line fitted to steal's times from 64 MiB to 4 GiB (scripts/sched_trace_breakdown.py --fit, 08:31) gives a "
+    "streaming rate of 4045 GB/s, 95.2% of the copy ceiling, and 6.7 us per launch (first claims, exits and the "
+    "slices' relaunches), 1.2% of a 1 GiB launch: the rate reaches 95%, the cost per launch takes it below. The "
+    "rate rose about 2% when the body began to issue a row's first two stores before its last two loads (the "
+    "5-blocks/SM kernel against the 4-blocks/SM one, which issues all 8 loads first: 1.001x at 08:16, 1.023x at "
+    "08:31); under ncu (06:12, before that) every policy's body was stalled on long_scoreboard and lg_throttle "
+    "(fixed_work 82.2% of DRAM peak, steal 80.7%)")
 
 # Dynamic scheduling (the scheduling lab's table d): why steal trails the atomic counter where it does.
 COUNTER = (
-    "not profiled with ncu; from the same table: without slices (steal Q=inf, the atomic counter's resident grid) "
-    "steal is within 0.6% of the atomic counter on the spin workloads, so the slices cost the rest there (a block "
-    "launch and a first claim each time a block gives its SM back; 'short launches' has 8 tiles per slot, so "
-    "every slot changes blocks about once per launch); on v := a v fixed_blocks, which takes no ticket at all, "
-    "trails the atomic counter by as much as steal does (0.97-0.98x), so there the cost is not steal's tickets; "
-    "why the atomic counter's kernel streams 2-3% faster than both is not profiled yet")
+    "block traces and lines fitted to time against size (scripts/sched_trace_breakdown.py, H200, 2026-12-02): "
+    "without slices (steal Q=inf, a resident grid as the atomic counter's) steal is 0.99x / 1.01x the atomic "
+    "counter on short launches (stream / graph) and 0.98x on Pareto tiles, whose runs spread as widely; with "
+    "slices, each block that gives its SM back is replaced by a block launch and a first claim, which 'short "
+    "launches' (8 tiles per slot) pays about once per slot. On v := a v the gap was in the streaming rate, not "
+    "per launch (08:16: 3999 against 4078 GB/s, 7.5 against 6.7 us), and followed the order of the tile body's "
+    "loads and stores in each kernel's code: ptxas issued two of a row's stores before its last two loads in the "
+    "atomic counter's kernel and all eight loads first in steal's; at 4 blocks per SM, where both issue all eight "
+    "first, the two streamed within 0.4%. The body now issues those two stores first in every kernel")
 
 
 def histogram_note(dtype: str, dist: str, bins: int) -> str | None:

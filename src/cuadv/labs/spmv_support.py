@@ -318,16 +318,17 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
-                name: str = "spmv", short_rows: str = "registers") -> TileKernel:
+                name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None) -> TileKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
-    or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged"."""
+    or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
+    ``quantum_us``: steal's time slice (TileKernel's)."""
     if short_rows not in SHORT_ROWS:
         raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
     suffix = "regs" if short_rows == "registers" else f"staged_{stage}"
     return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage), policy=policy,
                       block=threads, preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
-                      min_blocks_per_sm=min_blocks)
+                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us)
 
 
 class DeviceCsr:
@@ -357,6 +358,15 @@ class DeviceCsr:
         t, tiles, splits, partials, counts = self.tilings[tiling]
         return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
                       policy=policy, **launch)
+
+
+def checked_case(kind: str, n_rows: int, mean: int, seed: int) -> tuple[DeviceCsr, np.ndarray, np.ndarray]:
+    """A generated matrix of this kind on the GPU with x uniform in [-1, 1] (from seed + 1), its reference A x in
+    float64 and the tolerance per row (for scripts that time the lab's matrices outside the lab)."""
+    m = generate(kind, n_rows, mean, seed)
+    x = np.random.default_rng(seed + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
+    ref, abs_sum, _ = reference(m, x)
+    return DeviceCsr(m, x), ref, tolerance(m.lengths, abs_sum)
 
 
 def _padded(cp, a: np.ndarray, pad: int):

@@ -53,8 +53,9 @@ class Shape:
 # registers, which is what fixed_work's kernel takes uncapped (at 3 blocks/SM). Under the 80 that 3 blocks/SM
 # allow, the loop policies took more (steal 78 until its loop state left the registers, 50 since: 4 blocks/SM,
 # against fixed_work's 5, the occupancy behind steal's lower DRAM throughput in the 2026-12-02 profile). At 48
-# every policy's kernel fits without spilling, with all 8 float4 of a row in flight on sm_90a (on sm_100a steal's
-# kernel issues 6 before its first store; tests/test_vecscale_cpu.py), so the policies compare at one occupancy.
+# every policy's kernel fits without spilling, with 5 to 8 of a row's float4 loads in flight before its first store
+# (the body puts the last two after the first two stores; tests/test_vecscale_cpu.py), so the policies compare at
+# one occupancy.
 DEFAULT_SHAPE = Shape()
 # Every kernel of every shape fits its register cap (65536 / (256 x min_blocks), in steps of 8) without
 # spilling: a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those shapes run 2 blocks/SM
@@ -111,13 +112,25 @@ BODY = r"""
           p[k * kThreads] = v[k];
         }
       } else if (!CUADV_PREFETCH) {  // row by row: a row's loads go out after the previous row's stores
+        // Within a row, the first kEarly stores go out before the last kEarly loads. On the H200 (2026-12-02,
+        // scripts/sched_trace_breakdown.py --fit) steal's 5-blocks/SM kernel streamed 1.001x its 4-blocks/SM one
+        // (which issues all 8 loads first) before, and 1.023x after this order. ptxas may still hoist the late
+        // loads where registers allow (fixed_work's kernel does) or issue one more after the stores.
+        constexpr int kEarly = kVec >= 8 ? 2 : 0;
         #pragma unroll 1  // a loop: the compiler cannot hoist the next row's loads above this row's stores
         for (int r = 0; r < full; ++r, p += kRowElems / 4) {
           float4 v[kVec];
           #pragma unroll
-          for (int k = 0; k < kVec; ++k) v[k] = p[k * kThreads];
+          for (int k = 0; k < kVec - kEarly; ++k) v[k] = p[k * kThreads];
           #pragma unroll
-          for (int k = 0; k < kVec; ++k) {
+          for (int k = 0; k < kEarly; ++k) {
+            v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
+            p[k * kThreads] = v[k];
+          }
+          #pragma unroll
+          for (int k = kVec - kEarly; k < kVec; ++k) v[k] = p[k * kThreads];
+          #pragma unroll
+          for (int k = kEarly; k < kVec; ++k) {
             v[k].x *= a; v[k].y *= a; v[k].z *= a; v[k].w *= a;
             p[k * kThreads] = v[k];
           }
