@@ -337,6 +337,17 @@ def test_the_engine_makes_each_plan_once_and_still_checks_every_call():
         eng.plan(1000, "int32", "hot", hot=[3])
 
 
+def test_the_engines_plan_memo_is_bounded():
+    eng = fake_engine()
+    first = eng.plan(1, "int32")
+    for bins in range(2, launcher.PLAN_MEMO + 10):
+        eng.plan(bins, "int32")
+    assert len(eng._plans) == launcher.PLAN_MEMO
+    assert eng.plan(launcher.PLAN_MEMO + 9, "int32") is eng.plan(launcher.PLAN_MEMO + 9, "int32")  # the newest kept
+    again = eng.plan(1, "int32")  # the oldest was dropped: made anew, equal to the first
+    assert again == first and again is not first
+
+
 def test_options_cover_the_new_variants():
     eng = fake_engine()
     for bins in (1, 256, 4097, 70_001, 1 << 20):
