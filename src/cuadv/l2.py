@@ -274,10 +274,11 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
     persisting part of L2 for the work enqueued on ``stream`` inside the ``with`` block.
 
     ``nbytes``: the window's size from the buffer's first byte (default: the whole array, for a strided
-    one its whole extent from its lowest byte, padding between rows included; required with an address). ``hit_ratio``: the fraction of the window's lines that persist (default: set-aside /
-    window, at most 1, so persisting lines do not evict each other). ``stream``: None is the current
-    stream of the array's library. ``set_aside``: bytes of L2 reserved for persisting lines (default:
-    the device maximum). ``caps``: the capabilities to check against (default: the current GPU's).
+    one its whole extent from its lowest byte, padding between rows included; required with an address).
+    ``hit_ratio``: the fraction of the window's lines that persist (default: set-aside / window, at most 1,
+    so persisting lines do not evict each other). ``stream``: None is the current stream of the array's
+    library. ``set_aside``: bytes of L2 reserved for persisting lines (default: the device maximum).
+    ``caps``: the capabilities to check against (default: the current GPU's).
 
     Every check runs here, before the GPU is touched: no persisting L2 raises UnsupportedFeatureError
     (fallback: plain caching), a window over the device's maximum window or a set-aside over its

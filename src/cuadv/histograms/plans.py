@@ -399,8 +399,9 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         r = _replicas(need)
         if stages is None and tma:
             for ring in sorted((s for s in TMA_STAGES if s <= AUTO_TMA_STAGES[dtype]), reverse=True):
-                alone = 2 * (tma_ring_bytes(need, ring) + BLOCK_RESERVED) > shared_per_sm  # even at one replica
-                if tma_ring_bytes(need, ring) <= shared_limit and not (ring > BASE_TMA_STAGES and alone):
+                smem = tma_ring_bytes(need, ring)  # at one replica
+                two_fit = 2 * (smem + BLOCK_RESERVED) <= shared_per_sm
+                if smem <= shared_limit and (ring <= BASE_TMA_STAGES or two_fit):
                     return _plan_shared_tma(bins, dtype, need, r, ring, shared_limit, shared_per_sm)
         if stages:
             return _plan_shared_tma(bins, dtype, need, r, stages, shared_limit, shared_per_sm)

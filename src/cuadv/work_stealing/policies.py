@@ -36,7 +36,8 @@ def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
                                       "policy='steal' (software CLC, same loop) or policy='auto'")
     if policy == "steal" and cc < (9, 0):
         raise UnsupportedFeatureError("software CLC (policy 'steal')",
-                                      "compute capability >= 9.0 (elect.sync; with clusters, mbarrier transaction counts)", cc_text,
+                                      "compute capability >= 9.0 (elect.sync; with clusters, mbarrier "
+                                      "transaction counts)", cc_text,
                                       "policy='fixed_work' or 'fixed_blocks'")
     return policy
 

@@ -78,9 +78,9 @@ class TileKernel:
     those that yielded refill every SM rather than some). Each block launched after the work is gone
     still costs a launch (about 0.14 us per block per SM on an H200), so for short tiles it should be
     near quantum / time of one tile: the grid then has about as many blocks as will find work (and the
-    spare wave), and a block still yields after about one quantum. None (default): learned, as what one slice held in the
-    latest ``slice_report`` of this kernel (the full tile grid until a block has given its SM back); 1:
-    always the full tile grid.
+    spare wave), and a block still yields after about one quantum. None (default): learned, as what one
+    slice held in the latest ``slice_report`` of this kernel (the full tile grid until a block has given
+    its SM back); 1: always the full tile grid.
 
     ``policy="atomic_counter"``: the grid of fixed_blocks, each block then taking tiles from a global
     counter (FlashAttention-3's kind of scheduler); every launch enqueues a memset of its counter on its
