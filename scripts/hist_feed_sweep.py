@@ -41,7 +41,7 @@ def main(mib: int = 1024, once: bool = False) -> None:
         for stages in (0,) + TMA_STAGES:
             plan = eng.plan(bins, dtype, "shared", stages=stages)
             kernel, config = eng.launch_config(plan, n)
-            args = (x.data.ptr, n, out.data.ptr, bins) + plan.scalar_args()
+            args = plan.kernel_args(x.data.ptr, n, out.data.ptr)
 
             def call():
                 out.fill(0)

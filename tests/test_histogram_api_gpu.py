@@ -128,6 +128,70 @@ def test_auto_takes_the_skew_aware_path_for_skewed_data(cp):
     assert s.plan.variant == "hot"
 
 
+@pytest.mark.parametrize("bins", [262_144, 1 << 20])
+@pytest.mark.parametrize("dist", ["zipf", "uniform"])
+def test_one_shot_auto_chooses_on_the_gpu_without_a_wait(cp, monkeypatch, bins, dist):
+    """A one-shot call launches both candidates gated on the sample's verdict: exact, and no copy to the host
+    (the sample is never read back); with v == bins and out-of-range values in the data."""
+    from cuadv.histograms import api
+
+    if api.engine().plan(bins, "int32").variant == "shared":
+        pytest.skip("one block holds these bins here")
+    rng = np.random.default_rng(bins + len(dist))
+    host = data(rng, 2_000_029, "int32", dist, bins) if dist == "zipf" else rng.integers(0, bins, 2_000_029)
+    host = host.astype(np.int32)
+    host[rng.choice(host.size, 64, replace=False)] = [bins, -1, bins + 1, 2 * bins] * 16
+    x = cp.asarray(host)
+
+    def no_host_copy(*args, **kwargs):
+        raise AssertionError("the one-shot call read the skew sample on the host")
+
+    monkeypatch.setattr(api, "copy_to_host", no_host_copy)
+    hist, _ = histogram(x, bins, range=(0, bins))
+    assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(0, bins))[0])
+    hist, _ = histogram(x, bins, range=(0, bins), out=cp.full(bins, -1, dtype=cp.int64))
+    assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(0, bins))[0])
+
+
+@pytest.mark.parametrize("dist, skewed", [("zipf", 1), ("uniform", 0), ("out of range", 0)])
+def test_the_skew_samples_verdict(cp, dist, skewed):
+    from cuadv.histograms import api
+
+    bins = 1 << 20
+    rng = np.random.default_rng(23)
+    host = {"zipf": lambda: data(rng, 100_003, "int32", "zipf", bins),
+            "uniform": lambda: rng.integers(0, bins, 100_003),
+            "out of range": lambda: np.full(100_003, -1)}[dist]().astype(np.int32)
+    x, verdict = cp.asarray(host), cp.full(1, 7, dtype=cp.uint32)
+    counter = api._Counter(api.engine(), bins, "int32", "auto", keep=True)
+    counter._sample(x.data.ptr, host.size, verdict.data.ptr, cp.cuda.get_current_stream().ptr)
+    assert int(verdict[0]) == skewed
+
+
+@pytest.mark.parametrize("variant", ["global", "shared", "dsm", "hot", "exchange"])
+def test_a_gated_launch_counts_only_on_its_verdict(cp, variant):
+    from cuadv.histograms.launcher import engine
+    from cuadv.launch import launch
+
+    eng, bins = engine(), 70_001
+    rng = np.random.default_rng(17)
+    host = rng.integers(-5, bins + 5, size=300_007).astype(np.int32)
+    want = np.bincount(host[(host >= 0) & (host < bins)], minlength=bins)
+    try:
+        plan = eng.plan(bins if variant != "shared" else 4096, "int32", variant)
+    except (LaunchConfigError, UnsupportedFeatureError):
+        pytest.skip(f"{variant} does not hold these bins here")
+    if variant == "shared":
+        want = np.bincount(host[(host >= 0) & (host < 4096)], minlength=4096)
+    x, verdict = cp.asarray(host), cp.asarray(np.array([1], dtype=np.uint32))
+    kernel, config = eng.launch_config(plan, host.size)
+    for gate_value, counted in ((0, False), (1, True)):
+        out = cp.zeros(plan.bins, dtype=cp.uint32)
+        launch(kernel, config, *plan.kernel_args(x.data.ptr, host.size, out.data.ptr, verdict.data.ptr, gate_value))
+        got = cp.asnumpy(out).astype(np.int64)
+        assert np.array_equal(got, want) if counted else not got.any(), (variant, gate_value)
+
+
 def test_out_and_prepared_calls(cp):
     rng = np.random.default_rng(5)
     host = rng.integers(0, 4096, size=100_003).astype(np.int32)

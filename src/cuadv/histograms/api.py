@@ -13,9 +13,11 @@ is the current stream of the input's library (CuPy's or torch's), as their own o
 
 Where the host must see data: the default range of ``histogram`` (x.min(), x.max()) and the length and
 the negative check of ``bincount`` (x.min(), x.max()) take one min/max pass on the GPU and one small
-copy to the host, which waits for the stream (CuPy and NumPy do the same); the skew sample of ``auto``
-likewise, once per prepared call. With ``range=`` given and a named variant (or bins one block holds),
-``histogram`` never waits.
+copy to the host, which waits for the stream (CuPy and NumPy do the same). The skew sample of ``auto``
+(where the bins do not fit one block) is read by the host once per prepared call; a one-shot call launches
+both candidate plans gated on the sample's verdict instead (the other plan's blocks leave at once), so
+the choice is made on the GPU. With ``range=`` given ``histogram`` never waits (but for int32 input over
+range=(0, bins) at the bin counts where one candidate counts in place and the other must bin first).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ INTEGER_TYPES = ("int32", "int64", "uint8", "uint16")
 CHUNK = 1 << 26  # elements binned per pass: a 256 MiB int32 index buffer at most
 DIRECT_CHUNK = 1 << 31  # elements counted per launch where the input is the index (uint32 counters stay exact)
 SAMPLES = 4096  # elements the skew check of variant="auto" reads
-SKEW_SHARE = 0.75  # auto takes the skew-aware path when this share of the sampled in-range values is hot
+SKEW_SHARE = (3, 4)  # auto takes the skew-aware path when this share of the sampled in-range values is hot
 AUX_THREADS = 256  # binning.cu kernels
 NO_FOLD = 0xFFFFFFFF  # hist_widen: no slot folded into the last bin
 
@@ -203,31 +205,42 @@ class _Counter:
     keep: bool
     plan: HistogramPlan | None = None
     fold_last: bool = False  # unit-width histogram: slot bins - 1 counts v == hi, which numpy puts in the last bin
+    # One-shot auto: the skew-aware plan, launched beside ``plan`` on every count, each gated on the sample's
+    # verdict (hist_sample), so the choice is made on the GPU and the call never waits for it.
+    skewed: HistogramPlan | None = None
     _counts: Scratch | None = field(default=None, repr=False)
 
-    def choose(self, idx_ptr: int, n: int, stream: int) -> HistogramPlan:
+    def choose(self, idx_ptr: int, n: int, stream: int, on_gpu: bool | None = None) -> HistogramPlan:
         """The plan; ``auto``: the engine's choice (shared, dsm, exchange, or without clusters shared or
         global), but the skew-aware ``hot`` plan where the bins do not fit one block's shared memory and
         at least SKEW_SHARE of a sample of the data lies in the bins the hot plan privatises (measured on
         the H200, Zipf(1.3): hot 3,622 GB/s at 262,144 bins vs 1,246 for the best exchange; uniform:
-        hot 454 vs exchange 1,179)."""
+        hot 454 vs exchange 1,179). ``on_gpu`` (default: a one-shot counter): the sample's verdict stays
+        on the GPU (``skewed`` is set and ``count`` gates both plans on it); else the host reads it once."""
         if self.plan is not None:
             return self.plan
         plan = self.eng.plan(self.bins, self.index_dtype, self.variant)
         multi_block = plan.variant in ("exchange", "global") or (plan.variant == "dsm" and plan.cluster > 1)
         if self.variant == "auto" and self.index_dtype == "int32" and multi_block and n:
             skewed = self.eng.plan(self.bins, "int32", "hot")  # made before the wait: after it, only the choice
-            hot = skewed.hot  # the low bins it privatises, the ones the sample counts
-            tally = Scratch(8, stream, keep=False)
-            _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), tally.ptr), stream,
-                        self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
-            sample = copy_to_host(tally.ptr, 8, np.uint32, stream, "the histogram's skew sample (hist_sample)")
-            in_range, in_hot = (int(v) for v in sample)
-            tally.release(stream)
-            if in_range and in_hot >= SKEW_SHARE * in_range:
-                plan = skewed
+            if (not self.keep) if on_gpu is None else on_gpu:
+                self.skewed = skewed
+            else:
+                verdict = Scratch(4, stream, keep=False)
+                self._sample(idx_ptr, n, verdict.ptr, stream)
+                skew = copy_to_host(verdict.ptr, 4, np.uint32, stream, "the histogram's skew sample (hist_sample)")
+                verdict.release(stream)
+                if skew[0]:
+                    plan = skewed
         self.plan = plan
         return plan
+
+    def _sample(self, idx_ptr: int, n: int, verdict_ptr: int, stream: int) -> None:
+        """hist_sample: 1 at ``verdict_ptr`` where the data is skewed toward the skew-aware plan's hot bins."""
+        hot = self.eng.plan(self.bins, "int32", "hot").hot
+        num, den = SKEW_SHARE
+        _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), num, den, verdict_ptr), stream,
+                    self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
 
     def count(self, idx_ptr: int, n: int, out_ptr: int, out_len: int, accumulate: bool, stream: int) -> None:
         """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins)."""
@@ -235,12 +248,18 @@ class _Counter:
 
         plan = self.choose(idx_ptr, n, stream)
         if self._counts is None or self._counts.ptr == 0:
-            self._counts = Scratch(4 * self.bins, stream, self.keep)
+            self._counts = Scratch(4 * self.bins + 4, stream, self.keep)  # the counts, then the sample's verdict
         counts = self._counts.ptr
         check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
-        if n:
+        if n and self.skewed is not None:
+            verdict = counts + 4 * self.bins
+            self._sample(idx_ptr, n, verdict, stream)
+            for want, gated in enumerate((plan, self.skewed)):  # verdict 0: plan counts; 1: the skew-aware one
+                kernel, config = self.eng.launch_config(gated, n)
+                launch(kernel, config, *gated.kernel_args(idx_ptr, n, counts, verdict, want), stream=stream)
+        elif n:
             kernel, config = self.eng.launch_config(plan, n)
-            launch(kernel, config, idx_ptr, n, counts, plan.bins, *plan.scalar_args(), stream=stream)
+            launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts), stream=stream)
         fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
         _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate), fold),
                     stream, self.eng.caps.arch, self.eng.caps.sm_count)
@@ -348,6 +367,12 @@ class PreparedHistogram:
             usual = self.eng.plan(self.bins, "int32", self.variant)
             closed = self._closed_counter(usual) if usual.variant == "exchange" else None
             plan = self.unit.choose(ptr, n, stream)
+            if self.unit.skewed is not None and plan.variant != usual.variant:
+                if closed is not None:  # gated on the GPU: the closed exchange or the skew-aware plan, in place
+                    plan = self.unit.plan = closed.plan
+                else:  # one outcome counts in place, the other bins first: the host reads the sample
+                    self.unit.plan = self.unit.skewed = None
+                    plan = self.unit.choose(ptr, n, stream, on_gpu=False)
             self._unit_ok = plan.variant in ("hot", usual.variant)
             if not self._unit_ok and closed is not None:
                 self.unit, self._unit_ok = closed, True

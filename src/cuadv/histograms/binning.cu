@@ -8,7 +8,7 @@
 //   hist_bin_index<T, E>       bin index of each element against the edges E[bins + 1] (numpy's rule:
 //                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside.
 //   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
-//   hist_sample                counts of a strided sample in [0, bins) and in [0, hot).
+//   hist_sample                the skew verdict of a strided sample: its share in [0, hot) of those in [0, bins).
 //   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins), a slot folded into the last.
 //   hist_edges<E>              numpy.histogram_bin_edges for even bins (numpy.linspace's arithmetic), on the GPU.
 
@@ -100,10 +100,12 @@ __global__ void __launch_bounds__(256) hist_narrow(const T* __restrict__ in, u64
   }
 }
 
-// One block: `samples` evenly spaced elements of idx[0, n); counts[0] = how many lie in [0, bins),
-// counts[1] = how many in [0, hot). The host reads both to judge the skew.
+// One block: the skew verdict of `samples` evenly spaced elements of idx[0, n): *verdict = 1 where some lie
+// in [0, bins) and at least share_num / share_den of those lie in [0, hot), else 0. The host either reads it
+// (a prepared call, once) or gates two counting launches on it (a one-shot call: no wait for the host).
 extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restrict__ idx, u64 n, u32 bins, u32 hot,
-                                                              u32 samples, u32* __restrict__ counts) {
+                                                              u32 samples, u32 share_num, u32 share_den,
+                                                              u32* __restrict__ verdict) {
   __shared__ u32 tally[2];
   if (threadIdx.x < 2) tally[threadIdx.x] = 0;
   __syncthreads();  // the tally is zeroed before any thread adds to it
@@ -118,8 +120,8 @@ extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restr
   atomicAdd(&tally[1], in_hot);
   __syncthreads();  // every thread's adds are complete before thread 0 reads the tally
   if (threadIdx.x == 0) {
-    counts[0] = tally[0];
-    counts[1] = tally[1];
+    const u64 range = tally[0];
+    verdict[0] = range > 0 && static_cast<u64>(tally[1]) * share_den >= range * share_num ? 1u : 0u;
   }
 }
 

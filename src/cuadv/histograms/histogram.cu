@@ -22,6 +22,9 @@
 //                                     them in 16-byte remote stores; owners apply them with local
 //                                     shared atomics (see Exchange). Optionally a private low range.
 //
+// Every kernel's parameters: (in, n, out, bins, its own, gate, want); a launch with a non-null gate counts
+// only where *gate == want (see gated_off: how auto picks between two plans on the GPU).
+//
 // The first four stream the input the same way (stream_values): a persistent grid, 16-byte
 // vector loads, the next batch loaded before the current one is counted, and scalar code for
 // the unaligned head and the tail. The shared-memory kernels route out-of-range values to a
@@ -87,6 +90,15 @@ static __device__ __forceinline__ u32 dynamic_smem_size() {
   u32 size;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
   return size;
+}
+
+// The gate of a launch (every counting kernel ends with `gate, want`): a null gate always counts; else the
+// launch counts only where *gate == want, and every block of it leaves at once otherwise. The host launches
+// two plans gated on one word that a sample kernel wrote earlier on the stream (hist_sample): the choice
+// between them is made on the GPU, without a wait for the host. Every block reads the same word, so all
+// blocks of a cluster leave together or none does.
+static __device__ __forceinline__ bool gated_off(const u32* gate, u32 want) {
+  return gate != nullptr && *gate != want;
 }
 
 // U vectors of one batch for this thread: v[k] = p[k * blockDim.x] (coalesced across the block).
@@ -766,7 +778,9 @@ struct BatchVectors {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(1024) hist_global(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins) {
+__global__ void __launch_bounds__(1024) hist_global(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
+                                                    const u32* __restrict__ gate, u32 want) {
+  if (cuadv_hist::gated_off(gate, want)) return;
   cuadv_hist::GlobalSink<T> sink{out, bins};
   cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
 }
@@ -803,7 +817,8 @@ static __device__ __forceinline__ void block_histogram(u32* __restrict__ out, u3
 // Needs (bins + 1) * R * 4 B of dynamic shared memory.
 template <typename T>
 __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
-                                                   u32 log2r) {
+                                                   u32 log2r, const u32* __restrict__ gate, u32 want) {
+  if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ u32 counters[];
   if (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) > cuadv_hist::dynamic_smem_size())
     __trap();  // the host sized shared memory wrongly
@@ -817,7 +832,8 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
 // 2 * Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
 template <typename T, int Stages>
 __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                       u32 bins, u32 log2r) {
+                                                       u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
+  if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ __align__(128) unsigned char tma_smem[];
   const u32 counter_bytes = (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) + 127u) & ~127u;
   const u32 ring_bytes = Stages * 16u * blockDim.x;
@@ -844,11 +860,13 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 // DSM: the bins sharded over the cluster (runtime cluster dims of 2^log2c blocks along x).
 template <typename T, bool Packed, bool Aggregate>
 __global__ void __launch_bounds__(1024) hist_cluster(const T* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                     u32 bins, u32 log2c, u32 log2r) {
+                                                     u32 bins, u32 log2c, u32 log2r, const u32* __restrict__ gate,
+                                                     u32 want) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(sizeof(T) == 0, "hist_cluster needs sm_90 or newer (thread block clusters and distributed shared "
                                 "memory); use hist_block or hist_global");
 #else
+  if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ u32 counters[];
   cg::cluster_group cluster = cg::this_cluster();
   if (cluster.num_blocks() != (1u << log2c)) __trap();  // launched with a cluster size other than 2^log2c
@@ -885,7 +903,8 @@ __global__ void __launch_bounds__(1024) hist_cluster(const T* __restrict__ in, u
 // Needs 4 * hot B of dynamic shared memory.
 template <typename T>
 __global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
-                                                 u32 hot) {
+                                                 u32 hot, const u32* __restrict__ gate, u32 want) {
+  if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ u32 counters[];
   if (hot > cuadv_hist::dynamic_smem_size() / 4) __trap();  // the host sized shared memory wrongly
   for (u32 w = threadIdx.x; w < hot; w += blockDim.x) counters[w] = 0;
@@ -913,11 +932,12 @@ __global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n
 template <bool Packed, int C, int V>
 __global__ void __launch_bounds__(1024, 1) hist_exchange(const int* __restrict__ in, u64 n, u32* __restrict__ out,
                                                          u32 bins, u32 hot, u32 cap, u32 atomic_sort,
-                                                         u32 closed_last) {
+                                                         u32 closed_last, const u32* __restrict__ gate, u32 want) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(C == 0, "hist_exchange needs sm_90 or newer (thread block clusters and distributed shared memory); "
                         "use hist_hot, hist_block or hist_global");
 #else
+  if (cuadv_hist::gated_off(gate, want)) return;
   using cuadv_hist::Exchange;
   using cuadv_hist::ExchangeLayout;
   extern __shared__ uint4 exchange_smem[];

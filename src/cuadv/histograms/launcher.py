@@ -261,7 +261,7 @@ class PreparedHistogram:
         self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
                                     shared_mem=self.plan.shared_bytes)
         self._kernel = self.engine.kernel(self.plan)
-        self._args = (self.src.ptr, self.src.size, self.dst.ptr, self.plan.bins) + self.plan.scalar_args()
+        self._args = self.plan.kernel_args(self.src.ptr, self.src.size, self.dst.ptr)
 
     def __call__(self):
         from ..launch import launch

@@ -117,6 +117,11 @@ class HistogramPlan:
         """The kernel's parameters after (in, n, out, bins)."""
         raise NotImplementedError
 
+    def kernel_args(self, src_ptr: int, n: int, out_ptr: int, gate: int = 0, want: int = 0) -> tuple[int, ...]:
+        """Every parameter of the kernel: (in, n, out, bins), its own, then the gate: 0 counts always, else the
+        launch counts only where the uint32 at ``gate`` equals ``want`` (hist_sample's verdict)."""
+        return (src_ptr, n, out_ptr, self.bins) + self.scalar_args() + (gate, want)
+
     @property
     def log2r(self) -> int:
         return self.replicas.bit_length() - 1
