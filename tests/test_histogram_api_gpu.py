@@ -215,6 +215,34 @@ def test_out_and_prepared_calls(cp):
         assert b(out=counts) is counts and np.array_equal(cp.asnumpy(counts), np.bincount(host))
 
 
+@pytest.mark.parametrize("bins, dtype", [(256, "uint8"), (4096, "int32"), (1 << 20, "int32")])
+def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins, dtype):
+    """hist_widen zeroes the counts it reads, so only a prepared call's first count clears them (one memset);
+    every call exact over several chunks, with the edges (written by the widening pass) numpy's."""
+    from cuadv.histograms import api
+
+    drv, memsets = api.driver(), []
+
+    class CountingDriver:
+        def __getattr__(self, name):
+            return getattr(drv, name)
+
+        def cuMemsetD32Async(self, *args):
+            memsets.append(args)
+            return drv.cuMemsetD32Async(*args)
+
+    monkeypatch.setattr(api, "driver", CountingDriver)
+    monkeypatch.setattr(api, "DIRECT_CHUNK", 1 << 18)  # three chunks, each counted and widened (accumulating)
+    rng = np.random.default_rng(bins)
+    xs = [rng.integers(0, bins + (dtype == "int32"), size=700_001).astype(dtype) for _ in range(3)]
+    p = prepare_histogram(cp.asarray(xs[0]), bins, range=(0, bins))
+    for x in xs:
+        hist, edges = p(cp.asarray(x))
+        want, want_edges = np.histogram(x, bins, range=(0, bins))
+        assert np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges)
+    assert len(memsets) == 1
+
+
 def test_non_contiguous_input_raises(cp):
     x = cp.arange(100, dtype=cp.int32)[::2]
     with pytest.raises(TypeError, match="C-contiguous"):

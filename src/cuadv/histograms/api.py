@@ -6,9 +6,10 @@ bins, the input type, the GPU and, where the bins do not fit one block, a 4096-e
 data) -> per chunk of the input: the bin index of every element (binning.cu; skipped where the input
 already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256), int32 with range=(0, bins),
 counted over bins + 1 slots so that v == bins lands in the closed last bin as numpy puts it), the count
-(histogram.cu, uint32 counters), the widening into the int64 output. With ``range`` given as Python
-numbers the edges are written on the GPU (numpy.linspace's arithmetic, bit for bit), not copied from the
-host. Everything runs on one stream: ``stream=None``
+(histogram.cu, uint32 counters), the widening into the int64 output (which zeroes the counts again: a
+prepared call clears them once). With ``range`` given as Python numbers the edges are written on the GPU
+(numpy.linspace's arithmetic, bit for bit; by the widening pass where the input is counted in place), not
+copied from the host. Everything runs on one stream: ``stream=None``
 is the current stream of the input's library (CuPy's or torch's), as their own operations do.
 
 Where the host must see data: the default range of ``histogram`` (x.min(), x.max()) and the length and
@@ -144,7 +145,7 @@ def binning_module(arch: str):
     exprs = [f"hist_minmax<{c}>" for c in INPUT_TYPES.values()]
     exprs += [f"hist_bin_index<{c}, double>" for c in INPUT_TYPES.values()] + ["hist_bin_index<float, float>"]
     exprs += [f"hist_narrow<{INPUT_TYPES[t]}>" for t in INTEGER_TYPES]
-    exprs += ["hist_edges<float>", "hist_edges<double>"]
+    exprs += ["hist_edges<float>", "hist_edges<double>", "hist_widen<float>", "hist_widen<double>"]
     return shipped("binning.cu", arch=arch, name_expressions=exprs, name="histogram_binning")
 
 
@@ -189,6 +190,19 @@ def _to_device(dst_ptr: int, host: np.ndarray, stream: int) -> None:
     check(driver().cuMemcpyHtoDAsync(dst_ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
 
 
+@dataclass(frozen=True)
+class EdgeSpec:
+    """Even bin edges the GPU writes (hist_edges, or hist_widen where nothing reads them before it):
+    ``bins + 1`` values of ``dtype`` at ``ptr``, numpy.linspace(start, stop, bins + 1) with that step."""
+
+    ptr: int
+    dtype: np.dtype
+    bins: int
+    start: float
+    step: float
+    stop: float
+
+
 # ---------------------------------------------------------------------------------------------
 # The prepared call shared by histogram and bincount.
 
@@ -209,6 +223,7 @@ class _Counter:
     # verdict (hist_sample), so the choice is made on the GPU and the call never waits for it.
     skewed: HistogramPlan | None = None
     _counts: Scratch | None = field(default=None, repr=False)
+    _zeroed: bool = field(default=False, repr=False)  # the counts are all 0 (hist_widen leaves them so)
 
     def choose(self, idx_ptr: int, n: int, stream: int, on_gpu: bool | None = None) -> HistogramPlan:
         """The plan; ``auto``: the engine's choice (shared, dsm, exchange, or without clusters shared or
@@ -242,15 +257,20 @@ class _Counter:
         _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), num, den, verdict_ptr), stream,
                     self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
 
-    def count(self, idx_ptr: int, n: int, out_ptr: int, out_len: int, accumulate: bool, stream: int) -> None:
-        """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins)."""
+    def count(self, idx_ptr: int, n: int, out_ptr: int, out_len: int, accumulate: bool, stream: int,
+              edges: EdgeSpec | None = None) -> None:
+        """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins); ``edges``: also write those bin
+        edges (in the widening pass, one launch fewer)."""
         from ..launch import launch
 
         plan = self.choose(idx_ptr, n, stream)
         if self._counts is None or self._counts.ptr == 0:
             self._counts = Scratch(4 * self.bins + 4, stream, self.keep)  # the counts, then the sample's verdict
+            self._zeroed = False
         counts = self._counts.ptr
-        check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
+        if not self._zeroed:  # a new buffer (a prepared call's later counts find the zeros hist_widen left)
+            check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
+        self._zeroed = False
         if n and self.skewed is not None:
             verdict = counts + 4 * self.bins
             self._sample(idx_ptr, n, verdict, stream)
@@ -261,8 +281,13 @@ class _Counter:
             kernel, config = self.eng.launch_config(plan, n)
             launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts), stream=stream)
         fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
-        _aux_launch("hist_widen", out_len, (counts, min(self.bins, out_len), out_ptr, out_len, int(accumulate), fold),
-                    stream, self.eng.caps.arch, self.eng.caps.sm_count)
+        widen = (counts, min(self.bins, out_len), self.bins, out_ptr, out_len, int(accumulate), fold)
+        etype = "float" if edges is not None and edges.dtype == np.float32 else "double"
+        edge_args = (0, 0, 0.0, 0.0, 0.0) if edges is None else (edges.ptr, edges.bins, edges.start, edges.step,
+                                                                 edges.stop)
+        _aux_launch(f"hist_widen<{etype}>", max(out_len, self.bins, edge_args[1] + 1), widen + edge_args, stream,
+                    self.eng.caps.arch, self.eng.caps.sm_count)
+        self._zeroed = True
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
@@ -394,17 +419,21 @@ class PreparedHistogram:
         h = self._stream_of(self.stream, x)
         _order_after_producer(x, h)
         caps = self.eng.caps
-        bin_edges, edges_ptr, first, last = self._bin_edges(src, x, h)
+        in_place = src.size > 0 and (self.direct or (
+            self.unit is not None and self._counts_in_place(src.ptr, min(src.size, DIRECT_CHUNK), h)))
+        # In place no kernel reads the edges: the widening pass writes them (one launch fewer).
+        bin_edges, edges_ptr, first, last, deferred = self._bin_edges(src, x, h, defer=in_place)
         hist = out if out is not None else _new_output(src, x, self.bins, np.int64, h)
         hist_ptr = dst.ptr if dst is not None else device_array(hist, "out").ptr
         if src.size == 0:
             check(driver().cuMemsetD8Async(hist_ptr, 0, 8 * self.bins, h), "cuMemsetD8Async")
             return hist, bin_edges
-        if self.direct or (self.unit is not None and self._counts_in_place(src.ptr, min(src.size, DIRECT_CHUNK), h)):
+        if in_place:
             counter = self.counter if self.direct else self.unit
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
-                counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h)
+                counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
+                              edges=deferred if i == 0 else None)
         else:
             chunk = min(CHUNK, src.size)
             if self._index is None or self._index.ptr == 0:
@@ -427,16 +456,20 @@ class PreparedHistogram:
                 self.unit.release(h)
         return hist, bin_edges
 
-    def _bin_edges(self, src: DeviceArray, x: Any, h: int) -> tuple[Any, int, np.floating, np.floating]:
-        """The returned edges array (written on the stream), its pointer, and its first and last edge."""
+    def _bin_edges(self, src: DeviceArray, x: Any, h: int,
+                   defer: bool = False) -> tuple[Any, int, np.floating, np.floating, EdgeSpec | None]:
+        """The returned edges array (written on the stream), its pointer, its first and last edge, and, where
+        ``defer`` and the GPU computes them, their spec for the widening pass to write instead (else None)."""
         caps = self.eng.caps
         if self._edge_spec is not None:
             start, step, stop, dtype = self._edge_spec
             bin_edges = _new_output(src, x, self.bins + 1, dtype, h)
-            edges_ptr = device_array(bin_edges, "bin_edges").ptr
-            kernel = f"hist_edges<{'float' if dtype == np.float32 else 'double'}>"
-            _aux_launch(kernel, self.bins + 1, (edges_ptr, self.bins, start, step, stop), h, caps.arch, caps.sm_count)
-            return bin_edges, edges_ptr, dtype.type(start), dtype.type(stop)
+            spec = EdgeSpec(device_array(bin_edges, "bin_edges").ptr, dtype, self.bins, start, step, stop)
+            if not defer:
+                kernel = f"hist_edges<{'float' if dtype == np.float32 else 'double'}>"
+                _aux_launch(kernel, self.bins + 1, (spec.ptr, self.bins, start, step, stop), h, caps.arch,
+                            caps.sm_count)
+            return bin_edges, spec.ptr, dtype.type(start), dtype.type(stop), spec if defer else None
         edges = self._edges
         if edges is None:
             if src.size == 0:
@@ -449,7 +482,7 @@ class PreparedHistogram:
         bin_edges = _new_output(src, x, self.bins + 1, edges.dtype, h)
         edges_ptr = device_array(bin_edges, "bin_edges").ptr
         _to_device(edges_ptr, edges, h)
-        return bin_edges, edges_ptr, edges[0], edges[-1]
+        return bin_edges, edges_ptr, edges[0], edges[-1], None
 
     @property
     def plan(self) -> HistogramPlan | None:

@@ -9,7 +9,8 @@
 //                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside.
 //   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
 //   hist_sample                the skew verdict of a strided sample: its share in [0, hot) of those in [0, bins).
-//   hist_widen                 out[i] (+)= counts[i] as int64 (0 past the counted bins), a slot folded into the last.
+//   hist_widen<E>              out[i] (+)= counts[i] as int64 (0 past the counted bins), a slot folded into the
+//                              last; the counts zeroed again; optionally the bin edges too.
 //   hist_edges<E>              numpy.histogram_bin_edges for even bins (numpy.linspace's arithmetic), on the GPU.
 
 #include <cuda/std/cstdint>
@@ -125,29 +126,48 @@ extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restr
   }
 }
 
+// Edge i of numpy.histogram_bin_edges for even bins, without a host array: numpy.linspace computes
+// edges[i] = i * step + start in float64 (a product and a sum, each rounded: no FMA here) and sets the last
+// edge to stop exactly; E = float: the float64 value rounded once to float (numpy's astype). The host
+// chooses when this applies (step > 0 and far above the edges' spacing; else it asks numpy).
+template <typename E>
+static __device__ __forceinline__ E edge_value(u64 i, u32 bins, double start, double step, double stop) {
+  const double v = i == bins ? stop : __dadd_rn(__dmul_rn(static_cast<double>(i), step), start);
+  return static_cast<E>(v);
+}
+
 // out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64; the last output also
-// takes counts[fold] where fold != ~0u (the slot that counted v == bins: numpy's closed last bin).
-extern "C" __global__ void __launch_bounds__(256) hist_widen(const u32* __restrict__ counts, u32 m,
-                                                             long long* __restrict__ out, u64 len, u32 accumulate,
-                                                             u32 fold) {
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < len;
+// takes counts[fold] where fold != ~0u (fold >= m: the slot that counted v == bins, numpy's closed last
+// bin). Then every one of the `slots` counters is zero again (each by the thread that read it), so the next
+// count needs no memset. edges != nullptr: also writes the bins + 1 edges (edge_value), which saves their own launch where
+// no kernel reads them before this one.
+template <typename E>
+__global__ void __launch_bounds__(256) hist_widen(u32* __restrict__ counts, u32 m, u32 slots,
+                                                  long long* __restrict__ out, u64 len, u32 accumulate, u32 fold,
+                                                  E* __restrict__ edges, u32 bins, double start, double step,
+                                                  double stop) {
+  const u64 end = len > slots ? len : slots;
+  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < end || (edges && i <= bins);
        i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
-    if (i == len - 1u && fold != ~0u) add += counts[fold];
-    out[i] = accumulate ? out[i] + add : add;
+    if (i < len) {
+      long long add = i < m ? static_cast<long long>(counts[i]) : 0ll;
+      if (i == len - 1u && fold != ~0u) {
+        add += counts[fold];
+        counts[fold] = 0;
+      }
+      out[i] = accumulate ? out[i] + add : add;
+    }
+    if (i < slots && i != fold) counts[i] = 0;  // read above by this thread only (i < m), or never
+    if (edges && i <= bins) edges[i] = edge_value<E>(i, bins, start, step, stop);
   }
 }
 
-// The bin edges numpy.histogram_bin_edges returns for even bins, without a host array: numpy.linspace
-// computes edges[i] = i * step + start in float64 (a product and a sum, each rounded: no FMA here) and sets
-// the last edge to stop exactly; E = float: the float64 value rounded once to float (numpy's astype).
-// The host chooses when this applies (step > 0 and far above the edges' spacing; else it asks numpy).
+// The bin edges numpy.histogram_bin_edges returns for even bins (edge_value), where a kernel reads them
+// before hist_widen (the binning pass).
 template <typename E>
 __global__ void __launch_bounds__(256) hist_edges(E* __restrict__ edges, u32 bins, double start, double step,
                                                   double stop) {
   for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i <= bins;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const double v = i == bins ? stop : __dadd_rn(__dmul_rn(static_cast<double>(i), step), start);
-    edges[i] = static_cast<E>(v);
-  }
+       i += static_cast<u64>(gridDim.x) * blockDim.x)
+    edges[i] = edge_value<E>(i, bins, start, step, stop);
 }
