@@ -26,17 +26,19 @@ HISTOGRAM = {
         "issue-bound (68.7% issue active, 27.6% DRAM)"),
     ("int32", "uniform", 4096): (
         "as at 256 bins (the same TMA-fed kernel, a ring of 6 and one replica of the counters per block): 95.3-95.8% "
-        "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31), 94.1-95.6% in "
-        "the interleaved rounds of the bench"),
+        "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31); in the bench at "
+        "11:44 the prepared call read 96.1% and the one-shot call 94.8%, which also allocates and clears its "
+        "counts on every call (a prepared call clears them once)"),
     ("int32", "uniform", 65536): (
         "65,537 32-bit counters do not fit one block's 227 KB, so the counters are 16-bit, packed two per "
         "word: one 1,024-thread block per SM (50% of warp slots) and returning atomics with wrap checks; "
-        "issue-bound at 78.6% issue active, 67.7% of DRAM peak"),
+        "issue-bound at 78.6% issue active, 67.7% of DRAM peak (06:12). Testing the wraps once per batch instead "
+        "of once per element (about a third fewer instructions in the loop's SASS) left it at 76.9-77.6% (11:31 "
+        "and 11:44, two machines), so the instruction count alone does not hold it; not profiled since"),
     ("int32", "zipf", 1048576): (
-        "the counting is 17.4x CUB (the prepared call, 0.308 ms, 08:40); a one-shot call first reads a sample of "
-        "the data back to the host to choose between the exchange and the skew-aware plan, and that round trip is "
-        "in its time (the host timeline of scripts/hist_oneshot_breakdown.py shows the wait): 0.473 ms at 06:40 "
-        "(11.1x) and 0.562 ms at 08:40 (9.58x, p10-p90 0.531-0.602), the same code on two machines"),
+        "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
+        "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
+        "11:44. Before 11:27 the host read the sample back and waited for it: 9.58-11.1x"),
     ("uint8", "uniform", 256): (
         "one shared-memory atomic per byte (four times int32's per byte of input): the TMA-fed kernel is bound by "
         "the shared-memory pipe, not DRAM (322 us under ncu, DRAM 69.6% of peak, 68% of issue slots used, top "
