@@ -1,6 +1,8 @@
 """cuadv.histogram / cuadv.bincount on a GPU: exact against NumPy for every input type, bin count,
 size, distribution and variant; CuPy and torch in and out; out=; prepared calls; the stream rule."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -146,9 +148,21 @@ def test_one_shot_auto_chooses_on_the_gpu_without_a_wait(cp, monkeypatch, bins, 
     def no_host_copy(*args, **kwargs):
         raise AssertionError("the one-shot call read the skew sample on the host")
 
+    launch_module = sys.modules["cuadv.launch"]  # the package re-exports the function under the module's name
+    launch, gated = launch_module.launch, []
+
+    def recording_launch(kernel, config, *args, **kwargs):
+        if getattr(kernel, "name", "").startswith("hist_") and "sample" not in kernel.name:
+            gated.append((kernel.name, args[-2] != 0, args[-1]))  # (kernel, gate set, verdict it counts on)
+        return launch(kernel, config, *args, **kwargs)
+
     monkeypatch.setattr(api, "copy_to_host", no_host_copy)
+    monkeypatch.setattr(launch_module, "launch", recording_launch)
     hist, _ = histogram(x, bins, range=(0, bins))
     assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(0, bins))[0])
+    counting = [g for g in gated if "widen" not in g[0]]
+    assert len(counting) == 2 and all(g[1] for g in counting), gated  # both candidates, both gated
+    assert {g[2] for g in counting} == {0, 1} and "hist_hot" in dict((w, k) for k, _, w in counting)[1]
     hist, _ = histogram(x, bins, range=(0, bins), out=cp.full(bins, -1, dtype=cp.int64))
     assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(0, bins))[0])
 

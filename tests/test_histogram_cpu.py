@@ -323,7 +323,7 @@ def fake_engine(monkeypatch=None):
 
 
 def test_the_engine_makes_each_plan_once_and_still_checks_every_call():
-    """Plans are kept per engine (a one-shot call chooses between them after a wait for the GPU), keyed on each
+    """Plans are kept per engine (a one-shot call makes the candidates it launches every time), keyed on each
     argument's value and type: a value equal to a valid one (256.0, True) or one that cannot be hashed still meets
     the checks, whatever was planned before."""
     eng = fake_engine()

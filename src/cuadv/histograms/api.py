@@ -237,7 +237,7 @@ class _Counter:
         plan = self.eng.plan(self.bins, self.index_dtype, self.variant)
         multi_block = plan.variant in ("exchange", "global") or (plan.variant == "dsm" and plan.cluster > 1)
         if self.variant == "auto" and self.index_dtype == "int32" and multi_block and n:
-            skewed = self.eng.plan(self.bins, "int32", "hot")  # made before the wait: after it, only the choice
+            skewed = self.eng.plan(self.bins, "int32", "hot")  # the host path: made before its wait, not after
             if (not self.keep) if on_gpu is None else on_gpu:
                 self.skewed = skewed
             else:
@@ -281,6 +281,7 @@ class _Counter:
             kernel, config = self.eng.launch_config(plan, n)
             launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts), stream=stream)
         fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
+        assert fold == NO_FOLD or fold >= min(self.bins, out_len), "hist_widen reads a folded slot once, at the end"
         widen = (counts, min(self.bins, out_len), self.bins, out_ptr, out_len, int(accumulate), fold)
         etype = "float" if edges is not None and edges.dtype == np.float32 else "double"
         edge_args = (0, 0, 0.0, 0.0, 0.0) if edges is None else (edges.ptr, edges.bins, edges.start, edges.step,
@@ -388,7 +389,7 @@ class PreparedHistogram:
         the same kind as for bins; where the extra slot takes the bins out of the exchange (1M bins: 1M + 1
         slots no longer fit its 16-bit mailbox entries), the exchange over bins with a closed last bin."""
         if self._unit_ok is None:
-            # Both outcomes are made before the sample's wait for the GPU: after it, only the choice.
+            # Both outcomes are made before the sample is taken (on the host path, before its wait).
             usual = self.eng.plan(self.bins, "int32", self.variant)
             closed = self._closed_counter(usual) if usual.variant == "exchange" else None
             plan = self.unit.choose(ptr, n, stream)
@@ -487,7 +488,9 @@ class PreparedHistogram:
     @property
     def plan(self) -> HistogramPlan | None:
         """The plan in use (None until the first call where ``auto`` samples the data). Where int32 input over
-        range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins)."""
+        range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins),
+        or the exchange over bins with a closed last bin. A one-shot object (what ``histogram`` makes) gates the
+        skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other)."""
         if self.unit is not None and self._unit_ok:
             return self.unit.plan
         return self.counter.plan

@@ -2,8 +2,9 @@
 // distributed shared memory (DSM), against global atomics and a single-block shared histogram.
 //
 // Input: bin indices of type T (int32 or uint8); a value v counts in bin v when 0 <= v < bins
-// and is ignored otherwise (numpy.bincount of the in-range values). Output: uint32 counts,
-// zeroed by the host before the launch (every kernel accumulates into it with atomics).
+// and is ignored otherwise (numpy.bincount of the in-range values). Output: uint32 counts, zero
+// before the launch (every kernel accumulates into them with atomics; two launches gated on one
+// verdict share them, only one of them counting).
 //
 // Kernels (templates, reached through name expressions):
 //   hist_global<T>                    every element does atomicAdd on the global bins.

@@ -89,8 +89,8 @@ class HistogramEngine:
              counter_bits: int | None = None, hot: int | None = None, vectors: int | None = None,
              sort: str | None = None, stages: int | None = None) -> HistogramPlan:
         """The plan for these options on this GPU (plans are frozen: each is made once per engine, so a
-        one-shot call that chooses between plans after a wait for the GPU does not spend tens of
-        microseconds of Python on it while the GPU idles)."""
+        one-shot call, which makes up to three, does not spend tens of microseconds of Python on them
+        each time)."""
         args = (bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort, stages)
         # Each value with its type: 256.0 or True must still be refused where 256 or 1 made a plan. An argument
         # that cannot be hashed (a list) goes straight to the checks, which name it.

@@ -164,6 +164,7 @@ class HistogramLab:
             hist, _ = public_histogram(cp.asarray(x), wide, range=(0, wide))
             if not np.array_equal(readback(hist), np.histogram(x, wide, range=(0, wide))[0]):
                 raise ValidationError(f"cuadv.histogram of {dist} data over {wide} bins differs from numpy.histogram")
+        x = host_data(rng, n, 1000, "uniform", "int32", out_of_range=True)
         prepared = prepare_histogram(cp.asarray(x), 1000, range=(0, 1000))
         for _ in range(2):
             if not np.array_equal(readback(prepared()[0]), np.histogram(x, 1000, range=(0, 1000))[0]):
