@@ -10,7 +10,9 @@ Calibrated conservatively: tiles are 20 us on average (%globaltimer ticks about 
 block launch and the scheduler's atomics cost well under a microsecond each, the model's defaults),
 so per-tile errors stay a few percent; the wide margin covers the hardware's block-placement order
 and the jitter of the ticket order, which the deterministic model does not reproduce. The observed
-errors are reported as a warning (pytest's warnings summary) to calibrate the model's costs.
+errors are reported as a warning (pytest's warnings summary) to calibrate the model's costs. The model's
+machine is a whole GPU: a fixed_blocks trace whose blocks did not all start at once (another process held SMs,
+as under ``pytest -n``) is taken again, and after three such the test skips, saying so.
 """
 
 import warnings
@@ -54,6 +56,18 @@ def workload(name: str, sms: int) -> np.ndarray:
     return np.round(d).astype(np.uint64)
 
 
+def blocks_started_together(trace, within_ns: float) -> bool:
+    """Whether every block of a grid that fits the GPU at once (fixed_blocks) ran its first tile within
+    ``within_ns`` of the first block: the model's machine is the whole GPU. Under ``pytest -n`` another test's
+    kernels can hold SMs, and then some blocks start only when those end (fixed_blocks measured 7.1 ms against
+    2.5 ms predicted once, the dynamic policies within 0.1%)."""
+    r = trace.records[trace.written]
+    order = np.argsort(r["start_ns"], kind="stable")
+    _, first = np.unique(r["block"][order], return_index=True)  # each block's earliest tile
+    starts = r["start_ns"][order][first]
+    return int(starts.max() - starts.min()) <= within_ns
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_simulated_makespan_matches_the_trace(cp, name):
     caps = current_device().caps
@@ -67,8 +81,14 @@ def test_simulated_makespan_matches_the_trace(cp, name):
         k = spin_kernel(policy, QUANTUM_US if policy == "steal" else None, block=BLOCK)
         k(tiles, dur_dev, np.uint64(PROLOGUE_US * 1e3))  # warm-up: compiles, loads the module
         cp.cuda.runtime.deviceSynchronize()
-        trace = k(tiles, dur_dev, np.uint64(PROLOGUE_US * 1e3), trace=True)
-        assert trace.written.all(), "every tile must leave a trace record"
+        for _ in range(3):
+            trace = k(tiles, dur_dev, np.uint64(PROLOGUE_US * 1e3), trace=True)
+            assert trace.written.all(), "every tile must leave a trace record"
+            if policy != "fixed_blocks" or blocks_started_together(trace, 4 * TILE_US * 1e3):
+                break
+        else:
+            pytest.skip("fixed_blocks' blocks did not all start at once in 3 launches: another process held SMs "
+                        "(pytest -n), which the model's machine does not have")
         slots = occupancy(k, policy)
         machine = Machine(caps.sm_count, slots)
         spec = KernelSpec(durations.astype(np.float64), policy, PROLOGUE_US * 1e3,
