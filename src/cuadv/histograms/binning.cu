@@ -139,8 +139,8 @@ static __device__ __forceinline__ E edge_value(u64 i, u32 bins, double start, do
 // out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64; the last output also
 // takes counts[fold] where fold != ~0u (fold >= m: the slot that counted v == bins, numpy's closed last
 // bin). Then every one of the `slots` counters is zero again (each by the thread that read it), so the next
-// count needs no memset. edges != nullptr: also writes the bins + 1 edges (edge_value), which saves their own launch where
-// no kernel reads them before this one.
+// count needs no memset. edges != nullptr: also writes the bins + 1 edges (edge_value), which saves their own
+// launch where no kernel reads them before this one.
 template <typename E>
 __global__ void __launch_bounds__(256) hist_widen(u32* __restrict__ counts, u32 m, u32 slots,
                                                   long long* __restrict__ out, u64 len, u32 accumulate, u32 fold,
