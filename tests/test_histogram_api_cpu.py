@@ -161,3 +161,42 @@ def test_the_binning_rule_is_numpys(dtype, bins):
         idx = bin_index_model(x, mine)
         got = np.bincount(idx[idx >= 0], minlength=bins)
         assert np.array_equal(got, want), (dtype, bins, r)
+
+
+def test_a_one_shot_counter_leaves_the_skew_choice_to_the_gpu():
+    """choose() of a one-shot auto counter over bins one block does not hold makes no GPU call: it keeps the
+    usual plan and sets the skew-aware one beside it, for count() to launch both gated on the sample's verdict.
+    A named variant, uint8 input and bins one block holds have one plan and nothing to gate."""
+    from test_histogram_cpu import FakeCaps
+
+    eng = api.HistogramEngine(FakeCaps())  # plans only; a GPU call would fail (no driver here)
+    bins = 1 << 20
+    one_shot = api._Counter(eng, bins, "int32", "auto", keep=False)
+    plan = one_shot.choose(idx_ptr=1 << 20, n=1000, stream=0)
+    assert plan.variant == "exchange" and one_shot.plan is plan
+    assert one_shot.skewed.variant == "hot" and one_shot.skewed.bins == bins
+    for counter in (api._Counter(eng, bins, "int32", "global", keep=False),
+                    api._Counter(eng, 256, "uint8", "auto", keep=False),
+                    api._Counter(eng, 4096, "int32", "auto", keep=False)):
+        counter.plan = None if counter.variant == "auto" else eng.plan(counter.bins, "int32", counter.variant)
+        counter.choose(idx_ptr=1 << 20, n=1000, stream=0)
+        assert counter.skewed is None, counter
+    empty = api._Counter(eng, bins, "int32", "auto", keep=False)
+    empty.choose(idx_ptr=1 << 20, n=0, stream=0)
+    assert empty.skewed is None  # nothing to count: nothing to sample
+
+
+def test_a_one_shot_histogram_in_place_at_the_exchanges_limit_gates_the_closed_exchange(monkeypatch):
+    """int32 over range=(0, 2^20): bins + 1 slots leave the exchange, so the one-shot call gates the exchange over
+    bins with a closed last bin against the skew-aware plan over bins + 1 slots (the last folded into bin
+    bins - 1), both in place, without a GPU call to choose."""
+    from test_histogram_cpu import FakeCaps
+
+    bins = 1 << 20
+    eng = api.HistogramEngine(FakeCaps())
+    monkeypatch.setattr(api, "engine", lambda: eng)
+    p = api.PreparedHistogram(FakeCupy((4_000_000,)), bins, range=(0, bins), keep=False)
+    assert p._counts_in_place(1 << 20, 4_000_000, 0)
+    assert p.unit.bins == bins + 1 and p.unit.fold_last
+    assert p.unit.plan.variant == "exchange" and p.unit.plan.closed and p.unit.plan.bins == bins
+    assert p.unit.skewed.variant == "hot" and p.unit.skewed.bins == bins + 1
