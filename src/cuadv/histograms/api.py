@@ -23,6 +23,7 @@ range=(0, bins) at the bin counts where one candidate counts in place and the ot
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field, replace
@@ -412,7 +413,7 @@ class PreparedHistogram:
 
     def __call__(self, x: Any = None, *, out: Any = None) -> tuple[Any, Any]:
         x = self.x if x is None else x
-        src = check_input(x)
+        src = self.src if x is self.x and not self.keep else check_input(x)  # one-shot: checked a moment ago
         if src.dtype != self.src.dtype or src.size != self.src.size:
             raise ValueError(f"x has {src.size} elements of {src.dtype}; this prepared histogram was made for "
                              f"{self.src.size} of {self.src.dtype}")
@@ -503,6 +504,13 @@ def device_edge_spec(dtype: np.dtype, bins: int, lo: Any, hi: Any) -> tuple[floa
     find two equal edges and raise 'Too many bins'."""
     if not all(type(v) in (int, float) for v in (lo, hi)) or max(abs(lo), abs(hi)) >= 2**53:
         return None
+    return _edge_spec(np.dtype(dtype).str, bins, lo, hi, math.copysign(1.0, lo), math.copysign(1.0, hi))
+
+
+@functools.lru_cache(maxsize=256, typed=True)  # 30 us of NumPy per one-shot call otherwise; typed: 1 is not 1.0
+def _edge_spec(dtype: str, bins: int, lo: int | float, hi: int | float, lo_sign: float,
+               hi_sign: float) -> tuple[float, float, float, np.dtype] | None:
+    """device_edge_spec for one range of Python numbers (the signs tell -0.0 from 0.0, which compare equal)."""
     edtype = np.histogram_bin_edges(np.empty(0, dtype=dtype), 1, range=(lo, hi)).dtype
     start, stop = np.float64(lo), np.float64(hi)
     step = (stop - start) / bins  # numpy.linspace: delta / div, in float64
@@ -595,7 +603,7 @@ class PreparedBincount:
 
     def __call__(self, x: Any = None, *, out: Any = None) -> Any:
         x = self.x if x is None else x
-        src = check_input(x, integer_only=True)
+        src = self.src if x is self.x and not self.keep else check_input(x, integer_only=True)
         if src.dtype != self.src.dtype or src.size != self.src.size:
             raise ValueError(f"x has {src.size} elements of {src.dtype}; this prepared bincount was made for "
                              f"{self.src.size} of {self.src.dtype}")
