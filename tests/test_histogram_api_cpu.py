@@ -200,3 +200,18 @@ def test_a_one_shot_histogram_in_place_at_the_exchanges_limit_gates_the_closed_e
     assert p.unit.bins == bins + 1 and p.unit.fold_last
     assert p.unit.plan.variant == "exchange" and p.unit.plan.closed and p.unit.plan.bins == bins
     assert p.unit.skewed.variant == "hot" and p.unit.skewed.bins == bins + 1
+
+
+def test_the_edge_spec_kept_per_range_tells_every_range_apart():
+    """device_edge_spec is cached per (dtype, bins, lo, hi): 0.0 and -0.0 (equal, same hash) and 1 and 1.0 must
+    stay apart, and each cached answer is what numpy's edges give."""
+    import math
+
+    neg, pos = api.device_edge_spec(np.dtype("float64"), 10, -0.0, 1.0), api.device_edge_spec(np.dtype("float64"),
+                                                                                                10, 0.0, 1.0)
+    assert math.copysign(1.0, neg[0]) == -1.0 and math.copysign(1.0, pos[0]) == 1.0
+    for dtype in ("float32", "float64", "int32", "uint8"):
+        for lo, hi in ((0, 1), (0.0, 1.0), (-4.0, 4.0), (0, 256)):
+            start, step, stop, edtype = api.device_edge_spec(np.dtype(dtype), 256, lo, hi)
+            want = np.histogram_bin_edges(np.empty(0, dtype=dtype), 256, range=(lo, hi))
+            assert edtype == want.dtype and start == want[0] and stop == want[-1]
