@@ -207,8 +207,8 @@ def test_the_edge_spec_kept_per_range_tells_every_range_apart():
     stay apart, and each cached answer is what numpy's edges give."""
     import math
 
-    neg, pos = api.device_edge_spec(np.dtype("float64"), 10, -0.0, 1.0), api.device_edge_spec(np.dtype("float64"),
-                                                                                                10, 0.0, 1.0)
+    neg = api.device_edge_spec(np.dtype("float64"), 10, -0.0, 1.0)
+    pos = api.device_edge_spec(np.dtype("float64"), 10, 0.0, 1.0)
     assert math.copysign(1.0, neg[0]) == -1.0 and math.copysign(1.0, pos[0]) == 1.0
     for dtype in ("float32", "float64", "int32", "uint8"):
         for lo, hi in ((0, 1), (0.0, 1.0), (-4.0, 4.0), (0, 256)):
