@@ -144,8 +144,7 @@ class HistogramLab:
         check_variant(cp, one, 70_000, variant="exchange", cluster=2, counter_bits=16, vectors=1, units=1)
         # The public call's own passes: int32 over (0, bins) counted in place (edge folded), the binning
         # pass, the edges written on the GPU.
-        from ..histograms.api import histogram as public_histogram
-        from ..histograms.api import prepare_histogram
+        from ..histograms.api import histogram as public_histogram, prepare_histogram
 
         for r in ((0, 1000), (-3.5, 999.25)):
             x = host_data(rng, n, 1000, "uniform", "int32", out_of_range=True)
