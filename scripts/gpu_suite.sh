@@ -61,7 +61,7 @@ for step in $STEPS; do
     sweep)
       # how the shared histogram is fed (register loads or TMA rings), 1 GiB per case, every result checked
       mkdir -p "$OUT/report"
-      t python3 scripts/hist_feed_sweep.py ${SWEEP_MIB:-1024} > "$OUT/report/hist_feed_sweep.log" 2>&1
+      t python3 scripts/hist_feed_sweep.py ${SWEEP_MIB:-1024} ${SWEEP_ARGS:-} > "$OUT/report/hist_feed_sweep.log" 2>&1
       note "sweep: exit $? ($(grep -c WRONG "$OUT/report/hist_feed_sweep.log") wrong results) in $(( $(date +%s) - start )) s" ;;
     profile)
       # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report

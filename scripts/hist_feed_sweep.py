@@ -1,10 +1,12 @@
-"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
-ring (hist_block_tma, 2-6 chunks in flight per block), for bin counts whose plans are 'shared', each result
+"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block, or at 64K bins the
+one-block dsm plan's 16-bit counters) against the TMA ring (hist_block_tma, 2-6 chunks in flight per block, 16-bit
+counters at 64K), for bin counts whose plans are 'shared', each result
 checked against NumPy, each time against the read-only ceiling measured in the same run.
 
-    PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once]
+    PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once] [--bins=B,...]
 
 MiB: input per case (default 1024). --once: one checked call per plan, no timing (for compute-sanitizer).
+--bins: only the cases with these bin counts.
 Prints one line per (case, feed): median ms (p10-p90), GB/s, % of the read-only ceiling, x register loads.
 """
 
@@ -14,12 +16,13 @@ import sys
 
 import numpy as np
 
-CASES = (("int32", 256), ("uint8", 256), ("int32", 1024), ("int32", 4096), ("int32", 16384))
+CASES = (("int32", 256), ("uint8", 256), ("int32", 1024), ("int32", 4096), ("int32", 16384), ("int32", 65536))
 
 
-def main(mib: int = 1024, once: bool = False) -> None:
+def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> None:
     import cupy as cp
 
+    from cuadv.errors import LaunchConfigError
     from cuadv.histograms.launcher import engine
     from cuadv.histograms.plans import TMA_STAGES
     from cuadv.launch import launch
@@ -32,6 +35,8 @@ def main(mib: int = 1024, once: bool = False) -> None:
     eng = engine()
     rng = np.random.default_rng(7)
     for dtype, bins in CASES:
+        if only and bins not in only:
+            continue
         n = nbytes // np.dtype(dtype).itemsize + 13  # a tail after the last whole chunk
         host = rng.integers(-1 if dtype == "int32" else 0, bins + (dtype == "int32"), size=n, dtype=dtype)
         want = np.bincount(host[(host >= 0) & (host < bins)], minlength=bins)
@@ -39,7 +44,10 @@ def main(mib: int = 1024, once: bool = False) -> None:
         out = cp.zeros(bins, dtype=cp.uint32)
         base_ms = None
         for stages in (0,) + TMA_STAGES:
-            plan = eng.plan(bins, dtype, "shared", stages=stages)
+            try:
+                plan = eng.plan(bins, dtype, "shared", stages=stages)
+            except LaunchConfigError:  # register loads where only 16-bit counters fit: the one-block dsm plan
+                plan = eng.plan(bins, dtype, "dsm", cluster=1)
             kernel, config = eng.launch_config(plan, n)
             args = plan.kernel_args(x.data.ptr, n, out.data.ptr)
 
@@ -68,5 +76,6 @@ def main(mib: int = 1024, once: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--once"]
-    main(*(int(v) for v in args[:1]), once="--once" in sys.argv)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    only = tuple(int(b) for a in sys.argv[1:] if a.startswith("--bins=") for b in a[len("--bins="):].split(","))
+    main(*(int(v) for v in args[:1]), once="--once" in sys.argv, only=only)
