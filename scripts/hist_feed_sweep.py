@@ -1,6 +1,6 @@
-"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block, or at 64K bins the
-one-block dsm plan's 16-bit counters) against the TMA ring (hist_block_tma, 2-6 chunks in flight per block, 16-bit
-counters at 64K), for bin counts whose plans are 'shared', each result
+"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
+ring (hist_block_tma, 2-6 chunks in flight per block), for bin counts whose plans are 'shared' (and at 64K bins,
+which one block holds only with 16-bit counters, the one-block dsm plan's register loads alone), each result
 checked against NumPy, each time against the read-only ceiling measured in the same run.
 
     PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once] [--bins=B,...]
@@ -46,7 +46,9 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
         for stages in (0,) + TMA_STAGES:
             try:
                 plan = eng.plan(bins, dtype, "shared", stages=stages)
-            except LaunchConfigError:  # register loads where only 16-bit counters fit: the one-block dsm plan
+            except LaunchConfigError:  # only 16-bit counters fit one block: the one-block dsm plan, register loads
+                if stages:
+                    break
                 plan = eng.plan(bins, dtype, "dsm", cluster=1)
             kernel, config = eng.launch_config(plan, n)
             args = plan.kernel_args(x.data.ptr, n, out.data.ptr)

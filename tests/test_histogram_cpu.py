@@ -136,8 +136,7 @@ def test_plan_sizes_match_the_kernel_layout():
     (dict(bins=10, variant="dsm", counter_bits=8), ValueError, "counter_bits must be 16 or 32"),
     (dict(bins=10, dtype="uint8", variant="dsm", counter_bits=16), ValueError, "16-bit counters are for int32"),
     (dict(bins=70_000, variant="shared"), LaunchConfigError,
-     r"need 280004 B of shared memory in one block .* limit is 232448 B \(at most 58111 bins; int32 input up to "
-     r"99775 bins with 16-bit counters fed by a TMA ring"),
+     r"need 280004 B of shared memory in one block .* limit is 232448 B \(at most 58111 bins\)"),
     (dict(bins=1 << 20, variant="dsm", cluster=8), LaunchConfigError,
      r"over a cluster of 8 blocks need 262148 B .* at most 929791 bins with 8 blocks"),
     (dict(bins=4_000_000, variant="dsm"), LaunchConfigError, "cluster of 16 blocks"),
@@ -379,7 +378,7 @@ def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bi
             h.plan_histogram(bins, "int32", "shared", stages=stages)
         return
     plan = h.plan_histogram(bins, "int32", "shared", stages=stages)
-    assert plan.kernel_expr == f"hist_block_tma<int, {stages}, false>" and f"TMA ring of {stages}" in plan.label
+    assert plan.kernel_expr == f"hist_block_tma<int, {stages}>" and f"TMA ring of {stages}" in plan.label
     assert plan.shared_bytes == tma_ring_bytes(4 * (bins + 1) * plan.replicas, stages)
     assert plan.replicas <= plain.replicas
     two_fit = 2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM
@@ -565,25 +564,3 @@ def test_uint8_block_kernel_counts_in_three_instructions_per_element(tmp_path):
     assert len(atoms) >= 64
     densest = min(atoms[k + 63] - atoms[k] + 1 for k in range(len(atoms) - 63))
     assert densest < 4 * 64, densest
-
-
-@pytest.mark.parametrize("bins, ring", [(58_112, 6), (65_536, 6), (80_000, 4), (99_775, 2)])
-def test_bins_one_block_holds_only_with_16_bit_counters_take_the_tma_fed_packed_kernel(bins, ring):
-    plan = h.plan_histogram(bins, "int32", tma=True)
-    assert (plan.variant, plan.counter_bits, plan.replicas, plan.stages) == ("shared", 16, 1, ring)
-    assert plan.kernel_expr == f"hist_block_tma<int, {ring}, true>" and plan.kernel_expr in h.kernel_expressions()
-    assert plan.shared_bytes == tma_ring_bytes(4 * ((bins + 2) // 2), ring) <= H200_SHARED_PER_BLOCK
-    assert tma_ring_bytes(4 * ((bins + 2) // 2), ring + 1) > H200_SHARED_PER_BLOCK or ring == 6  # the deepest ring
-    assert "16-bit" in plan.label and f"TMA ring of {ring}" in plan.label
-    shallow = h.plan_histogram(bins, "int32", "shared", stages=2)  # a named ring needs no tma flag
-    assert (shallow.counter_bits, shallow.stages) == (16, 2)
-    # without the TMA unit (or with register loads asked for) the one-block dsm plan, as before
-    assert h.plan_histogram(bins, "int32").variant == "dsm"
-    with pytest.raises(LaunchConfigError, match="up to 99775 bins with 16-bit counters fed by a TMA ring"):
-        h.plan_histogram(bins, "int32", "shared", stages=0, tma=True)
-
-
-def test_packed_tma_plans_stop_where_the_smallest_ring_no_longer_fits():
-    assert h.plan_histogram(99_776, "int32", tma=True).label == "dsm c=1 (16-bit)"
-    with pytest.raises(LaunchConfigError, match="use fewer stages"):
-        h.plan_histogram(99_000, "int32", "shared", stages=3)

@@ -800,18 +800,14 @@ __global__ void __launch_bounds__(1024) hist_global(const T* __restrict__ in, u6
 
 // Single-block shared memory: the classic privatised histogram, its counters at `counters` (the
 // block's dynamic shared memory). `stream(sink)` feeds the values: register loads or the TMA ring.
-// Packed: 16-bit counters two per word (int32 input whose bins fit one block only so), wraps as SharedSink.
-template <typename T, bool Packed, class Stream>
+template <typename T, class Stream>
 static __device__ __forceinline__ void block_histogram(u32* __restrict__ out, u32 bins, u32 log2r, u32* counters,
                                                        const Stream& stream) {
-  const u32 words = cuadv_hist::counter_words<Packed>(bins, 0, log2r);
+  const u32 words = cuadv_hist::counter_words<false>(bins, 0, log2r);
   for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;
   __syncthreads();  // the zeroed counters are visible to every thread of the block before the first increment
 
-  if constexpr (Packed) {
-    cuadv_hist::SharedSink<T, true, false, false> sink(out, bins, 0u, log2r, counters);
-    stream(sink);
-  } else if (log2r == 5 && sizeof(T) == 1 && bins >= 256) {  // uint8 over 256 bins: every value in range
+  if (log2r == 5 && sizeof(T) == 1 && bins >= 256) {  // uint8 over 256 bins: every value in range
     cuadv_hist::SharedSink<T, false, false, false, 5, true> sink(out, bins, 0u, log2r, counters);
     stream(sink);
   } else if (log2r == 5) {
@@ -826,7 +822,7 @@ static __device__ __forceinline__ void block_histogram(u32* __restrict__ out, u3
   const u32 start = cuadv_hist::flush_start(blockIdx.x, bins);
   for (u32 i = threadIdx.x; i < bins; i += blockDim.x) {
     const u32 bin = i < bins - start ? i + start : i - (bins - start);
-    const u32 total = cuadv_hist::slot_total<Packed>(counters, bin, log2r);
+    const u32 total = cuadv_hist::slot_total<false>(counters, bin, log2r);
     if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per block
   }
 }
@@ -839,21 +835,20 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
   extern __shared__ u32 counters[];
   if (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) > cuadv_hist::dynamic_smem_size())
     __trap();  // the host sized shared memory wrongly
-  block_histogram<T, false>(out, bins, log2r, counters, [&](auto& sink) {
+  block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {
     cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
   });
 }
 
 // hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block.
-// Packed (int32): 16-bit counters, for the bins that one block holds only so (58K to 100K bins with a ring).
 // Dynamic shared memory: the counters, rounded up to 128 B, then the ring (Stages chunks), then the
 // 2 * Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
-template <typename T, int Stages, bool Packed>
+template <typename T, int Stages>
 __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
                                                        u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
   if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ __align__(128) unsigned char tma_smem[];
-  const u32 counter_bytes = (4u * cuadv_hist::counter_words<Packed>(bins, 0, log2r) + 127u) & ~127u;
+  const u32 counter_bytes = (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) + 127u) & ~127u;
   const u32 ring_bytes = Stages * 16u * blockDim.x;
   if (counter_bytes + ring_bytes + 16u * Stages > cuadv_hist::dynamic_smem_size())
     __trap();  // the host sized shared memory wrongly
@@ -870,7 +865,7 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
     ptx::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
   }
   // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
-  block_histogram<T, Packed>(out, bins, log2r, counters, [&](auto& sink) {
+  block_histogram<T>(out, bins, log2r, counters, [&](auto& sink) {
     cuadv_hist::stream_values_tma<T, Stages, 1>(in, n, sink, ring, full, empty);
   });
 }

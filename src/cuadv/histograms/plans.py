@@ -146,19 +146,15 @@ class GlobalPlan(HistogramPlan):
 @dataclass(frozen=True)
 class SharedPlan(HistogramPlan):
     """The whole histogram privatised per block in shared memory (32-bit counters, ``replicas``
-    lane-interleaved copies; 16-bit counters two per word, with a TMA ring, for int32 bins that one block holds
-    only so), flushed once: where the bins fit one block."""
+    lane-interleaved copies), flushed once: where the bins fit one block."""
 
     @property
     def kernel_expr(self) -> str:
-        if self.stages:
-            return f"hist_block_tma<{self.ctype}, {self.stages}, {self.packed}>"
-        return f"hist_block<{self.ctype}>"
+        return f"hist_block_tma<{self.ctype}, {self.stages}>" if self.stages else f"hist_block<{self.ctype}>"
 
     @property
     def label(self) -> str:
-        bits = ", 16-bit" if self.counter_bits == 16 else ""
-        return f"shared (1 block{bits}, x{self.replicas}{f', TMA ring of {self.stages}' if self.stages else ''})"
+        return f"shared (1 block, x{self.replicas}{f', TMA ring of {self.stages}' if self.stages else ''})"
 
     def scalar_args(self) -> tuple[int, ...]:
         return (self.log2r,)
@@ -278,8 +274,7 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
             exprs.append(f"hist_hot<{ctype}>")
         if parse_arch(arch) < (9, 0):
             continue
-        exprs += [f"hist_block_tma<{ctype}, {stages}, {packed}>" for stages in TMA_STAGES
-                  for packed in (("false", "true") if dtype == "int32" else ("false",))]
+        exprs += [f"hist_block_tma<{ctype}, {stages}>" for stages in TMA_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
@@ -376,8 +371,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
             raise ValueError(f"hot must be an int in [0, bins = {bins}], got {hot!r}")
     slots = bins + 1  # the real bins and the trash slot for out-of-range values
     if variant == "auto":
-        free = cluster is None and not aggregate and counter_bits is None
-        if free and (_counter_bytes(slots, 32) <= shared_limit or (tma and _packed_ring_fits(slots, dtype, shared_limit))):
+        if cluster is None and not aggregate and counter_bits is None and _counter_bytes(slots, 32) <= shared_limit:
             variant = "shared"
         else:
             try:
@@ -388,6 +382,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                     raise
                 variant = "global"
             else:
+                free = cluster is None and not aggregate and counter_bits is None
                 if dsm.cluster == 1 or dtype != "int32" or not free:
                     return dsm
                 # Sharded over several blocks: the exchange measured 2-3x remote atomics on the H200
@@ -403,18 +398,9 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     if variant == "shared":
         need = _counter_bytes(slots, 32)
         if need > shared_limit:
-            if stages != 0 and (tma or stages) and _packed_ring_fits(slots, dtype, shared_limit):
-                packed = _counter_bytes(slots, 16)
-                if stages:
-                    return _plan_shared_tma(bins, dtype, packed, 1, stages, shared_limit, shared_per_sm, bits=16)
-                ring = max(s for s in TMA_STAGES
-                           if s <= AUTO_TMA_STAGES[dtype] and tma_ring_bytes(packed, s) <= shared_limit)
-                return _plan_shared_tma(bins, dtype, packed, 1, ring, shared_limit, shared_per_sm, bits=16)
-            most16 = _packed_ring_bins(shared_limit)
             raise LaunchConfigError(
                 f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
-                f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins; int32 input up to {most16} bins with "
-                "16-bit counters fed by a TMA ring, sm_90): use variant 'dsm' or 'global'")
+                f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins): use variant 'dsm' or 'global'")
         r = _replicas(need)
         if stages is None and tma:
             for ring in sorted((s for s in TMA_STAGES if s <= AUTO_TMA_STAGES[dtype]), reverse=True):
@@ -451,22 +437,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         f"({bits}-bit counters); the per-block limit is {shared_limit} B, so at most {most} bins with {c} blocks")
 
 
-def _packed_ring_bins(shared_limit: int) -> int:
-    """The most int32 bins one block holds with 16-bit counters beside the smallest TMA ring (plus the trash slot)."""
-    words = (shared_limit - tma_ring_bytes(0, min(TMA_STAGES))) // 128 * 32  # the counters end on a 128-byte line
-    return 2 * words - 1
-
-
-def _packed_ring_fits(slots: int, dtype: str, shared_limit: int) -> bool:
-    """int32 ``slots`` fit one block with 16-bit counters and the smallest TMA ring, but not with 32-bit counters."""
-    return dtype == "int32" and _counter_bytes(slots, 32) > shared_limit and slots - 1 <= _packed_ring_bins(shared_limit)
-
-
 def _plan_shared_tma(bins: int, dtype: str, need: int, replicas: int, stages: int, shared_limit: int,
-                     shared_per_sm: int, bits: int = 32) -> HistogramPlan:
+                     shared_per_sm: int) -> HistogramPlan:
     """The shared plan fed by a TMA ring of ``stages`` chunks: as many replicas (<= ``replicas``) as let two
-    blocks share an SM, else one block per SM; raises when even one replica and the ring exceed a block.
-    ``need``: the bytes of one replica of ``bits``-bit counters."""
+    blocks share an SM, else one block per SM; raises when even one replica and the ring exceed a block."""
     r = replicas
     while r > 1 and 2 * (tma_ring_bytes(need * r, stages) + BLOCK_RESERVED) > shared_per_sm:
         r //= 2
@@ -476,7 +450,7 @@ def _plan_shared_tma(bins: int, dtype: str, need: int, replicas: int, stages: in
             f"bins = {bins} with a TMA ring of {stages} chunks need {smem} B of shared memory in one block (counters "
             f"{need} B, ring {stages * 16 * THREADS} B); the per-block limit is {shared_limit} B: use fewer stages "
             "or stages=0 (register loads)")
-    return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r, shared_bytes=smem, stages=stages)
+    return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r, shared_bytes=smem, stages=stages)
 
 
 def _plan_hot(bins: int, hot: int | None, shared_limit: int) -> HistogramPlan:
