@@ -113,7 +113,8 @@ def test_bincount_bad_input_raises_before_the_gpu(kwargs, error, text):
 def test_one_plan_class_per_variant():
     assert isinstance(HistogramPlan("global", "int32", 10), GlobalPlan)
     assert type(plan_histogram(100)) is SharedPlan
-    assert type(plan_histogram(65_536)) is ClusterPlan
+    assert type(plan_histogram(65_536)) is SharedPlan  # 16-bit counters
+    assert type(plan_histogram(65_536, variant="dsm")) is ClusterPlan
     assert type(plan_histogram(1 << 20)) is ExchangePlan
     assert type(plan_histogram(1 << 20, variant="hot")) is HotPlan
     assert type(plan_histogram(4 << 20)) is GlobalPlan

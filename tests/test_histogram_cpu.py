@@ -47,8 +47,10 @@ def test_lab_protocol():
     (256, "shared", 1, 32),
     (4096, "shared", 1, 32),
     (58_111, "shared", 1, 32),  # the most one block holds with 32-bit counters (plus the trash slot)
-    (58_112, "dsm", 1, 16),
-    (65_536, "dsm", 1, 16),
+    (58_112, "shared", 1, 16),  # 16-bit counters, two per word, still one block
+    (65_536, "shared", 1, 16),
+    (116_223, "shared", 1, 16),
+    (116_224, "exchange", 4, 32),
     (131_072, "exchange", 4, 32),  # several blocks: the exchange (measured 2-3x remote atomics)
     (262_144, "exchange", 8, 32),
     (1 << 20, "exchange", 16, 16),
@@ -135,8 +137,13 @@ def test_plan_sizes_match_the_kernel_layout():
     (dict(bins=1 << 20, variant="exchange", hot=8192), LaunchConfigError, "need 246592 B of shared memory per block"),
     (dict(bins=10, variant="dsm", counter_bits=8), ValueError, "counter_bits must be 16 or 32"),
     (dict(bins=10, dtype="uint8", variant="dsm", counter_bits=16), ValueError, "16-bit counters are for int32"),
-    (dict(bins=70_000, variant="shared"), LaunchConfigError,
-     r"need 280004 B of shared memory in one block .* limit is 232448 B \(at most 58111 bins\)"),
+    (dict(bins=70_000, variant="shared", stages=2), LaunchConfigError,
+     r"need 280004 B of shared memory in one block .* limit is 232448 B \(at most 58111 bins; int32 input up to "
+     r"116223 bins with 16-bit counters\); 16-bit counters are fed by register loads only \(stages=0\)"),
+    (dict(bins=200_000, variant="shared"), LaunchConfigError,
+     r"need 800004 B .* \(at most 58111 bins; int32 input up to 116223 bins with 16-bit counters\): use variant 'dsm'"),
+    (dict(bins=256, dtype="uint8", variant="shared", shared_limit=1000), LaunchConfigError,
+     r"need 1028 B .* \(at most 249 bins\): use variant 'dsm'"),
     (dict(bins=1 << 20, variant="dsm", cluster=8), LaunchConfigError,
      r"over a cluster of 8 blocks need 262148 B .* at most 929791 bins with 8 blocks"),
     (dict(bins=4_000_000, variant="dsm"), LaunchConfigError, "cluster of 16 blocks"),
@@ -231,8 +238,8 @@ def test_older_targets_get_the_portable_kernels_only():
     exprs = h.kernel_expressions("sm_80")
     assert not any("hist_cluster" in e or "hist_exchange" in e for e in exprs) and "hist_hot<int>" in exprs
     module = h.build_module("sm_80")
-    assert module.resources_for("hist_block<int>").spill_store_bytes == 0
-    assert module.resources_for("hist_hot<int>").spill_store_bytes == 0
+    for kernel in ("hist_block<int, false>", "hist_block<int, true>", "hist_hot<int>"):
+        assert module.resources_for(kernel).spill_store_bytes == 0, kernel
 
 
 def test_cluster_kernel_below_sm90_fails_with_a_message():
@@ -559,7 +566,7 @@ def test_uint8_block_kernel_counts_in_three_instructions_per_element(tmp_path):
     from cuadv.histograms.launcher import build_module
 
     module = build_module("sm_90a")
-    ops = sass_opcodes(module.cubin, tmp_path)[module.lowered_names["hist_block<unsigned char>"]]
+    ops = sass_opcodes(module.cubin, tmp_path)[module.lowered_names["hist_block<unsigned char, false>"]]
     atoms = [i for i, op in enumerate(ops) if op.startswith("ATOMS")]
     assert len(atoms) >= 64
     densest = min(atoms[k + 63] - atoms[k] + 1 for k in range(len(atoms) - 63))

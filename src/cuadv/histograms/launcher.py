@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureE
 from ..features import require
 from ..interop import DeviceArray
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
-                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _counter_bytes, hot_max,
+                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _one_block_holds, hot_max,
                     kernel_expressions, plan_histogram)
 
 
@@ -116,8 +116,7 @@ class HistogramEngine:
                 require("cluster_launch", caps.as_dict(), name="the DSM histogram (thread block clusters)",
                         fallback="variant='shared', 'hot' or 'global'")
             if variant == "auto":  # no clusters: the whole histogram in one block, else global atomics
-                fits = _counter_bytes(bins + 1, 32) <= caps.shared_mem_per_block_optin
-                variant = "shared" if fits else "global"
+                variant = "shared" if _one_block_holds(bins + 1, dtype, caps.shared_mem_per_block_optin) else "global"
             return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, stages=stages, **limits)
         return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
                               sort=sort, stages=stages, largest_cluster=caps.max_cluster_size_nonportable,

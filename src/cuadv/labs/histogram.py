@@ -137,6 +137,7 @@ class HistogramLab:
         host = host_data(rng, n, 70_000, "uniform", "int32", out_of_range=True)
         for c in (1, 16):  # 16-bit counters over one block, 32-bit over 16
             check_variant(cp, host, 70_000, variant="dsm", cluster=c, units=1)
+        check_variant(cp, host, 70_000, variant="shared", units=2)  # 16-bit counters without clusters
         check_variant(cp, host, 70_000, variant="hot", hot=4097, units=2)
         # The exchange with 16-bit counters and a private range, and with overflowing runs (one value).
         check_variant(cp, host, 70_000, variant="exchange", cluster=4, counter_bits=16, hot=1000, units=1)
@@ -190,8 +191,9 @@ class HistogramLab:
             "off the 16-byte boundary")
         validate_packed_wraps(cp)
         result.checks.append("16-bit packed counters stay exact through many wraps: 4M+3 equal values into one "
-                             "cluster, low and high halves, odd bin counts, cluster sizes 1, 2, 16, aggregated "
-                             "adds of up to 32; in the exchange, through its mailboxes and its overflowing runs")
+                             "block (60,001 bins, both halves of the first and last words) or one cluster, low and "
+                             "high halves, odd bin counts, cluster sizes 1, 2, 16, aggregated adds of up to 32; in "
+                             "the exchange, through its mailboxes and its overflowing runs")
 
         n_bytes = (256 << 20) if ctx.quick else (1 << 30)
         bins_sweep = [256, 4096, 65536, 1 << 20] if ctx.quick else [256, 1024, 4096, 16384, 65536, 262144, 1 << 20]

@@ -110,10 +110,16 @@ def validate(cp, bins_list: Sequence[int], sizes: Sequence[int], dtypes=("int32"
 
 def validate_packed_wraps(cp) -> None:
     """16-bit counters that wrap many times (both halves, odd bin counts, aggregated adds of up to 32), in
-    the DSM kernel and in the exchange (mailbox entries applied locally, and the overflow of full runs
-    by remote atomics: every element of a chunk goes to one owner)."""
+    the one-block kernel (the low and high halves of its first and last words), in the DSM kernel and in the
+    exchange (mailbox entries applied locally, and the overflow of full runs by remote atomics: every element of
+    a chunk goes to one owner)."""
     rng = np.random.default_rng()
     n = (1 << 22) + 3
+    wide = 60_001  # more bins than one block holds with 32-bit counters
+    for value in (0, 1, wide - 2, wide - 1):
+        host = np.full(n, value, dtype=np.int32)
+        host[rng.integers(0, n, size=1000)] = rng.integers(-5, wide + 5, size=1000)
+        check_variant(cp, host, wide, variant="shared", units=1)
     for bins, value in ((3, 0), (3, 1), (3, 2), (2, 1), (33, 17), (4097, 4096)):
         host = np.full(n, value, dtype=np.int32)
         host[rng.integers(0, n, size=1000)] = rng.integers(-5, bins + 5, size=1000)  # a few others, some out of range
