@@ -272,10 +272,8 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
     for dtype in DTYPES:
         ctype = DTYPES[dtype][0]
         exprs += [f"hist_global<{ctype}>", f"hist_block<{ctype}, false>"]
-        if dtype == "int32":
-            exprs.append(f"hist_block<{ctype}, true>")
-        if dtype == "int32":
-            exprs.append(f"hist_hot<{ctype}>")
+        if dtype == "int32":  # 16-bit counters (int32 bins past what 32-bit ones hold) and the skew-aware kernel
+            exprs += [f"hist_block<{ctype}, true>", f"hist_hot<{ctype}>"]
         if parse_arch(arch) < (9, 0):
             continue
         exprs += [f"hist_block_tma<{ctype}, {stages}>" for stages in TMA_STAGES]
