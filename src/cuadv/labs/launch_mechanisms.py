@@ -70,8 +70,6 @@ class Tasks:
         return task_params(self.counts.data.ptr, self.n, self.task_ns)
 
     def check(self, runs: int, label: str) -> None:
-        import cupy as cp
-
         got = readback(self.counts)[: self.n]
         if not np.array_equal(got, np.full(self.n, runs, dtype=np.uint32)):
             lost, dup = int((got < runs).sum()), int((got > runs).sum())
@@ -228,8 +226,6 @@ class PersistentQueue(Mechanism):
         launch(self.kernel, self.cfg, self.tasks.params, self.state, np.uint32(self.chunk), stream=self.stream)
 
     def after_check(self) -> None:
-        import cupy as cp
-
         synchronize(self.stream)
         state = readback(self.state)
         if state.any():
@@ -256,8 +252,6 @@ class DynamicParallelism(Mechanism):
         launch(self.parent, cfg, self.tasks.params, self.error, stream=self.stream)
 
     def after_check(self) -> None:
-        import cupy as cp
-
         synchronize(self.stream)
         code = int(readback(self.error)[0])
         if code:
@@ -312,8 +306,6 @@ class DeviceGraphLaunch(Mechanism):
         self.graphs = []
 
     def after_check(self) -> None:
-        import cupy as cp
-
         synchronize(self.stream)
         cursor, error = (int(v) for v in readback(self.state))
         if error:
