@@ -11,8 +11,9 @@ block launch and the scheduler's atomics cost well under a microsecond each, the
 so per-tile errors stay a few percent; the wide margin covers the hardware's block-placement order
 and the jitter of the ticket order, which the deterministic model does not reproduce. The observed
 errors are reported as a warning (pytest's warnings summary) to calibrate the model's costs. The model's
-machine is a whole GPU: a fixed_blocks trace whose blocks did not all start at once (another process held SMs,
-as under ``pytest -n``) is taken again, and after three such the test skips, saying so.
+machine is a whole GPU: a trace that shows another process's kernels beside it (tiles that took longer than they
+spin, blocks that paused between tiles, or fixed_blocks' blocks that did not all start at once, as under
+``pytest -n``) is taken again, and after three such the test skips, saying so.
 """
 
 import warnings
@@ -68,6 +69,24 @@ def blocks_started_together(trace, within_ns: float) -> bool:
     return int(starts.max() - starts.min()) <= within_ns
 
 
+def ran_undisturbed(trace, durations: np.ndarray, policy: str, slack_ns: float) -> bool:
+    """Whether the launch had the GPU to itself: every tile took at most its duration + ``slack_ns`` and every
+    block went from one tile to its next within ``slack_ns`` (a tile spins on %globaltimer, so one that took
+    longer, or a block that paused between tiles, was switched out while another process's kernels ran, as
+    under ``pytest -n``: fixed_blocks once measured 4.9 ms against 2.5 ms predicted with its blocks started
+    together), and fixed_blocks' blocks all started at once."""
+    r = trace.records  # one record per tile, in tile order
+    took = r["end_ns"].astype(np.int64) - r["start_ns"].astype(np.int64)
+    if np.any(took > durations.astype(np.int64) + slack_ns):
+        return False
+    order = np.lexsort((r["start_ns"], r["block"]))  # each block's tiles in the order it ran them
+    same_block = r["block"][order][1:] == r["block"][order][:-1]
+    gaps = r["start_ns"][order][1:].astype(np.int64) - r["end_ns"][order][:-1].astype(np.int64)
+    if np.any(gaps[same_block] > slack_ns):
+        return False
+    return policy != "fixed_blocks" or blocks_started_together(trace, slack_ns)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_simulated_makespan_matches_the_trace(cp, name):
     caps = current_device().caps
@@ -84,11 +103,11 @@ def test_simulated_makespan_matches_the_trace(cp, name):
         for _ in range(3):
             trace = k(tiles, dur_dev, np.uint64(PROLOGUE_US * 1e3), trace=True)
             assert trace.written.all(), "every tile must leave a trace record"
-            if policy != "fixed_blocks" or blocks_started_together(trace, 4 * TILE_US * 1e3):
+            if ran_undisturbed(trace, durations, policy, 4 * TILE_US * 1e3):
                 break
         else:
-            pytest.skip("fixed_blocks' blocks did not all start at once in 3 launches: another process held SMs "
-                        "(pytest -n), which the model's machine does not have")
+            pytest.skip(f"{policy}: another process's kernels shared the GPU in 3 launches (pytest -n: tiles "
+                        "stretched, blocks paused or started late), which the model's machine does not have")
         slots = occupancy(k, policy)
         machine = Machine(caps.sm_count, slots)
         spec = KernelSpec(durations.astype(np.float64), policy, PROLOGUE_US * 1e3,
