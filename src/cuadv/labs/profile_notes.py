@@ -5,7 +5,8 @@ Measured on one NVIDIA H200 on 2026-12-02: ``ncu`` at 01:52 and 06:12 UTC with `
 (over ``scripts/profile_cases.py``: SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats and
 MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longer than the lab's), the raw counters
 committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
-at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758). A lab appends the
+at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758); feed sweeps and the
+shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
@@ -26,15 +27,16 @@ HISTOGRAM = {
         "issue-bound (68.7% issue active, 27.6% DRAM)"),
     ("int32", "uniform", 4096): (
         "as at 256 bins (the same TMA-fed kernel, a ring of 6 and one replica of the counters per block): 95.3-95.8% "
-        "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31); in the bench at "
-        "11:44 the prepared call read 96.1% and the one-shot call 94.8%, which also allocates and clears its "
-        "counts on every call (a prepared call clears them once)"),
+        "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31); in the bench the "
+        "prepared call read 96.1% (11:44) and 95.7% (14:24), the one-shot call 94.8% and 94.6%, which also allocates "
+        "and clears its counts on every call (a prepared call clears them once)"),
     ("int32", "uniform", 65536): (
         "65,537 32-bit counters do not fit one block's 227 KB, so the counters are 16-bit, packed two per "
-        "word: one 1,024-thread block per SM (50% of warp slots) and returning atomics with wrap checks; "
-        "issue-bound at 78.6% issue active, 67.7% of DRAM peak (06:12). Testing the wraps once per batch instead "
-        "of once per element (about a third fewer instructions in the loop's SASS) left it at 76.9-77.6% (11:31 "
-        "and 11:44, two machines), so the instruction count alone does not hold it; not profiled since"),
+        "word: one 1,024-thread block per SM (50% of warp slots). Two 16-byte loads per thread in flight instead of "
+        "one (hist_block<int, true>, no cluster code) took it from 78.7% to 88.0% of the read-only ceiling, three "
+        "spill and read 59.6%, a TMA ring 81.1% (scripts/hist_feed_sweep.py, 13:36 and 14:20). The atomics alone "
+        "(scripts/atoms_rate.py, 14:20) count 1 GiB of int32 over 64K bins in 0.119 ms, half the read time, so "
+        "what holds the kernel is the loads one block per SM keeps in flight, not the atomics; not profiled since"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
@@ -43,8 +45,9 @@ HISTOGRAM = {
         "one shared-memory atomic per byte (four times int32's per byte of input): the TMA-fed kernel is bound by "
         "the shared-memory pipe, not DRAM (322 us under ncu, DRAM 69.6% of peak, 68% of issue slots used, top "
         "stall mio_throttle 5.2 cycles per issued instruction); CUB's uint8 sweep is held by the same pipe "
-        "(mio_throttle 11.3, DRAM 35.2%). 2x CUB's 0.50 ms would take 0.249 ms, 94-96% of the read-only ceilings "
-        "measured (4.51-4.59 TB/s)"),
+        "(mio_throttle 11.3, DRAM 35.2%). The atomics alone (scripts/atoms_rate.py, 14:20: 1 GiB of bytes counted "
+        "with bins drawn in registers, no input read) take 0.212 ms, 89% of the read-only kernel's 0.238 ms; 2x "
+        "CUB's 0.50 ms would take 0.249 ms, so counting and reading would have to overlap almost wholly"),
 }
 
 SPMV = (
