@@ -3,7 +3,7 @@ kernels without reading any input, each bin drawn from a xorshift generator in r
 
     PYTHONPATH=src python3 scripts/atoms_rate.py
 
-Cases (each also without its atomics, the same arithmetic only, to show whether the atomics set the pace):
+Cases:
 - uint8, 256 bins: 2^30 increments of 32-bit counters, one replica per lane (the uint8 kernel's layout: the word
   of bin s for lane l at byte offset (s << 7) | (l << 2), no bank conflicts), two 1024-thread blocks per SM;
 - int32, 64K bins: 2^28 increments of 16-bit counters packed two per word (128 KB, one 1024-thread block per
@@ -23,30 +23,27 @@ __device__ __forceinline__ unsigned next_word(unsigned x) {
 }
 
 // 256 bins, 32 lane replicas (32 KB): four bytes of each word, one red.shared per byte.
-template <bool Atomics>
-__global__ void __launch_bounds__(1024) lanes256(unsigned iters, unsigned* out) {
+extern "C" __global__ void __launch_bounds__(1024) lanes256(unsigned iters, unsigned* out) {
   extern __shared__ unsigned c[];
   for (unsigned i = threadIdx.x; i < 256u * 32u; i += blockDim.x) c[i] = 0;
   __syncthreads();  // zeroed counters before the first increment
   const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(c)) + ((threadIdx.x & 31u) << 2);
-  unsigned x = (blockIdx.x * blockDim.x + threadIdx.x) * 2654435761u + 1u, sink = 0;
+  unsigned x = (blockIdx.x * blockDim.x + threadIdx.x) * 2654435761u + 1u;
   for (unsigned i = 0; i < iters; ++i) {
     x = next_word(x);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const unsigned addr = base + (((x >> (8 * b)) & 255u) << 7);
-      if (Atomics) asm volatile("red.shared::cta.add.u32 [%0], 1;" ::"r"(addr) : "memory");
-      else sink += addr;
+      asm volatile("red.shared::cta.add.u32 [%0], 1;" ::"r"(addr) : "memory");
     }
   }
   __syncthreads();  // every increment done before the read below
-  out[blockIdx.x * blockDim.x + threadIdx.x] = c[threadIdx.x] + sink;
+  out[blockIdx.x * blockDim.x + threadIdx.x] = c[threadIdx.x];
 }
 
 // 64K bins, 16-bit counters two per word (128 KB, one replica): two atomics per word of randomness, each
 // returning the old word, folded into a register as the wrap checks would read it.
-template <bool Atomics>
-__global__ void __launch_bounds__(1024) packed64k(unsigned iters, unsigned* out) {
+extern "C" __global__ void __launch_bounds__(1024) packed64k(unsigned iters, unsigned* out) {
   extern __shared__ unsigned c[];
   for (unsigned i = threadIdx.x; i < 32768u; i += blockDim.x) c[i] = 0;
   __syncthreads();  // zeroed counters before the first increment
@@ -59,8 +56,7 @@ __global__ void __launch_bounds__(1024) packed64k(unsigned iters, unsigned* out)
       const unsigned s = (x >> (16 * h)) & 0xFFFFu;
       const unsigned addr = base + ((s >> 1) << 2), delta = 1u << ((s & 1u) << 4);
       unsigned old;
-      if (Atomics) asm volatile("atom.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(delta) : "memory");
-      else old = addr + delta;
+      asm volatile("atom.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(delta) : "memory");
       sink |= old;
     }
   }
@@ -86,21 +82,18 @@ def main() -> None:
     caps = current_device().caps
     ceiling_ms = (1 << 30) / read_ceiling(1 << 30).bytes_per_s * 1e3
     print(f"{caps.name}, {caps.sm_count} SMs; read-only ceiling over 1 GiB: {ceiling_ms:.4f} ms")
-    exprs = [f"{k}<{a}>" for _, k, *_ in CASES for a in ("true", "false")]
-    module = compile_source(SOURCE, name="atoms_rate", name_expressions=exprs)
+    module = compile_source(SOURCE, name="atoms_rate")
     for label, name, per_sm, smem, per_step, increments in CASES:
         grid = per_sm * caps.sm_count
         iters = -(-increments // (grid * 1024 * per_step))
         done = grid * 1024 * per_step * iters
         out = cp.zeros(grid * 1024, dtype=cp.uint32)
-        row = []
-        for atomics in ("true", "false"):
-            kernel = module.kernel(f"{name}<{atomics}>")
-            config = LaunchConfig(grid=grid, block=1024, shared_mem=smem)
-            t = time_gpu(lambda: launch(kernel, config, iters, out.data.ptr), repeats=20)
-            row.append(t.median_ms * increments / done)
-        print(f"{label:<44} {row[0]:.4f} ms per 1 GiB ({100 * ceiling_ms / row[0]:5.1f}% of the read-only ceiling "
-              f"at that pace); the arithmetic alone {row[1]:.4f} ms", flush=True)
+        kernel = module.kernel(name)
+        config = LaunchConfig(grid=grid, block=1024, shared_mem=smem)
+        t = time_gpu(lambda: launch(kernel, config, iters, out.data.ptr), repeats=20)
+        ms = t.median_ms * increments / done
+        print(f"{label:<44} {ms:.4f} ms per 1 GiB ({100 * ceiling_ms / ms:5.1f}% of the read-only ceiling at that "
+              "pace)", flush=True)
 
 
 if __name__ == "__main__":
