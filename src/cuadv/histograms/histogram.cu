@@ -110,23 +110,11 @@ static __device__ __forceinline__ void load_batch(uint4 (&v)[U], const uint4* p)
   for (int k = 0; k < U; ++k) v[k] = load_stream(p + k * blockDim.x);
 }
 
-// Batch b of this block's stream into L2 ahead of its loads (sm_90, Ahead > 0; thread 0 of the block, one bulk
-// prefetch of the batch's blockDim.x * U contiguous vectors), where that batch exists.
-template <int Ahead>
-static __device__ __forceinline__ void prefetch_batch(const uint4* vec, u64 b, u64 nbatch, u64 per_batch) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-  if (Ahead > 0 && threadIdx.x == 0 && b < nbatch)
-    ptx::bulk_prefetch_l2(vec + b * per_batch, static_cast<u32>(16u * per_batch));
-#endif
-}
-
 // Streams in[0, n) through `sink`: full batches of U vectors per thread (blockDim.x * U vectors
 // per block, all threads of the block active: warp-collective code is allowed in sink.batch),
 // then the leftover vectors and the scalar head and tail (divergent: sink.scalar only).
-// Ahead > 0 (sm_90): each batch is also prefetched into L2 Ahead batches of the block before its loads, so
-// more bytes are on their way than the registers of one batch in flight hold.
 // Precondition: `in` is aligned to sizeof(T) (the host checks).
-template <typename T, int U, class Sink, int Ahead = 0>
+template <typename T, int U, class Sink>
 static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u64 n, Sink& sink) {
   constexpr int kPerVec = Layout<T>::kPerVec;
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -147,17 +135,14 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
   uint4 next[U] = {};
   u64 b = blockIdx.x;
   if (b < nbatch) load_batch<U>(cur, vec + b * per_batch + threadIdx.x);
-  for (int k = 2; k < Ahead; ++k) prefetch_batch<Ahead>(vec, b + k * static_cast<u64>(gridDim.x), nbatch, per_batch);
   // Two batches per trip so `cur` and `next` swap roles without register copies.
   for (; b < nbatch; b += 2ull * gridDim.x) {
     const u64 nb = b + gridDim.x;
     if (nb < nbatch) load_batch<U>(next, vec + nb * per_batch + threadIdx.x);
-    prefetch_batch<Ahead>(vec, b + Ahead * static_cast<u64>(gridDim.x), nbatch, per_batch);
     sink.template batch<U>(cur);
     if (nb >= nbatch) break;
     const u64 nnb = nb + gridDim.x;
     if (nnb < nbatch) load_batch<U>(cur, vec + nnb * per_batch + threadIdx.x);
-    prefetch_batch<Ahead>(vec, nb + Ahead * static_cast<u64>(gridDim.x), nbatch, per_batch);
     sink.template batch<U>(next);
   }
 
@@ -806,8 +791,6 @@ template <typename T, bool Packed>
 struct BatchVectors {
   static constexpr int value = Packed ? 1 : 2;
 };
-// hist_block with 16-bit counters: its batches prefetched into L2 this many batches ahead (0: none).
-constexpr int kPackedAhead = 3;
 
 template <typename T>
 __global__ void __launch_bounds__(1024) hist_global(const T* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins,
@@ -861,7 +844,7 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
   // Two vectors per batch with 16-bit counters too: one block per SM leaves 64 registers per thread, and the
   // bytes in flight set the pace (H200: 85.9% of the read-only ceiling at 64K bins against 77.9% with one).
   block_histogram<T, Packed>(out, bins, log2r, counters, [&](auto& sink) {
-    cuadv_hist::stream_values<T, BatchVectors<T, false>::value, decltype(sink), Packed ? kPackedAhead : 0>(in, n, sink);
+    cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
   });
 }
 

@@ -92,14 +92,6 @@ static inline __device__ void bulk_copy_global_to_shared(void* dst, const void* 
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
-// cp.async.bulk.prefetch.L2.global [src], bytes;  (sm_90) - asks the TMA unit to bring `bytes` (a multiple of 16,
-// src 16-byte aligned) of global memory into L2, a hint that moves no data to the SM and completes on nothing.
-template <int D = 0>
-static inline __device__ void bulk_prefetch_l2(const void* src, u32 bytes) {
-  static_assert(arch_at_least<D>(90), "cp.async.bulk.prefetch needs sm_90");
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // fence.proxy.async.shared::cta;  (sm_90)
 // Orders this thread's generic-proxy accesses to shared memory before its later async-proxy accesses: a TMA
 // store reading what was written, or a TMA copy overwriting what was read (after the readers' release).
