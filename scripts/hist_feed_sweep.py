@@ -7,7 +7,8 @@ checked against NumPy, each time against the read-only ceiling measured in the s
 
 MiB: input per case (default 1024). --once: one checked call per plan, no timing (for compute-sanitizer).
 --bins: only the cases with these bin counts.
-Prints one line per (case, feed): median ms (p10-p90), GB/s, % of the read-only ceiling, x register loads.
+Prints one line per (case, feed): median ms (p10-p90), GB/s, % of the read-only ceiling, x the case's first row
+(register loads: hist_block, or at 64K bins the one-block dsm kernel).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
                 plans.append(eng.plan(bins, dtype, "shared", stages=stages))
             except LaunchConfigError:  # 16-bit counters (register loads only) or no room for the ring
                 pass
+        if not plans:
+            print(f"{dtype} {bins:>6}: no 'shared' plan holds these bins in one block", flush=True)
+            continue
         if plans[0].counter_bits == 16:  # the one-block dsm kernel over the same 16-bit counters, for comparison
             plans.insert(0, eng.plan(bins, dtype, "dsm", cluster=1))
         for plan in plans:

@@ -571,3 +571,18 @@ def test_uint8_block_kernel_counts_in_three_instructions_per_element(tmp_path):
     assert len(atoms) >= 64
     densest = min(atoms[k + 63] - atoms[k] + 1 for k in range(len(atoms) - 63))
     assert densest < 4 * 64, densest
+
+
+def test_auto_with_a_tma_ring_asked_for_keeps_dsm_where_only_16_bit_counters_fit():
+    # 16-bit counters in one block are fed by register loads only, so stages > 0 leaves them to dsm over one block
+    assert h.plan_histogram(70_000, stages=2).label == "dsm c=1 (16-bit)"
+    assert h.plan_histogram(70_000, stages=0).label == "shared (1 block, 16-bit, x1)"
+    assert h.plan_histogram(4096, stages=2).stages == 2  # 32-bit counters and the ring, as before
+
+
+@pytest.mark.parametrize("bins, bits", [(9000, 32), (16_382, 32), (20_000, 16), (32_766, 16)])
+def test_replicas_never_push_a_plan_past_the_per_block_limit(bins, bits):
+    limit = 64 * 1024  # a GPU with 64 KB per block: two replicas of these counters would not fit
+    plan = h.plan_histogram(bins, shared_limit=limit)
+    assert plan.variant == "shared" and plan.counter_bits == bits
+    assert plan.shared_bytes <= limit and plan.replicas == 1

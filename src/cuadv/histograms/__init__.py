@@ -7,9 +7,9 @@ shared memory), ``dsm`` (the bins sharded over a thread-block cluster's distribu
 ``hot`` (skew-aware: the low bins privatised per block, the rest by global atomics) and ``exchange``
 (the bins sharded over a cluster, elements sent to their owner block in 16-byte remote stores).
 ``variant="auto"`` chooses as the H200 measurements say (docs/histogram.md): shared where one block
-holds the bins, dsm over one block with 16-bit counters next, then the exchange, and the skew-aware
-path when a sample of the data shows most values in the low bins. Without clusters (before compute
-capability 9.0): shared where the bins fit one block, else hot for skewed data, else global.
+holds the bins (32-bit counters, or for int32 input 16-bit ones packed two per word), then the exchange, and
+the skew-aware path when a sample of the data shows most values in the low bins. Without clusters (before
+compute capability 9.0): shared where the bins fit one block, else hot for skewed data, else global.
 
     import cuadv
     hist, edges = cuadv.histogram(x, bins=4096, range=(0.0, 1.0))

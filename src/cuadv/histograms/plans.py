@@ -49,10 +49,11 @@ def _counter_bytes(slots: int, bits: int) -> int:
     return 4 * (slots if bits == 32 else (slots + 1) // 2)
 
 
-def _replicas(words_bytes: int) -> int:
-    """Largest power of two <= 32 replicas whose total stays within REPLICA_BUDGET (at least 1)."""
+def _replicas(words_bytes: int, shared_limit: int = H200_SHARED_PER_BLOCK) -> int:
+    """Largest power of two <= 32 replicas whose total stays within REPLICA_BUDGET and the per-block limit (at
+    least 1)."""
     r = 1
-    while r < MAX_REPLICAS and words_bytes * r * 2 <= REPLICA_BUDGET:
+    while r < MAX_REPLICAS and words_bytes * r * 2 <= min(REPLICA_BUDGET, shared_limit):
         r *= 2
     return r
 
@@ -334,9 +335,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     ('shared', sm_90): 0 loads the input into registers (hist_block); 2-6 let the TMA unit copy that many
     chunks of 16 B per thread into a ring in shared memory (hist_block_tma), the replicas halved where
     needed so that two blocks still fit an SM. ``tma``: the GPU has the TMA unit; then 'shared' without
-    ``stages`` takes the largest ring up to AUTO_TMA_STAGES[dtype] that fits beside the counters, deeper than 4
-    only where two blocks still fit an SM (on the H200 rings of 4-6 read 94-97% of the read-only ceiling at
-    256-4K int32 bins where register loads read 88-90%).
+    ``stages`` takes the largest ring up to AUTO_TMA_STAGES[dtype] that fits beside the 32-bit counters, deeper
+    than 4 only where two blocks still fit an SM (on the H200 rings of 4-6 read 94-97% of the read-only ceiling
+    at 256-4K int32 bins where register loads read 88-90%). 16-bit counters are fed by register loads only:
+    'shared' refuses ``stages`` > 0 for them, and 'auto' with ``stages`` > 0 takes 'dsm' there instead.
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
@@ -374,7 +376,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
             raise ValueError(f"hot must be an int in [0, bins = {bins}], got {hot!r}")
     slots = bins + 1  # the real bins and the trash slot for out-of-range values
     if variant == "auto":
-        if cluster is None and not aggregate and counter_bits is None and _one_block_holds(slots, dtype, shared_limit):
+        free = cluster is None and not aggregate and counter_bits is None
+        # 16-bit counters in one block are fed by register loads only: with a TMA ring asked for, dsm as before
+        packed_ok = not stages and _one_block_holds(slots, dtype, shared_limit)
+        if free and (_counter_bytes(slots, 32) <= shared_limit or packed_ok):
             variant = "shared"
         else:
             try:
@@ -385,7 +390,6 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                     raise
                 variant = "global"
             else:
-                free = cluster is None and not aggregate and counter_bits is None
                 if dsm.cluster == 1 or dtype != "int32" or not free:
                     return dsm
                 # Sharded over several blocks: the exchange measured 2-3x remote atomics on the H200
@@ -403,8 +407,8 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         if need > shared_limit:
             packed = _counter_bytes(slots, 16)
             if _one_block_holds(slots, dtype, shared_limit) and not stages:  # 16-bit counters, register loads
-                return HistogramPlan("shared", dtype, bins, counter_bits=16, replicas=_replicas(packed),
-                                     shared_bytes=packed * _replicas(packed))
+                r = _replicas(packed, shared_limit)
+                return HistogramPlan("shared", dtype, bins, counter_bits=16, replicas=r, shared_bytes=packed * r)
             most16 = f"; int32 input up to {2 * (shared_limit // 4) - 1} bins with 16-bit counters" \
                 if dtype == "int32" else ""
             ring = "; 16-bit counters are fed by register loads only (stages=0)" \
@@ -413,7 +417,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                 f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
                 f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins{most16}){ring}: use variant 'dsm' or "
                 "'global'")
-        r = _replicas(need)
+        r = _replicas(need, shared_limit)
         if stages is None and tma:
             for ring in sorted((s for s in TMA_STAGES if s <= AUTO_TMA_STAGES[dtype]), reverse=True):
                 smem = tma_ring_bytes(need, ring)  # at one replica
@@ -437,7 +441,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         for bits in widths:
             need = _counter_bytes(shard, bits)
             if need <= shared_limit:
-                r = _replicas(need)
+                r = _replicas(need, shared_limit)
                 return HistogramPlan("dsm", dtype, bins, cluster=c, counter_bits=bits, replicas=r, aggregate=aggregate,
                                      threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
     c = sizes[-1]

@@ -191,9 +191,10 @@ class HistogramLab:
             "off the 16-byte boundary")
         validate_packed_wraps(cp)
         result.checks.append("16-bit packed counters stay exact through many wraps: 4M+3 equal values into one "
-                             "block (60,001 bins, both halves of the first and last words) or one cluster, low and "
-                             "high halves, odd bin counts, cluster sizes 1, 2, 16, aggregated adds of up to 32; in "
-                             "the exchange, through its mailboxes and its overflowing runs")
+                             "block (one bin past what 32-bit counters hold: both halves of the first word, the "
+                             "last two bins) or one cluster, low and high halves, odd bin counts, cluster sizes 1, "
+                             "2, 16, aggregated adds of up to 32; in the exchange, through its mailboxes and its "
+                             "overflowing runs")
 
         n_bytes = (256 << 20) if ctx.quick else (1 << 30)
         bins_sweep = [256, 4096, 65536, 1 << 20] if ctx.quick else [256, 1024, 4096, 16384, 65536, 262144, 1 << 20]

@@ -110,12 +110,18 @@ def validate(cp, bins_list: Sequence[int], sizes: Sequence[int], dtypes=("int32"
 
 def validate_packed_wraps(cp) -> None:
     """16-bit counters that wrap many times (both halves, odd bin counts, aggregated adds of up to 32), in
-    the one-block kernel (the low and high halves of its first and last words), in the DSM kernel and in the
-    exchange (mailbox entries applied locally, and the overflow of full runs by remote atomics: every element of
-    a chunk goes to one owner)."""
+    the one-block kernel (both halves of its first word, and its last two bins, either side of a word boundary
+    beside the trash slot), in the DSM kernel and in the exchange (mailbox entries applied locally, and the
+    overflow of full runs by remote atomics: every element of a chunk goes to one owner)."""
     rng = np.random.default_rng()
     n = (1 << 22) + 3
-    wide = 60_001  # more bins than one block holds with 32-bit counters
+    eng = engine()
+    wide = eng.caps.shared_mem_per_block_optin // 4 + 1  # one bin more than 32-bit counters hold in one block
+    if wide % 2 == 0:
+        wide += 1  # odd: the last bin in a low half, the one before it in the high half of the word before
+    plan = eng.plan(wide, "int32", "shared")
+    if plan.counter_bits != 16:
+        raise ValidationError(f"{wide} bins should take 16-bit counters in one block, got {plan.label}")
     for value in (0, 1, wide - 2, wide - 1):
         host = np.full(n, value, dtype=np.int32)
         host[rng.integers(0, n, size=1000)] = rng.integers(-5, wide + 5, size=1000)
