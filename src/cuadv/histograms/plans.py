@@ -152,7 +152,9 @@ class SharedPlan(HistogramPlan):
 
     @property
     def kernel_expr(self) -> str:
-        return f"hist_block_tma<{self.ctype}, {self.stages}>" if self.stages else f"hist_block<{self.ctype}, {self.packed}>"
+        if self.stages:
+            return f"hist_block_tma<{self.ctype}, {self.stages}>"
+        return f"hist_block<{self.ctype}, {self.packed}>"
 
     @property
     def label(self) -> str:
