@@ -216,3 +216,39 @@ def test_the_edge_spec_kept_per_range_tells_every_range_apart():
             start, step, stop, edtype = api.device_edge_spec(np.dtype(dtype), 256, lo, hi)
             want = np.histogram_bin_edges(np.empty(0, dtype=dtype), 256, range=(lo, hi))
             assert edtype == want.dtype and start == want[0] and stop == want[-1]
+
+
+def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
+    """count() with an EdgeSpec: hist_widen<E> of the edges' type gets the counts, then the edges' own parameters
+    (as hist_edges would), and is sized to cover the bins + 1 edges; without one, hist_widen<double> and null
+    edges. A prepared counter clears a new buffer once and then trusts the zeros hist_widen leaves."""
+    from test_histogram_cpu import FakeCaps
+
+    class FakeScratch:
+        def __init__(self, nbytes, stream, keep):
+            self.ptr, self.nbytes = 0x1000, nbytes
+
+    class FakeDriver:
+        memsets = 0
+
+        def cuMemsetD32Async(self, ptr, value, count, stream):
+            FakeDriver.memsets += 1
+            return (0,)
+
+    launches = []
+    monkeypatch.setattr(api, "Scratch", FakeScratch)
+    monkeypatch.setattr(api, "driver", FakeDriver)
+    monkeypatch.setattr(api, "_aux_launch", lambda name, n, args, *rest, **kw: launches.append((name, n, args)))
+    caps = FakeCaps()
+    caps.arch, caps.sm_count = "sm_90a", 132  # passed through to the (recorded) launch
+    eng = api.HistogramEngine(caps)
+    counter = api._Counter(eng, 1000, "int32", "auto", keep=True)
+    spec = api.EdgeSpec(0x2000, np.dtype(np.float32), 1000, -1.5, 0.25, 248.5)
+    assert spec.ctype == "float" and spec.args() == (0x2000, 1000, -1.5, 0.25, 248.5)
+    counter.count(0, 0, 0x3000, 1000, False, 7, edges=spec)
+    counter.count(0, 0, 0x3000, 1000, False, 7)
+    (name, n, args), (plain, _, plain_args) = launches
+    assert name == "hist_widen<float>" and n == 1001 and args[:7] == (0x1000, 1000, 1000, 0x3000, 1000, 0, api.NO_FOLD)
+    assert args[7:] == spec.args()
+    assert plain == "hist_widen<double>" and plain_args[7:] == (0, 0, 0.0, 0.0, 0.0)
+    assert FakeDriver.memsets == 1

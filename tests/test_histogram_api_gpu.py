@@ -178,7 +178,8 @@ def test_the_skew_samples_verdict(cp, dist, skewed):
             "out of range": lambda: np.full(100_003, -1)}[dist]().astype(np.int32)
     x, verdict = cp.asarray(host), cp.full(1, 7, dtype=cp.uint32)
     counter = api._Counter(api.engine(), bins, "int32", "auto", keep=True)
-    counter._sample(x.data.ptr, host.size, verdict.data.ptr, cp.cuda.get_current_stream().ptr)
+    hot = api.engine().plan(bins, "int32", "hot").hot
+    counter._sample(x.data.ptr, host.size, hot, verdict.data.ptr, cp.cuda.get_current_stream().ptr)
     assert int(verdict[0]) == skewed
 
 

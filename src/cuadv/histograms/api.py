@@ -203,6 +203,15 @@ class EdgeSpec:
     step: float
     stop: float
 
+    @property
+    def ctype(self) -> str:
+        """The kernels' edge type E (hist_edges<E>, hist_widen<E>)."""
+        return "float" if self.dtype == np.float32 else "double"
+
+    def args(self) -> tuple:
+        """The kernels' edge parameters: (edges, bins, start, step, stop)."""
+        return (self.ptr, self.bins, self.start, self.step, self.stop)
+
 
 # ---------------------------------------------------------------------------------------------
 # The prepared call shared by histogram and bincount.
@@ -243,7 +252,7 @@ class _Counter:
                 self.skewed = skewed
             else:
                 verdict = Scratch(4, stream, keep=False)
-                self._sample(idx_ptr, n, verdict.ptr, stream)
+                self._sample(idx_ptr, n, skewed.hot, verdict.ptr, stream)
                 skew = copy_to_host(verdict.ptr, 4, np.uint32, stream, "the histogram's skew sample (hist_sample)")
                 verdict.release(stream)
                 if skew[0]:
@@ -251,9 +260,9 @@ class _Counter:
         self.plan = plan
         return plan
 
-    def _sample(self, idx_ptr: int, n: int, verdict_ptr: int, stream: int) -> None:
-        """hist_sample: 1 at ``verdict_ptr`` where the data is skewed toward the skew-aware plan's hot bins."""
-        hot = self.eng.plan(self.bins, "int32", "hot").hot
+    def _sample(self, idx_ptr: int, n: int, hot: int, verdict_ptr: int, stream: int) -> None:
+        """hist_sample: 1 at ``verdict_ptr`` where the data is skewed toward ``hot``, the low bins the skew-aware
+        plan privatises."""
         num, den = SKEW_SHARE
         _aux_launch("hist_sample", 1, (idx_ptr, n, self.bins, hot, min(SAMPLES, n), num, den, verdict_ptr), stream,
                     self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
@@ -274,7 +283,7 @@ class _Counter:
         self._zeroed = False
         if n and self.skewed is not None:
             verdict = counts + 4 * self.bins
-            self._sample(idx_ptr, n, verdict, stream)
+            self._sample(idx_ptr, n, self.skewed.hot, verdict, stream)
             for want, gated in enumerate((plan, self.skewed)):  # verdict 0: plan counts; 1: the skew-aware one
                 kernel, config = self.eng.launch_config(gated, n)
                 launch(kernel, config, *gated.kernel_args(idx_ptr, n, counts, verdict, want), stream=stream)
@@ -284,9 +293,8 @@ class _Counter:
         fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
         assert fold == NO_FOLD or fold >= min(self.bins, out_len), "hist_widen reads a folded slot once, at the end"
         widen = (counts, min(self.bins, out_len), self.bins, out_ptr, out_len, int(accumulate), fold)
-        etype = "float" if edges is not None and edges.dtype == np.float32 else "double"
-        edge_args = (0, 0, 0.0, 0.0, 0.0) if edges is None else (edges.ptr, edges.bins, edges.start, edges.step,
-                                                                 edges.stop)
+        etype = "double" if edges is None else edges.ctype
+        edge_args = (0, 0, 0.0, 0.0, 0.0) if edges is None else edges.args()
         _aux_launch(f"hist_widen<{etype}>", max(out_len, self.bins, edge_args[1] + 1), widen + edge_args, stream,
                     self.eng.caps.arch, self.eng.caps.sm_count)
         self._zeroed = True
@@ -468,9 +476,7 @@ class PreparedHistogram:
             bin_edges = _new_output(src, x, self.bins + 1, dtype, h)
             spec = EdgeSpec(device_array(bin_edges, "bin_edges").ptr, dtype, self.bins, start, step, stop)
             if not defer:
-                kernel = f"hist_edges<{'float' if dtype == np.float32 else 'double'}>"
-                _aux_launch(kernel, self.bins + 1, (spec.ptr, self.bins, start, step, stop), h, caps.arch,
-                            caps.sm_count)
+                _aux_launch(f"hist_edges<{spec.ctype}>", self.bins + 1, spec.args(), h, caps.arch, caps.sm_count)
             return bin_edges, spec.ptr, dtype.type(start), dtype.type(stop), spec if defer else None
         edges = self._edges
         if edges is None:
