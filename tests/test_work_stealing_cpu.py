@@ -5,8 +5,9 @@ import math
 import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
-from cuadv.work_stealing import (Schedule, SliceReport, TileKernel, check_quantum, check_tiles, learned_min_units,
-                                 resolve_policy, steal_grid_units)
+from cuadv.state_pool import StatePool
+from cuadv.work_stealing import (COUNT_EXITS, PHASE1, Schedule, SliceReport, TileKernel, check_quantum, check_tiles,
+                                 learned_min_units, resolve_policy, steal_grid_units)
 
 COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
 
@@ -60,18 +61,21 @@ def test_invalid_min_tiles(kw, match):
                                                              (7, (1001, 1, 1), 1, (143 + 10, 1, 1)),
                                                              (4, (10, 7, 3), 1, (53 + 10, 1, 1)),
                                                              (3, (40, 6, 1), (2, 2, 1), (2 * (20 + 10), 2, 1)),
-                                                             (50, (30, 1, 1), 1, (1 + 10, 1, 1)),
-                                                             (3, (12, 1, 1), 1, (12, 1, 1))])
+                                                             (50, (30, 1, 1), 1, (10, 1, 1)),
+                                                             (3, (12, 1, 1), 1, (10, 1, 1)),
+                                                             (2, (8, 1, 1), 1, (8, 1, 1))])
 def test_steal_grid_shrinks_by_min_tiles(min_tiles, tiles, cluster, grid):
     """ceil(units / min_tiles) blocks (clusters) take every unit when each takes min_tiles, and a spare wave of
-    the units that fit at once (10 here) refills the SMs that the last yields free; never more than the units."""
+    the units that fit at once (10 here) refills the SMs that the last yields free; where the 10 that fit take
+    every unit, only those; never more than the units."""
     k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, min_tiles=min_tiles, cluster=cluster)
     k._resident[None] = 10  # what the occupancy query of a compiled kernel would give
     assert k.launch_config(None, "steal", tiles).grid == grid
 
 
 @pytest.mark.parametrize("units, k, resident, blocks", [(8448, 5, 1056, 1690 + 1056), (8448, 1, 1056, 8448),
-                                                        (100, 7, 1056, 100), (32768, 7, 660, 4682 + 660)])
+                                                        (100, 7, 1056, 100), (32768, 7, 660, 4682 + 660),
+                                                        (8448, 8, 1056, 1056), (6000, 7, 1056, 1056)])
 def test_steal_grid_units(units, k, resident, blocks):
     assert steal_grid_units(units, k, resident) == blocks
 
@@ -83,7 +87,10 @@ def test_slice_report_word():
 
 @pytest.mark.parametrize("report, units, resident, k", [(None, 10_000, 396, 1),  # nothing learned: the full grid
                                                         (SliceReport(7, 6_900), 32_768, 396, 7),
-                                                        (SliceReport(7, 6_900), 1_000, 396, 2),  # still fills the GPU
+                                                        (SliceReport(7, 6_900), 1_000, 396, 3),  # a share of 3 <= 2 slices
+                                                        (SliceReport(5, 10_000), 8_448, 1_056, 8),  # 8 <= 2 slices of 5
+                                                        (SliceReport(5, 10_000), 11_616, 1_056, 5),  # 11 > 10: slices
+                                                        (SliceReport(7, 6_900), 4_000, 396, 11),  # 11 <= 14
                                                         (SliceReport(7, 6_900), 300, 396, 1),
                                                         (SliceReport(1, 90_000), 32_768, 396, 1)])
 def test_learned_min_units(report, units, resident, k):
@@ -192,10 +199,11 @@ def test_schedule_bytes_match_the_hand_packed_struct():
     hand-written packing, field for field, with and without the counted reset."""
     import struct
 
-    for count_exits in (False, True):
+    for count_exits, phase, flags in ((False, 0, 0), (True, 0, 1), (False, 1, 2)):
         s = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
-                     trace_ptr=0x20, order_ptr=0x30, count_exits=count_exits, min_units=11, report_ptr=0x40)
-        want = struct.pack("<3I3IQIIQQQIIQ", 5, 6, 7, 1, 2, 1, 9, 3, int(count_exits), 0x10, 0x20, 0x30, 11, 0, 0x40)
+                     trace_ptr=0x20, order_ptr=0x30, count_exits=count_exits, phase=phase, min_units=11,
+                     report_ptr=0x40)
+        want = struct.pack("<3I3IQIIQQQIIQ", 5, 6, 7, 1, 2, 1, 9, 3, flags, 0x10, 0x20, 0x30, 11, 0, 0x40)
         assert s.kernel_param_bytes() == want
 
 
@@ -247,6 +255,56 @@ def test_each_policy_grid_uses_its_own_kernels_occupancy(fake_occupancy):
     assert calls == ["steal", "fixed_blocks"]  # one query per kernel, then cached
 
 
+class _HostPool(StatePool):
+    """A StatePool whose slots are host numbers (one per stream; captures get their own), no GPU."""
+
+    def __init__(self):
+        super().__init__("tests")
+        self.captured = set()
+
+    def slot_for(self, stream):
+        return 0x1000 + stream, stream in self.captured
+
+
+def test_state_pool_phase_alternates_and_a_failed_launch_keeps_it():
+    pool = _HostPool()
+    seen = []
+    for _ in range(3):
+        with pool.phase(0x1000) as phase:
+            seen.append(phase)
+    with pytest.raises(RuntimeError):
+        with pool.phase(0x1000) as phase:
+            raise RuntimeError("the launch failed: it never ran, so it cleared nothing")
+    with pool.phase(0x1000) as phase:
+        seen.append(phase)
+    with pool.phase(0x2000) as phase:  # another stream's slot has its own
+        seen.append(phase)
+    assert seen == [0, 1, 0, 1, 0]
+
+
+def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_occupancy, monkeypatch):
+    """Each stream's steal launches alternate between the two states of its slot (the second with the kPhase1
+    flag), other policies' launches leave the phase alone, and a captured launch counts exits in the first."""
+    from cuadv.work_stealing import tile_kernel
+
+    kernels, _ = fake_occupancy
+    pool, flags = _HostPool(), []
+    monkeypatch.setattr(tile_kernel, "_pool", pool)
+    monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, schedule, *args, stream:
+                        flags.append((stream, schedule.flags, schedule.state_ptr)))
+    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)
+    k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
+    for stream in (1, 1, 2, 1):
+        k(50_000, 0x2000, stream=stream)
+    k(50_000, 0x2000, stream=1, policy="fixed_blocks")
+    pool.captured.add(3)
+    k(50_000, 0x2000, stream=3)
+    k(50_000, 0x2000, stream=1)
+    assert flags == [(1, 0, 0x1001), (1, PHASE1, 0x1011), (2, 0, 0x1002), (1, 0, 0x1001), (1, 0, 0),
+                     (3, COUNT_EXITS, 0x1003), (1, PHASE1, 0x1011)]  # phase 1: the slot's second state
+
+
 def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypatch):
     """TileKernel.__call__ with the GPU parts replaced: steal (Q = inf) then fixed_blocks on one TileKernel;
     last_launch shows each grid equal to its own kernel's resident count."""
@@ -254,12 +312,7 @@ def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypat
 
     kernels, _ = fake_occupancy
     launched = []
-
-    class Pool:
-        def slot_for(self, stream):
-            return 0x1000, False
-
-    monkeypatch.setattr(tile_kernel, "_pool", Pool())
+    monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
     monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, *args, stream: launched.append((kernel, config)))
     monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)  # the device checks
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)

@@ -135,10 +135,12 @@ def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
     assert 1000 <= report.ns_per_unit <= 10_000  # tiles of 1 us and more (a GPU shared with other tests)
     assert 2 <= report.units_per_slice == -(-20_000 // report.ns_per_unit) <= 20  # 20 us slices, rounded up
     kernel, _ = k.kernel()
-    learned = k.min_units(kernel, "steal", units)
-    assert learned == min(report.units_per_slice, units // k._resident_units(kernel)) >= 2
-    blocks = steal_grid_units(units, learned, k._resident_units(kernel))
-    assert blocks == -(-units // learned) + k._resident_units(kernel) < units
+    learned, resident = k.min_units(kernel, "steal", units), k._resident_units(kernel)
+    share = -(-units // resident)  # a slot's share: taken whole where it is at most two slices
+    assert learned == (share if share <= 2 * report.units_per_slice
+                       else min(report.units_per_slice, units // resident)) >= 2
+    blocks = steal_grid_units(units, learned, resident)
+    assert blocks == (resident if learned == share else -(-units // learned) + resident) < units
     assert k.launch_config(kernel, "steal", (tiles, 1, 1), min_units=learned).grid[0] == blocks * k.cluster[0]
     counts, prologues = run_counts(cp, k, tiles, launches=3)
     assert (counts == 3).all()

@@ -4,13 +4,15 @@ claims, persistent queues): one slot per stream, a fresh one per graph capture."
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .errors import LaunchConfigError
 from .interop import capturing as is_capturing
 from .memory import DeviceBuffer
 from .waiting import wait
 
-STATE_BYTES = 16  # sizeof(cuadv::ws::StealState)
+STATE_BYTES = 32  # two cuadv::ws::StealState (16 bytes each): steal's stream launches alternate between them
 
 
 class StatePool:
@@ -28,6 +30,8 @@ class StatePool:
         self._by_stream: dict[int, int] = {}
         self._next = 0
         self._lock = threading.Lock()
+        self._phases: dict[int, int] = {}  # a stream slot's next phase (phase())
+        self._phase_lock = threading.Lock()
 
     def slot_for(self, stream: int) -> tuple[int, bool]:
         """The state's address for a launch on ``stream``, and whether that launch is being captured."""
@@ -49,3 +53,14 @@ class StatePool:
             if not capturing:
                 self._by_stream[stream] = address
             return address, capturing
+
+    @contextmanager
+    def phase(self, address: int) -> Iterator[int]:
+        """The phase (0 or 1) of the next launch on a stream's slot, for kernels whose launches on one
+        stream alternate between two counters, each clearing the one its predecessor used for its
+        successor. Held while that launch is enqueued, and advanced only once it is: a launch that
+        raised never ran, so it cleared nothing and the phase it had is the next one's."""
+        with self._phase_lock:
+            current = self._phases.get(address, 0)
+            yield current
+            self._phases[address] = current ^ 1

@@ -452,7 +452,7 @@ class Stencil:
         return grid
 
 
-# The stencil's own counters: never shared with steal's, whose word holds a launch tag.
+# The stencil's own counters: never shared with steal's, whose launches alternate between two words.
 _TICKETS = StatePool("the stencil's ticket claims")
 
 

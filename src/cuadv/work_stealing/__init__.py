@@ -31,13 +31,13 @@ scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
                        RESIDENT_GRID, check_quantum, check_tiles, policy_for_arch, resolve_policy)
-from .schedule import COUNT_EXITS, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units, steal_grid_units
+from .schedule import COUNT_EXITS, PHASE1, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units, steal_grid_units
 from ..state_pool import STATE_BYTES, StatePool  # noqa: F401 (re-exported)
 from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
 from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
 
-__all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
+__all__ = ["COUNT_EXITS", "PHASE1", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
            "MAX_TILES", "POLICIES", "RESIDENT_GRID", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
            "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
            "policy_for_arch", "resolve_policy", "steal_grid_units", "to_chrome_trace"]

@@ -12,6 +12,8 @@ from ..dims import Dim3
 from ..params import StructArgument, c_struct
 
 COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
+PHASE1 = 2  # Schedule flags: kPhase1 (a stream launch given the second StealState of its slot's pair)
+STEAL_STATE_BYTES = 16  # sizeof(cuadv::ws::StealState); a StatePool slot holds two
 
 # Field for field cuadv::ws::Schedule (work_stealing.cuh, static_assert(sizeof(Schedule) == 80)).
 SCHEDULE_DTYPE = c_struct("cuadv::ws::Schedule", [
@@ -34,13 +36,14 @@ class Schedule(StructArgument):
     trace_ptr: int = 0
     order_ptr: int = 0
     count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
+    phase: int = 0  # steal, stream launches: which state of the slot's pair state_ptr is (kPhase1)
     min_units: int = 1  # steal: units a block runs before its slice may end
     report_ptr: int = 0  # steal: where a spent slice is reported (SliceReport), 0: nowhere
 
     @property
     def flags(self) -> int:
         """The device's flag word (packed by StructArgument under the layout's name)."""
-        return COUNT_EXITS if self.count_exits else 0
+        return (COUNT_EXITS if self.count_exits else 0) | (PHASE1 if self.phase else 0)
 
 
 @dataclass(frozen=True)
@@ -57,22 +60,30 @@ class SliceReport:
 
 
 def steal_grid_units(units: int, min_units: int, resident: int) -> int:
-    """Blocks (clusters) of a steal launch with a quantum: one per unit when ``min_units`` <= 1; else the
-    ceil(units / min_units) that take every unit when each takes min_units, plus one spare wave of the
-    ``resident`` that fit at once. Blocks yield after about one slice, so without the spare wave the last
-    replacements are too few to refill every SM: with 8 tiles per slot and 5 per slice, 1,690 blocks for 1,056
-    slots left 422 SMs' slots idle through the second half of the launch. Spare blocks that find the work gone
-    read the counter once and exit. At most ``units``."""
+    """Blocks (clusters) of a steal launch with a quantum: one per unit when ``min_units`` <= 1; the
+    ``resident`` that fit at once (at most ``units``) when those take every unit by running min_units each;
+    else the ceil(units / min_units) that take every unit when each takes min_units, plus one spare wave of
+    the ``resident``. Blocks yield after about one slice, so without the spare wave the last replacements are
+    too few to refill every SM: with 8 tiles per slot and 5 per slice, 1,690 blocks for 1,056 slots left 422
+    SMs' slots idle through the second half of the launch. Spare blocks that find the work gone read the
+    counter once and exit."""
     if min_units <= 1:
         return units
-    return min(units, -(-units // min_units) + resident)
+    needed = -(-units // min_units)
+    return min(units, resident if needed <= resident else needed + resident)
 
 
 def learned_min_units(report: SliceReport | None, units: int, resident: int) -> int:
     """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
     grid needs one block per that many units, about as many as will find work, and a spare wave
-    (steal_grid_units). At most units / resident, so the grid still fills the GPU; 1 (the full tile grid)
-    before any report."""
+    (steal_grid_units), at most units / resident, so the grid still fills the GPU. Where each slot's share,
+    ceil(units / resident), is at most two slices, every block runs its share instead: no block yields
+    before the work is gone, and none is relaunched, so a higher-priority kernel still waits at most about
+    two quanta for a slot, and the launch pays nothing for slices it would hardly use (each relaunch costs
+    a block launch and a claim that no tile hides). 1 (the full tile grid) before any report."""
     if report is None:
         return 1
+    share = -(-units // max(resident, 1))
+    if share <= 2 * report.units_per_slice:
+        return share
     return max(1, min(report.units_per_slice, units // max(resident, 1)))

@@ -4,6 +4,7 @@ the grid that policy needs."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -21,7 +22,7 @@ from ..launch import LaunchConfig, check_shared_memory, launch, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
-from .schedule import Schedule, SliceReport, learned_min_units, steal_grid_units
+from .schedule import STEAL_STATE_BYTES, Schedule, SliceReport, learned_min_units, steal_grid_units
 from ..state_pool import StatePool
 from .trace import TRACE_DTYPE, TileOrder, Trace
 
@@ -75,12 +76,14 @@ class TileKernel:
     ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
     before its slice may end, so ceil(units / min_tiles) blocks take every tile; the grid is that many
     plus one spare wave of the blocks that fit at once (``steal_grid_units``: the last blocks to replace
-    those that yielded refill every SM rather than some). Each block launched after the work is gone
+    those that yielded refill every SM rather than some), or only the blocks that fit at once where those
+    take every tile. Each block launched after the work is gone
     still costs a launch (about 0.14 us per block per SM on an H200), so for short tiles it should be
     near quantum / time of one tile: the grid then has about as many blocks as will find work (and the
     spare wave), and a block still yields after about one quantum. None (default): learned, as what one
     slice held in the latest ``slice_report`` of this kernel (the full tile grid until a block has given
-    its SM back); 1: always the full tile grid.
+    its SM back), or each SM slot's share of the tiles where that is at most two slices
+    (``learned_min_units``); 1: always the full tile grid.
 
     ``policy="atomic_counter"``: the grid of fixed_blocks, each block then taking tiles from a global
     counter (FlashAttention-3's kind of scheduler); every launch enqueues a memset of its counter on its
@@ -258,11 +261,15 @@ class TileKernel:
             state_ptr = self._zeroed_counter(handle)
         if quantum and self._report is None:
             self._report, self._report_ptr = _reports.take()
-        schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum, prologue_factor=self.prologue_factor,
-                            state_ptr=state_ptr, trace_ptr=trace_buf.ptr if trace_buf else 0,
-                            order_ptr=order.buffer.ptr if order else 0, count_exits=captured, min_units=min_units,
-                            report_ptr=self._report_ptr if quantum else 0)
-        launch(kernel, config, schedule, *args, stream=handle)
+        # steal's stream launches alternate between the two states of their slot (the phase); a captured one
+        # counts exits in the first
+        with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
+            schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+                                prologue_factor=self.prologue_factor, state_ptr=state_ptr + phase * STEAL_STATE_BYTES,
+                                trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0,
+                                count_exits=captured, phase=phase, min_units=min_units,
+                                report_ptr=self._report_ptr if quantum else 0)
+            launch(kernel, config, schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 

@@ -53,22 +53,30 @@ namespace cuadv::ws {
 
 namespace cg = cooperative_groups;
 
-// The ticket counter of a Steal kernel: one 64-bit word, the low half the next ticket (a unit
+// The ticket counter of a Steal kernel: a 64-bit word, the low half the next ticket (a unit
 // index). Every update is a relaxed read-modify-write of this one location, whose single
-// modification order makes tickets unique; no fence is paid per tile. The word resets itself, so
-// back-to-back launches and graph replays on one stream need no host memset, in one of two ways:
-//   tagged (stream launches): the high half is the launch's tag, the low 32 bits of %gridid. A
-//     launch's first claim that finds another tag restarts the count under its own, so nothing
-//     is counted at exit and a block launched after the work is gone leaves after one load.
-//   counted (kCountExits; launches captured in a graph, whose replays share one %gridid): the high
-//     half counts the units that exited, and the last one sets the word back to zero.
-// Zero is a valid start for both. Two launches that may overlap need two StealStates.
+// modification order makes tickets unique; no fence is paid per tile. The counters reset
+// themselves, so back-to-back launches and graph replays on one stream need no host memset, in one
+// of two ways:
+//   phased (stream launches): a stream has a pair of StealStates, and its launches alternate
+//     between them (the host passes the first or, with kPhase1, the second). The claim that takes
+//     a launch's ticket 0 zeroes the other one's word, which the previous launch used and the next
+//     will; launches on one stream do not overlap, so nothing else touches it meanwhile. Nothing
+//     is counted at exit, a block launched after the work is gone leaves after one load, and a
+//     launch's first claims are plain (a tag in the word, restarted by a compare-and-swap, made
+//     every block of the first wave contend on it at once).
+//   counted (kCountExits; launches captured in a graph, whose replays all carry the flags they were
+//     captured with): the high half counts the units that exited, and the last one sets the word
+//     back to zero.
+// Zero is a valid start for both. Two launches that may overlap need two StealStates (pairs).
 struct StealState {
-  unsigned long long word;  // (launch tag or exited units) << 32 | next ticket
+  unsigned long long word;  // (exited units, counted) << 32 | next ticket
   unsigned long long reported;  // %gridid + 1 of the last launch that wrote its slice report
 };
+static_assert(sizeof(StealState) == 16, "a pair of StealStates is STATE_BYTES in cuadv/state_pool.py");
 constexpr unsigned long long kExited = 1ull << 32;
 constexpr unsigned int kCountExits = 1;  // Schedule::flags: the counted reset
+constexpr unsigned int kPhase1 = 2;  // Schedule::flags: a phased launch given the second StealState of its pair
 constexpr unsigned long long kRefused = ~0ull;  // a software request refused because the time slice is spent
 
 // One record per tile when tracing, written by the block's thread 0.
@@ -86,7 +94,7 @@ struct Schedule {
   unsigned int cluster[3];        // cluster shape (1, 1, 1 without clusters)
   unsigned long long quantum_ns;  // Steal: stop taking tiles after this long (0: never) ...
   unsigned int prologue_factor;   // ... or after this many times the block's own prologue, if later (0: off)
-  unsigned int flags;             // Steal: kCountExits for launches captured in a graph
+  unsigned int flags;             // Steal: kCountExits for launches captured in a graph, kPhase1 (stream launches)
   StealState* state;              // Steal: this launch's counters; AtomicCounter: state->word is its counter,
                                   // which must be zero at launch (a memset before every launch)
   TraceRecord* trace;             // one record per tile, or nullptr
@@ -517,22 +525,17 @@ class Scheduler {
   }
 
   // A block's first claim. A block launched after the work is gone sees it with one load and
-  // leaves without a read-modify-write. Tagged: the first block of a launch to see another
-  // launch's tag starts this launch's count (taking ticket 0). The restart is a relaxed atomicCAS,
-  // which returns what it saw (atomic_ref's compare_exchange updates `seen` through its address,
-  // which put it in a stack frame).
+  // leaves without a read-modify-write. Phased: the claim that takes ticket 0 (the launch's first)
+  // zeroes the word of the pair's other state for the next launch on this stream, a relaxed store
+  // that the kernel boundary orders before that launch's claims.
   __device__ uint4 first_claim() const {
-    unsigned long long seen = state_word().load(cuda::memory_order_relaxed);
-    if (!counted()) {
-      const unsigned long long tag = (ptx::grid_id() & 0xffffffffull) << 32;
-      while ((seen & ~0xffffffffull) != tag) {  // an earlier launch's count: restart it under this tag
-        const unsigned long long before = atomicCAS(&s_.state->word, seen, tag | 1);
-        if (before == seen) return response_for(tag);
-        seen = before;
-      }
+    if (!is_unit(state_word().load(cuda::memory_order_relaxed) & 0xffffffffull)) return make_uint4(0, 0, 0, 0);
+    const unsigned long long claim = state_word().fetch_add(1, cuda::memory_order_relaxed);
+    if (!counted() && claim == 0) {
+      StealState* other = s_.state + ((s_.flags & kPhase1) ? -1 : 1);
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(other->word).store(0, cuda::memory_order_relaxed);
     }
-    if (!is_unit(seen & 0xffffffffull)) return make_uint4(0, 0, 0, 0);
-    return response_for(state_word().fetch_add(1, cuda::memory_order_relaxed));
+    return response_for(claim);
   }
 
   __device__ bool counted() const { return (s_.flags & kCountExits) != 0; }
