@@ -77,10 +77,11 @@ VECSCALE = (
 # Dynamic scheduling (the scheduling lab's table d): why steal trails the atomic counter where it does.
 COUNTER = (
     "block traces and lines fitted to time against size (scripts/sched_trace_breakdown.py, H200, 2026-12-02): "
-    "without slices (steal Q=inf, a resident grid as the atomic counter's) steal is 0.99x / 1.01x the atomic "
-    "counter on short launches (stream / graph) and 0.98x on Pareto tiles, whose runs spread as widely; with "
-    "slices, each block that gives its SM back is replaced by a block launch and a first claim, which 'short "
-    "launches' (8 tiles per slot) pays about once per slot. On v := a v the gap was in the streaming rate, not "
+    "with slices, each block that gives its SM back is replaced by a block launch and a first claim, which "
+    "'short launches' (8 tiles per slot) paid about once per slot until steal took a slot's whole share where it "
+    "is at most two slices (16:15: 0.999x / 1.01x, stream / graph); Pareto tiles' rounds spread as widely as the "
+    "gap (690-731 us at 16:15), and the same rows read 1.00x / 0.975x there and 0.984x / 0.969x at 15:30. "
+    "On v := a v the gap was in the streaming rate, not "
     "per launch (08:16: 3999 against 4078 GB/s, 7.5 against 6.7 us), and followed the order of the tile body's "
     "loads and stores in each kernel's code: ptxas issued two of a row's stores before its last two loads in the "
     "atomic counter's kernel and all eight loads first in steal's; at 4 blocks per SM, where both issue all eight "
