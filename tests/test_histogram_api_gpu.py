@@ -36,12 +36,12 @@ def expect_named(fn, variant):
     rules, before launch); auto never refuses."""
     try:
         return fn()
-    except (LaunchConfigError, UnsupportedFeatureError) as exc:
+    except (LaunchConfigError, UnsupportedFeatureError):
         if variant == "auto":
             raise
         return None
     except ValueError as exc:
-        if variant in ("auto",) or "is for int32 input" not in str(exc) and "16-bit" not in str(exc):
+        if variant == "auto" or "is for int32 input" not in str(exc) and "16-bit" not in str(exc):
             raise
         return None
 

@@ -29,11 +29,11 @@ Modules (this file only re-exports): ``policies`` (policy names, resolution, inp
 scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 """
 
-from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
+from .policies import (DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
                        RESIDENT_GRID, check_quantum, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import COUNT_EXITS, PHASE1, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units, steal_grid_units
 from ..state_pool import STATE_BYTES, StatePool  # noqa: F401 (re-exported)
-from .tile_kernel import _TEMPLATE, LaunchRecord, TileKernel, _reports
+from .tile_kernel import LaunchRecord, TileKernel
 from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
 
