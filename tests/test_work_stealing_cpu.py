@@ -199,11 +199,11 @@ def test_schedule_bytes_match_the_hand_packed_struct():
     hand-written packing, field for field, with and without the counted reset."""
     import struct
 
-    for count_exits, phase, flags in ((False, 0, 0), (True, 0, 1), (False, 1, 2)):
+    for count_exits, phase, flags, state in ((False, 0, 0, 0x10), (True, 0, 1, 0x10), (False, 1, 2, 0x20)):
         s = Schedule(tiles=(5, 6, 7), cluster=(1, 2, 1), quantum_ns=9, prologue_factor=3, state_ptr=0x10,
                      trace_ptr=0x20, order_ptr=0x30, count_exits=count_exits, phase=phase, min_units=11,
-                     report_ptr=0x40)
-        want = struct.pack("<3I3IQIIQQQIIQ", 5, 6, 7, 1, 2, 1, 9, 3, flags, 0x10, 0x20, 0x30, 11, 0, 0x40)
+                     report_ptr=0x40)  # phase 1: the pair's second state, 16 bytes on
+        want = struct.pack("<3I3IQIIQQQIIQ", 5, 6, 7, 1, 2, 1, 9, 3, flags, state, 0x20, 0x30, 11, 0, 0x40)
         assert s.kernel_param_bytes() == want
 
 
@@ -291,7 +291,7 @@ def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_oc
     pool, flags = _HostPool(), []
     monkeypatch.setattr(tile_kernel, "_pool", pool)
     monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, schedule, *args, stream:
-                        flags.append((stream, schedule.flags, schedule.state_ptr)))
+                        flags.append((stream, schedule.flags, schedule.state)))
     monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))

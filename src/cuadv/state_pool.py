@@ -16,12 +16,15 @@ STATE_BYTES = 32  # two cuadv::ws::StealState (16 bytes each): steal's stream la
 
 
 class StatePool:
-    """Per-launch scheduler counters: one slot per stream (launches on one stream run in order and
-    each launch restarts the count under its own grid id), and a fresh slot for every graph
-    capture, so a graph replay never shares counters with a stream it may overlap. Replays of one
-    graph share a grid id, so captured launches reset their counter by counting exits instead.
-    Slots start at zero; a kernel that keeps its own self-resetting counter in a slot (the stencil's
-    ticket) takes its own pool, so no two protocols share a word."""
+    """Per-launch scheduler counters: one slot per stream (launches on one stream run in order, and
+    steal's alternate between the slot's two states, each launch clearing the other for the next:
+    ``phase``), and a fresh slot for every graph capture, so a graph replay never shares counters
+    with a stream it may overlap. Replays of one graph all carry what was captured, so captured
+    launches reset their counter by counting exits instead. Slots start at zero; a kernel that
+    keeps its own self-resetting counter in a slot (the stencil's ticket) takes its own pool, so no
+    two protocols share a word. A slot is keyed by the stream's handle: the per-thread default
+    stream (handle 2), which is a different stream in each thread, and a handle reused by a new
+    stream while the old one's work still runs would share one."""
 
     def __init__(self, user: str, slots: int = 256):
         self.user = user  # what the counters are for, named when the slots run out
@@ -31,7 +34,7 @@ class StatePool:
         self._next = 0
         self._lock = threading.Lock()
         self._phases: dict[int, int] = {}  # a stream slot's next phase (phase())
-        self._phase_lock = threading.Lock()
+        self._phase_locks: dict[int, threading.Lock] = {}  # one per slot: launches on other streams do not wait
 
     def slot_for(self, stream: int) -> tuple[int, bool]:
         """The state's address for a launch on ``stream``, and whether that launch is being captured."""
@@ -60,7 +63,9 @@ class StatePool:
         stream alternate between two counters, each clearing the one its predecessor used for its
         successor. Held while that launch is enqueued, and advanced only once it is: a launch that
         raised never ran, so it cleared nothing and the phase it had is the next one's."""
-        with self._phase_lock:
+        with self._lock:
+            lock = self._phase_locks.setdefault(address, threading.Lock())
+        with lock:
             current = self._phases.get(address, 0)
             yield current
             self._phases[address] = current ^ 1

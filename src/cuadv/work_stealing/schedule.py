@@ -10,15 +10,17 @@ import numpy as np
 
 from ..dims import Dim3
 from ..params import StructArgument, c_struct
+from ..state_pool import STATE_BYTES
 
 COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
 PHASE1 = 2  # Schedule flags: kPhase1 (a stream launch given the second StealState of its slot's pair)
-STEAL_STATE_BYTES = 16  # sizeof(cuadv::ws::StealState); a StatePool slot holds two
+STEAL_STATE_BYTES = 16  # sizeof(cuadv::ws::StealState); a StatePool slot holds a pair
+assert STATE_BYTES == 2 * STEAL_STATE_BYTES, "a StatePool slot must hold the pair of StealStates a stream alternates"
 
 # Field for field cuadv::ws::Schedule (work_stealing.cuh, static_assert(sizeof(Schedule) == 80)).
 SCHEDULE_DTYPE = c_struct("cuadv::ws::Schedule", [
     ("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"), ("prologue_factor", "<u4"),
-    ("flags", "<u4"), ("state_ptr", "<u8"), ("trace_ptr", "<u8"), ("order_ptr", "<u8"), ("min_units", "<u4"),
+    ("flags", "<u4"), ("state", "<u8"), ("trace_ptr", "<u8"), ("order_ptr", "<u8"), ("min_units", "<u4"),
     ("reserved", "<u4"), ("report_ptr", "<u8")], size=80)
 
 
@@ -36,9 +38,14 @@ class Schedule(StructArgument):
     trace_ptr: int = 0
     order_ptr: int = 0
     count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
-    phase: int = 0  # steal, stream launches: which state of the slot's pair state_ptr is (kPhase1)
+    phase: int = 0  # steal, stream launches: which state of the pair at state_ptr this launch counts in (kPhase1)
     min_units: int = 1  # steal: units a block runs before its slice may end
     report_ptr: int = 0  # steal: where a spent slice is reported (SliceReport), 0: nowhere
+
+    @property
+    def state(self) -> int:
+        """The device's state pointer: the pair's first StealState, or with phase 1 its second."""
+        return self.state_ptr + STEAL_STATE_BYTES if self.phase and self.state_ptr else self.state_ptr
 
     @property
     def flags(self) -> int:
@@ -77,10 +84,11 @@ def learned_min_units(report: SliceReport | None, units: int, resident: int) -> 
     """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
     grid needs one block per that many units, about as many as will find work, and a spare wave
     (steal_grid_units), at most units / resident, so the grid still fills the GPU. Where each slot's share,
-    ceil(units / resident), is at most two slices, every block runs its share instead: no block yields
-    before the work is gone, and none is relaunched, so a higher-priority kernel still waits at most about
-    two quanta for a slot, and the launch pays nothing for slices it would hardly use (each relaunch costs
-    a block launch and a claim that no tile hides). 1 (the full tile grid) before any report."""
+    ceil(units / resident), is at most two slices, every block runs its share instead: where the blocks that
+    fit run at once, none yields before the work is gone and none is relaunched, so a higher-priority kernel
+    still waits at most about two quanta for a slot, and the launch pays nothing for slices it would hardly
+    use (each relaunch costs a block launch and a claim that no tile hides). 1 (the full tile grid) before
+    any report."""
     if report is None:
         return 1
     share = -(-units // max(resident, 1))

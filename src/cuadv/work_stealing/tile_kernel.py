@@ -22,7 +22,7 @@ from ..launch import LaunchConfig, check_shared_memory, launch, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
-from .schedule import STEAL_STATE_BYTES, Schedule, SliceReport, learned_min_units, steal_grid_units
+from .schedule import Schedule, SliceReport, learned_min_units, steal_grid_units
 from ..state_pool import StatePool
 from .trace import TRACE_DTYPE, TileOrder, Trace
 
@@ -189,7 +189,7 @@ class TileKernel:
         # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
         # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back, and a spare wave
         # (steal_grid_units; once the work is gone, each block still launches, reads the counter and exits: see
-        # docs/work_stealing.md).
+        # docs/work_stealing.md), or only the blocks that fit at once where those take every unit.
         units = volume(tiles) // volume(self.cluster)
         k = self.min_units(kernel, policy, units) if min_units is None else min_units
         smaller = policy == "steal" and k > 1
@@ -265,7 +265,7 @@ class TileKernel:
         # counts exits in the first
         with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
             schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
-                                prologue_factor=self.prologue_factor, state_ptr=state_ptr + phase * STEAL_STATE_BYTES,
+                                prologue_factor=self.prologue_factor, state_ptr=state_ptr,
                                 trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0,
                                 count_exits=captured, phase=phase, min_units=min_units,
                                 report_ptr=self._report_ptr if quantum else 0)
