@@ -37,7 +37,7 @@ from .tile_kernel import LaunchRecord, TileKernel
 from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
 
-__all__ = ["COUNT_EXITS", "PHASE1", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
-           "MAX_TILES", "POLICIES", "RESIDENT_GRID", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
+__all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
+           "MAX_TILES", "PHASE1", "POLICIES", "RESIDENT_GRID", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
            "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
            "policy_for_arch", "resolve_policy", "steal_grid_units", "to_chrome_trace"]
