@@ -282,6 +282,28 @@ def test_state_pool_phase_alternates_and_a_failed_launch_keeps_it():
     assert seen == [0, 1, 0, 1, 0]
 
 
+def test_state_pool_gives_each_threads_default_stream_its_own_slot(monkeypatch):
+    """Handle 2 (CU_STREAM_PER_THREAD) is a different stream in each thread: two threads launching on it must
+    not share a slot (one launch would clear the counter the other is using); any other handle is one stream."""
+    import threading
+    from types import SimpleNamespace
+
+    from cuadv import state_pool
+
+    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
+    monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
+    monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+    pool = StatePool("tests")
+    here = (pool.slot_for(2), pool.slot_for(2), pool.slot_for(7))
+    there = []
+    worker = threading.Thread(target=lambda: there.extend((pool.slot_for(2), pool.slot_for(7))))
+    worker.start()
+    worker.join()
+    assert here[0] == here[1] and here[0] != there[0]
+    assert here[2] == there[1]
+    assert {a for a, _ in (*here, *there)} == {0x10000, 0x10000 + 32, 0x10000 + 64}  # 32-byte slots: a pair each
+
+
 def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_occupancy, monkeypatch):
     """Each stream's steal launches alternate between the two states of its slot (the second with the kPhase1
     flag), other policies' launches leave the phase alone, and a captured launch counts exits in the first."""

@@ -13,6 +13,7 @@ from .memory import DeviceBuffer
 from .waiting import wait
 
 STATE_BYTES = 32  # two cuadv::ws::StealState (16 bytes each): steal's stream launches alternate between them
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: one handle for a different default stream in each thread
 
 
 class StatePool:
@@ -22,15 +23,15 @@ class StatePool:
     with a stream it may overlap. Replays of one graph all carry what was captured, so captured
     launches reset their counter by counting exits instead. Slots start at zero; a kernel that
     keeps its own self-resetting counter in a slot (the stencil's ticket) takes its own pool, so no
-    two protocols share a word. A slot is keyed by the stream's handle: the per-thread default
-    stream (handle 2), which is a different stream in each thread, and a handle reused by a new
-    stream while the old one's work still runs would share one."""
+    two protocols share a word. A slot is keyed by the stream's handle, and for the per-thread
+    default stream (handle 2, a different stream in each thread) by the thread too; a handle reused
+    by a new stream while the old one's work still runs would share the old one's."""
 
     def __init__(self, user: str, slots: int = 256):
         self.user = user  # what the counters are for, named when the slots run out
         self._buffer: DeviceBuffer | None = None
         self._slots = slots
-        self._by_stream: dict[int, int] = {}
+        self._by_stream: dict[int | tuple[int, int], int] = {}
         self._next = 0
         self._lock = threading.Lock()
         self._phases: dict[int, int] = {}  # a stream slot's next phase (phase())
@@ -44,8 +45,9 @@ class StatePool:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
                 if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
                     wait(0, what=f"the zeroing of the {self.user} counters")
-            if not capturing and stream in self._by_stream:
-                return self._by_stream[stream], False
+            key = (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
+            if not capturing and key in self._by_stream:
+                return self._by_stream[key], False
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
                                         "process, which keeps one counter per stream and per captured launch for "
@@ -54,7 +56,7 @@ class StatePool:
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
             if not capturing:
-                self._by_stream[stream] = address
+                self._by_stream[key] = address
             return address, capturing
 
     @contextmanager
