@@ -382,10 +382,6 @@ def test_atomic_counter_launch_is_preceded_by_a_memset_on_its_stream(fake_occupa
     kernels, _ = fake_occupancy
     enqueued = []
 
-    class Pool:
-        def slot_for(self, stream):
-            return 0x1000 + stream, False
-
     class Driver:
         def cuMemsetD32Async(self, ptr, value, count, stream):
             enqueued.append(("memset", ptr, value, count, stream))
@@ -394,7 +390,7 @@ def test_atomic_counter_launch_is_preceded_by_a_memset_on_its_stream(fake_occupa
     def fake_launch(kernel, config, schedule, *args, stream):
         enqueued.append(("kernel", schedule.state_ptr, stream))
 
-    monkeypatch.setattr(tile_kernel, "_counters", Pool())
+    monkeypatch.setattr(tile_kernel, "_counters", _HostPool())
     monkeypatch.setattr(tile_kernel, "driver", lambda: Driver())
     monkeypatch.setattr(tile_kernel, "check", lambda result, call: result)
     monkeypatch.setattr(tile_kernel, "launch", fake_launch)

@@ -407,14 +407,14 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     if variant == "shared":
         need = _counter_bytes(slots, 32)
         if need > shared_limit:
-            packed = _counter_bytes(slots, 16)
-            if _one_block_holds(slots, dtype, shared_limit) and not stages:  # 16-bit counters, register loads
+            packed_fits = _one_block_holds(slots, dtype, shared_limit)
+            if packed_fits and not stages:  # 16-bit counters, register loads
+                packed = _counter_bytes(slots, 16)
                 r = _replicas(packed, shared_limit)
                 return HistogramPlan("shared", dtype, bins, counter_bits=16, replicas=r, shared_bytes=packed * r)
             most16 = f"; int32 input up to {2 * (shared_limit // 4) - 1} bins with 16-bit counters" \
                 if dtype == "int32" else ""
-            ring = "; 16-bit counters are fed by register loads only (stages=0)" \
-                if _one_block_holds(slots, dtype, shared_limit) else ""
+            ring = "; 16-bit counters are fed by register loads only (stages=0)" if packed_fits else ""
             raise LaunchConfigError(
                 f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
                 f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins{most16}){ring}: use variant 'dsm' or "
