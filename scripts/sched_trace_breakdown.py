@@ -131,7 +131,7 @@ def fit() -> None:
     sizes = [1 << p for p in range(24, 31)]  # 64 MiB to 4 GiB of float32
     data = cp.empty(sizes[-1], dtype=cp.float32)
     data[:] = 1.0
-    for shape in (DEFAULT_SHAPE, Shape(8, 1, 4)):
+    for shape in (DEFAULT_SHAPE, Shape(8, 1, 4, threads=256)):
         print(f"\n== vecscale, {shape.label}")
         head = " ".join(f"{4 * n >> 20:>7d}M" for n in sizes)
         print(f"{'policy':16s} {head}   fixed us   GB/s   loads (L), stores (S)")

@@ -12,12 +12,14 @@ import re
 import pytest
 
 from cuadv.labs.scheduling_support import spin_kernel
-from cuadv.labs.vecscale import DEFAULT_SHAPE, SHAPES, THREADS, vecscale_kernel
-
-# Registers per thread at which 5 blocks of THREADS fit an SM (65,536 registers, allocated in steps of 8
-# per thread): 48, what fixed_work's kernel takes without a cap.
-FIVE_BLOCKS_REGISTERS = 65536 // (5 * THREADS) // 8 * 8
+from cuadv.labs.vecscale import DEFAULT_SHAPE, SHAPES, Shape, vecscale_kernel
 from cuadv.work_stealing import TileKernel
+
+
+def _register_cap(blocks: int, threads: int) -> int:
+    """Registers per thread at which `blocks` blocks of `threads` fit an SM (65,536 registers, allocated in
+    steps of 8 per thread)."""
+    return 65536 // (blocks * threads) // 8 * 8
 
 
 def _resources(module):
@@ -52,22 +54,27 @@ def test_default_tile_kernels_do_not_spill_on_hopper():
             assert _no_spills(res), (name, res)
 
 
-def test_body_uses_the_launched_block_size():
-    """The body's accesses assume blockDim.x == THREADS (a compile-time constant); the kernel is launched so."""
-    k = vecscale_kernel("steal")
-    assert k.block == (THREADS, 1, 1)
-    assert f"#define CUADV_THREADS {THREADS}" in k.source("steal")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda sh: sh.label)
+def test_body_uses_the_launched_block_size(shape):
+    """The body's accesses assume blockDim.x == the shape's threads (a compile-time constant); the kernel is
+    launched so."""
+    k = vecscale_kernel("steal", shape=shape)
+    assert k.block == (shape.threads, 1, 1)
+    assert f"#define CUADV_THREADS {shape.threads}" in k.source("steal")
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_default_steal_kernel_at_fixed_works_occupancy(arch):
-    """The lab's default steal kernel fits 5 blocks per SM without spilling. It held 76 to 78 registers at the
-    3 blocks per SM the default shape had (37% of warp slots resident against fixed_work's 53% in the H200
-    profile of 2026-12-02); the loop now keeps only its round and the ticket across the tile body."""
-    assert DEFAULT_SHAPE.min_blocks == 5 and FIVE_BLOCKS_REGISTERS == 48
-    k = vecscale_kernel("steal")
+@pytest.mark.parametrize("policy", ["steal", "fixed_work"])
+def test_default_kernels_fit_their_occupancy(arch, policy):
+    """The lab's default kernels fit min_blocks blocks per SM (2 of 768 threads: 40 registers) without spilling.
+    Once the steal kernel held 76 to 78 registers at 3 blocks per SM (37% of warp slots resident against
+    fixed_work's 53% in the H200 profile of 2026-12-02); the loop now keeps only its round and the ticket across
+    the tile body."""
+    cap = _register_cap(DEFAULT_SHAPE.min_blocks, DEFAULT_SHAPE.threads)
+    assert cap == 40
+    k = vecscale_kernel(policy)
     res = _resources(k.compile(arch))[k.name]
-    assert res.registers <= FIVE_BLOCKS_REGISTERS and _no_spills(res) and res.stack_bytes == 0, res
+    assert res.registers <= cap and _no_spills(res) and res.stack_bytes == 0, res
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
@@ -78,31 +85,32 @@ def test_steal_loop_state_stays_out_of_registers(arch):
     for shape in (s for s in SHAPES if s.min_blocks == 3 and not s.prefetch):
         k = vecscale_kernel("steal", shape=shape)
         res = _resources(k.compile(arch))[k.name]
-        assert res.registers <= 65536 // (4 * THREADS) and _no_spills(res), (shape.label, res)
+        assert res.registers <= _register_cap(4, shape.threads) and _no_spills(res), (shape.label, res)
 
 
+@pytest.mark.parametrize("shape", [DEFAULT_SHAPE, Shape(8, 1, 5, threads=256)], ids=lambda sh: sh.label)
 @pytest.mark.parametrize("arch, policy", [("sm_90a", "steal"), ("sm_100a", "clc"), ("sm_100a", "steal")])
-def test_default_kernel_keeps_a_row_and_the_ticket_in_flight(arch, policy, tmp_path):
-    """The registers were not bought with memory parallelism: a row's float4 loads issue before its first store,
-    but for the last two, which the body places after the row's first two stores (that order streamed 2% faster
-    on the H200: scripts/sched_trace_breakdown.py --fit, 2026-12-02); exactly so in steal's kernel on sm_90a (what
-    auto runs on Hopper); ptxas may issue one more after them elsewhere (clc on sm_100a does, at 44 registers.
-    Not measured: no Blackwell GPU here).
+def test_kernel_keeps_a_row_and_the_ticket_in_flight(arch, policy, shape, tmp_path):
+    """The registers were not bought with memory parallelism: a row's float4 loads issue before its first store
+    (the default's two), but with 8 a row the body places the last two after the row's first two stores (that
+    order streamed 2% faster on the H200: scripts/sched_trace_breakdown.py --fit, 2026-12-02); exactly so in steal's
+    kernel on sm_90a (what auto runs on Hopper); ptxas may issue one more after them elsewhere (clc on sm_100a
+    does. Not measured: no Blackwell GPU here).
     And steal's ticket (the loop's .global atomic) is first read after the body's loads: when it was a generic
     atomic outside elect.sync, ptxas combined the warp's atomics and shuffled the result to the lanes right away,
     so warp 0 waited an atomic round trip before every tile."""
     from sass_tools import sass_instructions
 
-    k = vecscale_kernel(policy)
+    k = vecscale_kernel(policy, shape=shape)
     code = sass_instructions(k.compile(arch, policy).cubin, tmp_path)[k.name]
     first_load = next(i for i, op in enumerate(code) if "LDG.E.128" in op)
     first_store = next(i for i, op in enumerate(code) if "STG.E.128" in op)
     in_flight = sum("LDG.E.128" in op for op in code[first_load:first_store])
-    early = 2  # kEarly in the body
+    early = 2 if shape.vec >= 8 else 0  # kEarly in the body
     if (arch, policy) == ("sm_90a", "steal"):
-        assert in_flight == DEFAULT_SHAPE.vec - early
+        assert in_flight == shape.vec - early
     else:
-        assert DEFAULT_SHAPE.vec - early - 1 <= in_flight <= DEFAULT_SHAPE.vec
+        assert shape.vec - early - 1 <= in_flight <= shape.vec
     if policy != "steal":
         return
     ticket = next(i for i, op in enumerate(code) if "ATOMG.E.ADD.64" in op)

@@ -148,6 +148,27 @@ def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
     assert prologues <= 3 * math.prod(k.cluster) * smaller
 
 
+def test_steal_learns_from_a_launch_whose_slices_never_end(cp):
+    """Slices longer than the launch: no block gives its SM back, so the first sampled block to find the work
+    gone reports its pace; the next launch runs only the blocks that fit at once, each its share, every tile
+    still once (the full tile grid again would launch a block per tile, nearly all finding no work)."""
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="steal", block=64, quantum_us=2e6,
+                   prologue_factor=0, name="never_spent")
+    tiles = 200_002
+    counts, _ = run_counts(cp, k, tiles)
+    assert (counts == 1).all() and k.slice_report is not None
+    report = k.slice_report
+    assert report.units_per_slice == -(-2_000_000_000 // report.ns_per_unit)  # a 2 s slice at its pace
+    kernel, _ = k.kernel()
+    resident = k._resident_units(kernel)
+    assert k.min_units(kernel, "steal", tiles) == -(-tiles // resident)  # each slot's share
+    assert k.launch_config(kernel, "steal", (tiles, 1, 1)).grid[0] == resident
+    counts, prologues = run_counts(cp, k, tiles, launches=2)
+    assert (counts == 2).all() and prologues <= 2 * resident
+
+
 def test_steal_without_quantum_launches_only_resident_blocks(cp):
     """Q = inf never yields, so the grid is what fits at once: each resident block runs the prologue once."""
     if "steal" not in policies():

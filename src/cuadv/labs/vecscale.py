@@ -19,12 +19,9 @@ from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
 from .base import RunContext, interleaved_rounds, rates, readback
 from .profile_notes import PROFILED, VECSCALE
 
-THREADS = 256
-
-
 @dataclass(frozen=True)
 class Shape:
-    """How a tile is cut: rows of THREADS x vec float4 per tile, and the occupancy hint that caps
+    """How a tile is cut: rows of threads x vec float4 per tile, and the occupancy hint that caps
     registers. Several shapes are measured because the best one differs between a block that lives
     for one tile, one that strides over many (whose last round is partly idle unless tiles are
     small) and one that syncs between tiles (which needs more bytes in flight around each sync).
@@ -33,38 +30,38 @@ class Shape:
     no more latency than a small one, and steal's full grid has fewer blocks); it holds 2 x vec float4
     in registers, so it needs a register cap (min_blocks) that leaves room for them and the scheduler."""
 
-    vec: int = 8  # float4 loads in flight per thread
+    vec: int = 2  # float4 loads in flight per thread
     rows: int = 1  # rows per tile
-    min_blocks: int = 5  # __launch_bounds__ occupancy hint (the default: see DEFAULT_SHAPE)
+    min_blocks: int = 2  # __launch_bounds__ occupancy hint
     prefetch: bool = False
+    threads: int = 768  # per block; the body's accesses take it as a compile-time constant
 
     @property
     def tile_elems(self) -> int:
-        return THREADS * 4 * self.vec * self.rows
+        return self.threads * 4 * self.vec * self.rows
 
     @property
     def label(self) -> str:
         prefetched = ", prefetched" if self.prefetch else ""
-        return f"{self.vec} x float4, {self.rows} rows{prefetched}, {self.min_blocks} blocks/SM"
+        return f"{self.threads} threads x {self.vec} float4, {self.rows} rows{prefetched}, {self.min_blocks} blocks/SM"
 
 
-# The default: one row of 8 float4 per thread (every policy's best 5-blocks/SM shape at 1 GiB in the H200 run
-# of 2026-12-02 05:10: steal 92.1% of the copy ceiling against 90.6% with two rows), 5 blocks/SM, a cap of 48
-# registers, which is what fixed_work's kernel takes uncapped (at 3 blocks/SM). Under the 80 that 3 blocks/SM
-# allow, the loop policies took more (steal 78 until its loop state left the registers, 50 since: 4 blocks/SM,
-# against fixed_work's 5, the occupancy behind steal's lower DRAM throughput in the 2026-12-02 profile). At 48
-# every policy's kernel fits without spilling, with 5 to 8 of a row's float4 loads in flight before its first store
-# (the body puts the last two after the first two stores; tests/test_vecscale_cpu.py), so the policies compare at
-# one occupancy.
+# The default: 768 threads x 2 float4 (24 KB tiles), 2 blocks per SM. More threads with fewer bytes each stream
+# closer to the copy ceiling: on the H200 (2026-12-02 18:10, 1 GiB, scripts/vecscale_inplace_probe.py) steal
+# reached 97.7% with it, 95.0% with 1024 threads, 96.2% with 384 threads x 2 float4 at 4 blocks/SM, and 94.1%
+# with the previous default, 256 threads x 8 float4 at 5 blocks/SM (160 KB in flight per SM against 48 KB);
+# torch's in-place mul_ (128-thread blocks of 2 float4, 16 per SM) reached 98.8%, fixed_work with that shape
+# 98.7%, but steal 77%, paying a claim per 4 KB tile. Streaming cache hints (__ldcs / __stcs) changed nothing.
 DEFAULT_SHAPE = Shape()
-# Every kernel of every shape fits its register cap (65536 / (256 x min_blocks), in steps of 8) without
-# spilling: a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those shapes run 2 blocks/SM
-# (or vec 4 at 3); unprefetched rows run at 5 blocks/SM (the default), 4 and 3.
-SHAPES = (DEFAULT_SHAPE, Shape(8, 2, 5), Shape(8, 2, 3), Shape(8, 1, 3), Shape(16, 1, 2), Shape(8, 4, 3),
-          Shape(8, 1, 4), Shape(8, 2, 4), Shape(4, 4, 3, True), Shape(8, 2, 2, True), Shape(8, 4, 2, True),
-          Shape(4, 8, 3, True))
+# Every kernel of every shape fits its register cap (65536 / (threads x min_blocks), in steps of 8) without
+# spilling (tests/test_vecscale_cpu.py): a prefetched row holds 2 x vec float4, 64 registers at vec 8, so those
+# shapes run 2 blocks/SM (or vec 4 at 3).
+SHAPES = (DEFAULT_SHAPE, Shape(2, 1, 2, threads=1024), Shape(2, 1, 4, threads=384),
+          Shape(2, 1, 16, threads=128),  # torch's elementwise kernel: many small blocks
+          Shape(8, 1, 5, threads=256),  # the default until 2026-12-02 18:10
+          Shape(8, 2, 5, threads=256), Shape(8, 1, 3, threads=256), Shape(16, 1, 2, threads=256),
+          Shape(4, 4, 3, True, threads=256), Shape(8, 2, 2, True, threads=256))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
-TILE_ELEMS = DEFAULT_SHAPE.tile_elems
 LEARNED_CHECK_ELEMS = (1 << 26) + 5  # 256 MiB and a tail: enough tiles per resident block for a learned min_tiles
 
 PARAMS = "float* data, unsigned long long n, float alpha, unsigned long long prologue_ns"
@@ -150,9 +147,11 @@ BODY = r"""
 def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE,
                     min_tiles: int | None = None) -> TileKernel:
     preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
-                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n#define CUADV_THREADS {THREADS}\n")
-    return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=THREADS, quantum_us=quantum_us, preamble=preamble,
-                      name=f"vecscale_{policy}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}_b{shape.min_blocks}"
+                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n#define CUADV_THREADS {shape.threads}\n")
+    return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=shape.threads, quantum_us=quantum_us,
+                      preamble=preamble,
+                      name=f"vecscale_{policy}_t{shape.threads}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}"
+                           f"_b{shape.min_blocks}"
                            + ("_k1" if min_tiles == 1 else ""),
                       min_blocks_per_sm=shape.min_blocks, min_tiles=min_tiles)
 
@@ -205,7 +204,7 @@ class VecScaleLab:
                 for p in ("fixed_work", "fixed_blocks", "steal")]
 
     def smoke(self) -> None:
-        validate(all_kernels(), (TILE_ELEMS * 3 + 5,))
+        validate(all_kernels(), (DEFAULT_SHAPE.tile_elems * 3 + 5,))
 
     def run(self, ctx: RunContext) -> LabResult:
         import cupy as cp
@@ -215,24 +214,34 @@ class VecScaleLab:
         result = LabResult(self.name, self.title)
         kernels = all_kernels()
         alpha = np.float32(1.0001)
-        validate(kernels, (0, 1, 3, 4099, TILE_ELEMS * 7 + 5, 1_000_003))
+        validate(kernels, (0, 1, 3, 4099, DEFAULT_SHAPE.tile_elems * 7 + 5, 1_000_003))
         result.checks.append("every element equals NumPy's float32 product at n = 0, 1, 3, 4099, 7 tiles + 5, "
                              "1,000,003 for every policy and tile shape")
         sizes = [1 << 28] if ctx.quick else [1 << 28, 1 << 30]  # elements: 1 GiB, 4 GiB
-        rows, best = [], {}
+        torch_peer = _torch_peer()
+        if len(torch_peer) == 1:
+            result.notes.append(f"torch peer not run: {torch_peer[0]}")
+        rows, best, torch_pct = [], {}, {}
         for n in sizes:
             size = f"{4 * n / 2**30:.0f} GiB"
             data = cp.random.standard_normal(n, dtype=cp.float32)
             nbytes = 2 * 4 * n  # read + write
             peer = Spread.of(time_gpu(lambda: data.__imul__(alpha), repeats=10).samples)
+            torch_ms = _time_torch(data, alpha, torch_peer)
             times = self._time_rounds(ctx, kernels, data, n, alpha, size)
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
+
             for (label, shape), ms in times.items():
                 gbps, pct = rates(ms, nbytes, ctx.ceiling)
                 text = shape.label + (_learned(kernels[(label, shape)], n, shape) if label == "steal" else "")
-                rows.append([size, label, text, ms, gbps, pct, base_ms / ms, peer / ms])
+                rows.append([size, label, text, ms, gbps, pct, base_ms / ms, peer / ms, _ratio(torch_ms, ms)])
                 best[(size, label)] = max(best.get((size, label), (0.0, "")), (pct, text))
-            rows.append([size, "CuPy data *= alpha", "-", peer, *rates(peer, nbytes, ctx.ceiling), base_ms / peer, 1.0])
+            rows.append([size, "CuPy data *= alpha", "-", peer, *rates(peer, nbytes, ctx.ceiling), base_ms / peer, 1.0,
+                         _ratio(torch_ms, peer)])
+            if torch_ms is not None:
+                gbps, torch_pct[size] = rates(torch_ms, nbytes, ctx.ceiling)
+                rows.append([size, torch_peer[0], "its vectorized elementwise kernel: 128 threads x 2 float4 per block",
+                             torch_ms, gbps, torch_pct[size], base_ms / torch_ms, peer / torch_ms, 1.0])
             if n == sizes[0]:  # steal now launches the grids it learned from these timings: check them too
                 validate({key: k for key, k in kernels.items() if key[0] == "steal"}, (LEARNED_CHECK_ELEMS,))
                 result.checks.append(f"and at n = {LEARNED_CHECK_ELEMS:,} for steal with the min_tiles it learned")
@@ -244,7 +253,8 @@ class VecScaleLab:
             result.figures[f"vecscale_{label.replace(' ', '_')}_{size.replace(' ', '')}_best_pct_ceiling"] = pct
         result.tables.append(Table(
             "v := alpha * v (float32, in place), every tile shape per policy",
-            ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy"],
+            ["size", "policy", "tile shape", "median ms", "GB/s", "% of copy ceiling", "x best fixed_work", "x CuPy",
+             "x torch"],
             rows, note=f"bytes = 8 per element (read + write); copy ceiling {ctx.ceiling.tb_per_s:.2f} TB/s "
                        f"measured in this run; each time: the median of {ROUNDS} rounds (every kernel once per "
                        "round), each round's the median of 10 CUDA-event timings after warm-up. steal: the "
@@ -254,6 +264,8 @@ class VecScaleLab:
                        "after the work is gone"))
         steal = float(best.get(("1 GiB", "steal"), (math.nan, ""))[0])  # steal with its defaults, best shape
         why = "" if steal >= STEAL_TARGET_PCT else f", missed; why ({PROFILED}): {VECSCALE}"
+        if "1 GiB" in torch_pct:
+            why += f"; the strongest peer, {torch_peer[0]}, {torch_pct['1 GiB']:.1f}%"
         result.tables.append(Table(
             "best tile shape per policy", ["size", "policy", "tile shape", "% of copy ceiling"],
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
@@ -314,6 +326,32 @@ class VecScaleLab:
         ax.grid(alpha=0.3)
         ax.legend()
         ctx.save_figure(fig, "vecscale_sm_finish.png", result)
+
+
+def _ratio(peer_ms, ms):
+    """peer time / this time (above 1: this is faster), or '-' where the peer did not run."""
+    return "-" if peer_ms is None else peer_ms / ms
+
+
+def _torch_peer() -> tuple:
+    """(label, torch module) of the strongest in-place peer, torch's mul_; or (why it is not run,)."""
+    try:
+        import torch
+    except ImportError:
+        return ("torch is not installed",)
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} has no CUDA device",)
+    return (f"torch {torch.__version__} data.mul_(alpha)", torch)
+
+
+def _time_torch(data, alpha, torch_peer: tuple):
+    """Median ms of torch's in-place multiply on the same memory (a DLPack view, no copy), or None."""
+    if len(torch_peer) == 1:
+        return None
+    from ..timing import time_gpu
+
+    t = torch_peer[1].from_dlpack(data)
+    return Spread.of(time_gpu(lambda: t.mul_(float(alpha)), repeats=10).samples)
 
 
 def _learned(kernel: TileKernel, n: int, shape: Shape) -> str:

@@ -40,7 +40,7 @@ class Schedule(StructArgument):
     count_exits: bool = False  # steal: reset the counter by counting exits (graph captures; kCountExits)
     phase: int = 0  # steal, stream launches: which state of the pair at state_ptr this launch counts in (kPhase1)
     min_units: int = 1  # steal: units a block runs before its slice may end
-    report_ptr: int = 0  # steal: where a spent slice is reported (SliceReport), 0: nowhere
+    report_ptr: int = 0  # steal: where a block's slice and pace are reported (SliceReport), 0: nowhere
 
     @property
     def state(self) -> int:
@@ -56,7 +56,9 @@ class Schedule(StructArgument):
 @dataclass(frozen=True)
 class SliceReport:
     """What the first block of a steal launch to spend its time slice saw (report_slice in work_stealing.cuh).
-    It ran while the whole grid competed for the GPU, so its pace is the launch's, not the lighter tail's."""
+    It ran while the whole grid competed for the GPU, so its pace is the launch's, not the lighter tail's.
+    Where no slice ended in the launch, the first block to find the work gone reports its pace instead, with
+    units_per_slice what its slice would have held at that pace."""
 
     units_per_slice: int  # slice / time per unit, rounded up: units a block runs in one slice at that pace
     ns_per_unit: int  # its time per unit, its prologue spread over them

@@ -21,7 +21,9 @@
 //                         prologue costs at most 1/(factor+1) of the block's life, and never before
 //                         the block ran min_units tiles) the request fails on purpose, so the block
 //                         exits and gives its SM back, and (Schedule::report) may report what its
-//                         slice held, from which the host sizes the next launch's min_units.
+//                         slice held (or, where no slice ends, what one would hold at the pace of a
+//                         block that found the work gone), from which the host sizes the next
+//                         launch's min_units.
 //   Auto                  ClusterLaunchControl where the target has it, else Steal.
 //
 // Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl; FixedBlocks and
@@ -303,7 +305,7 @@ class Scheduler {
         if (!wait_and_decode((ran - 1) & 1)) break;  // a failed response: no further request, no decoding
       }
       if constexpr (kSteal) {
-        if (claim == kRefused) report_slice(ran);  // only the submitter's request is ever refused
+        report_slice(ran);  // refused (its slice spent) or the work gone: either way the block's pace
         exit_protocol();
       }
     }
@@ -540,9 +542,12 @@ class Scheduler {
 
   __device__ bool counted() const { return (s_.flags & kCountExits) != 0; }
 
-  // The block gave its SM back after running `done` units. The first sampled block of the launch to
-  // do so writes what its slice held to the (host-mapped) report word: it ran while the whole grid
-  // competed, where later blocks may run in the lighter tail and look faster than the launch was.
+  // The block leaves after running `done` units: its slice spent, or the work gone. The first sampled
+  // block of the launch to leave writes what its slice held (or would have, at its pace) to the
+  // (host-mapped) report word. Blocks whose slices end do so while the whole grid competes, before
+  // the work runs out, so where slices end one of them reports; where none does (slices longer than
+  // the launch, as a long prologue stretches them), the first block to find the work gone reports,
+  // so the next launch need not be the full tile grid again.
   // After the loop, so it costs the loop no registers; 32-bit arithmetic (slices past 4.29 s saturate).
   __device__ void report_slice(unsigned int done) const {
     if (!submitter() || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
