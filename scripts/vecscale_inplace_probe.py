@@ -33,12 +33,15 @@ from cuadv.work_stealing import TileKernel
 ROUNDS = 5
 LOAD, STORE = "v[k] = p[k * kThreads];", "p[k * kThreads] = v[k];"
 HINTED = BODY.replace(LOAD, "v[k] = __ldcs(p + k * kThreads);").replace(STORE, "__stcs(p + k * kThreads, v[k]);")
-# Out of place: the loads read src at the offset the stores write in data (rows = 1, so p never advances).
+# Out of place: the loads read src at the offset the stores write in data (rows = 1, so p never advances), and
+# the partial last row reads src too.
+TAIL = "q[j] *= a;"
 OUT_OF_PLACE = BODY.replace(
     "float4* p = reinterpret_cast<float4*>(data + first) + threadIdx.x;",
     "float4* p = reinterpret_cast<float4*>(data + first) + threadIdx.x;\n"
     "      const float4* s = reinterpret_cast<const float4*>(src + first) + threadIdx.x;").replace(
-    LOAD, "v[k] = s[k * kThreads];")
+    LOAD, "v[k] = s[k * kThreads];").replace(TAIL, "q[j] = src[(q - data) + j] * a;")
+OLD_DEFAULT = Shape(8, 1, 5, threads=256)  # the lab's default until 2026-12-02 18:13
 
 
 def kernel(policy: str, body: str, tag: str, params: str = PARAMS, shape: Shape = DEFAULT_SHAPE) -> TileKernel:
@@ -59,9 +62,12 @@ def describe_torch_kernel(fn) -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    path = os.path.join(tempfile.mkdtemp(), "trace.json")
-    prof.export_chrome_trace(path)
-    for ev in json.load(open(path))["traceEvents"]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    for ev in events:
         if ev.get("cat") == "kernel":
             args = ev.get("args", {})
             print(f"torch kernel: {ev['name'][:160]} grid {args.get('grid')} block {args.get('block')} "
@@ -72,7 +78,7 @@ def main() -> None:
     import cupy as cp
     import torch
 
-    assert LOAD in BODY and STORE in BODY, "the lab's body changed: update the probe's replacements"
+    assert LOAD in BODY and STORE in BODY and TAIL in BODY, "the lab's body changed: update the probe's replacements"
     n = int(sys.argv[1] if len(sys.argv) > 1 else 1024) * (1 << 20) // 4
     alpha = np.float32(1.0001)
     ceiling = copy_ceiling()
@@ -81,20 +87,23 @@ def main() -> None:
     tdata, tsrc = torch.as_tensor(data, device="cuda"), torch.as_tensor(src, device="cuda")
     tout = torch.empty_like(tsrc)
     fns = {
-        "memcpy 1 GiB (cuMemcpyDtoD via CuPy)": lambda: data.data.copy_from_device_async(src.data, 4 * n),
+        f"memcpy {4 * n / 2**30:.2f} GiB (cuMemcpyDtoD via CuPy)": lambda: data.data.copy_from_device_async(src.data, 4 * n),
         f"torch {torch.__version__} mul_ (in place)": lambda: tdata.mul_(float(alpha)),
         f"torch {torch.__version__} mul out= (out of place)": lambda: torch.mul(tsrc, float(alpha), out=tout),
     }
     # torch's vectorized elementwise kernel runs 128-thread blocks of 2 float4 per thread
     shapes = [Shape(2, 1, 16, threads=128), Shape(2, 1, 4, threads=384), Shape(2, 1, 3, threads=512),
               Shape(2, 1, 2, threads=640), Shape(2, 2, 2, threads=768), Shape(3, 1, 2, threads=768),
-              Shape(2, 1, 2, threads=896), Shape(2, 1, 2, threads=1024), Shape(8, 1, 5, threads=256)]
+              Shape(2, 1, 2, threads=896), Shape(2, 1, 2, threads=1024)]
     kernels: dict[str, tuple[TileKernel, Shape, bool]] = {}
     for policy in ("fixed_work", "steal"):
-        kernels[f"{policy}, lab default"] = (vecscale_kernel(policy), DEFAULT_SHAPE, False)
-        kernels[f"{policy}, __ldcs/__stcs"] = (kernel(policy, HINTED, "cs"), DEFAULT_SHAPE, False)
-        kernels[f"{policy}, out of place"] = (kernel(policy, OUT_OF_PLACE, "oop", "const float* src, " + PARAMS),
-                                             DEFAULT_SHAPE, True)
+        for name, shape in (("lab default", DEFAULT_SHAPE), ("old default", OLD_DEFAULT)):
+            tag = f"t{shape.threads}v{shape.vec}"
+            kernels[f"{policy}, {name}"] = (vecscale_kernel(policy, shape=shape), shape, False)
+            kernels[f"{policy}, {name}, __ldcs/__stcs"] = (kernel(policy, HINTED, f"cs_{tag}", shape=shape), shape,
+                                                         False)
+            kernels[f"{policy}, {name}, out of place"] = (
+                kernel(policy, OUT_OF_PLACE, f"oop_{tag}", "const float* src, " + PARAMS, shape), shape, True)
         for shape in shapes:
             tag = f"t{shape.threads}v{shape.vec}r{shape.rows}b{shape.min_blocks}"
             kernels[f"{policy}, {shape.label}"] = (kernel(policy, BODY, tag, shape=shape), shape, False)

@@ -19,6 +19,7 @@ from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
 from .base import RunContext, interleaved_rounds, rates, readback
 from .profile_notes import PROFILED, VECSCALE
 
+
 @dataclass(frozen=True)
 class Shape:
     """How a tile is cut: rows of threads x vec float4 per tile, and the occupancy hint that caps
@@ -47,9 +48,10 @@ class Shape:
 
 
 # The default: 768 threads x 2 float4 (24 KB tiles), 2 blocks per SM. More threads with fewer bytes each stream
-# closer to the copy ceiling: on the H200 (2026-12-02 18:10, 1 GiB, scripts/vecscale_inplace_probe.py) steal
+# closer to the copy ceiling: on the H200 (2026-12-02 18:13, 1 GiB, scripts/vecscale_inplace_probe.py) steal
 # reached 97.7% with it, 95.0% with 1024 threads, 96.2% with 384 threads x 2 float4 at 4 blocks/SM, and 94.1%
-# with the previous default, 256 threads x 8 float4 at 5 blocks/SM (160 KB in flight per SM against 48 KB);
+# with the previous default, 256 threads x 8 float4 at 5 blocks/SM (160 KB in flight per SM against 48 KB; 91.6%
+# since the scheduler's exit path changed at 18:24, which left the default's code as it was: docs/work_stealing.md);
 # torch's in-place mul_ (128-thread blocks of 2 float4, 16 per SM) reached 98.8%, fixed_work with that shape
 # 98.7%, but steal 77%, paying a claim per 4 KB tile. Streaming cache hints (__ldcs / __stcs) changed nothing.
 DEFAULT_SHAPE = Shape()
@@ -58,7 +60,7 @@ DEFAULT_SHAPE = Shape()
 # shapes run 2 blocks/SM (or vec 4 at 3).
 SHAPES = (DEFAULT_SHAPE, Shape(2, 1, 2, threads=1024), Shape(2, 1, 4, threads=384),
           Shape(2, 1, 16, threads=128),  # torch's elementwise kernel: many small blocks
-          Shape(8, 1, 5, threads=256),  # the default until 2026-12-02 18:10
+          Shape(8, 1, 5, threads=256),  # the default until 2026-12-02 18:13
           Shape(8, 2, 5, threads=256), Shape(8, 1, 3, threads=256), Shape(16, 1, 2, threads=256),
           Shape(4, 4, 3, True, threads=256), Shape(8, 2, 2, True, threads=256))
 ROUNDS = 3  # every kernel is timed once per round, the rounds one after another; its time is the median round
@@ -230,7 +232,6 @@ class VecScaleLab:
             torch_ms = _time_torch(data, alpha, torch_peer)
             times = self._time_rounds(ctx, kernels, data, n, alpha, size)
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
-
             for (label, shape), ms in times.items():
                 gbps, pct = rates(ms, nbytes, ctx.ceiling)
                 text = shape.label + (_learned(kernels[(label, shape)], n, shape) if label == "steal" else "")
@@ -240,7 +241,7 @@ class VecScaleLab:
                          _ratio(torch_ms, peer)])
             if torch_ms is not None:
                 gbps, torch_pct[size] = rates(torch_ms, nbytes, ctx.ceiling)
-                rows.append([size, torch_peer[0], "its vectorized elementwise kernel: 128 threads x 2 float4 per block",
+                rows.append([size, torch_peer[0], "its elementwise kernel (torch 2.11: 128 threads x 2 float4 per block)",
                              torch_ms, gbps, torch_pct[size], base_ms / torch_ms, peer / torch_ms, 1.0])
             if n == sizes[0]:  # steal now launches the grids it learned from these timings: check them too
                 validate({key: k for key, k in kernels.items() if key[0] == "steal"}, (LEARNED_CHECK_ELEMS,))
@@ -350,15 +351,16 @@ def _time_torch(data, alpha, torch_peer: tuple):
         return None
     from ..timing import time_gpu
 
-    t = torch_peer[1].from_dlpack(data)
-    return Spread.of(time_gpu(lambda: t.mul_(float(alpha)), repeats=10).samples)
+    torch = torch_peer[1]
+    t = torch.from_dlpack(data)
+    return Spread.of(time_gpu(lambda: t.mul_(float(alpha)), stream=torch.cuda.current_stream(), repeats=10).samples)
 
 
 def _learned(kernel: TileKernel, n: int, shape: Shape) -> str:
     """The min_tiles a steal kernel with the defaults used at n elements, and the tile time it was learned from."""
     report = kernel.slice_report
     if report is None:
-        return ", full grid (no slice spent yet)"
+        return ", full grid (no report yet)"
     k = kernel.min_units(kernel.kernel()[0], "steal", tiles_for(n, shape))
     return f", min_tiles learned {k} ({report.ns_per_unit / 1000:.1f} us per tile)"
 

@@ -57,8 +57,9 @@ class Schedule(StructArgument):
 class SliceReport:
     """What the first block of a steal launch to spend its time slice saw (report_slice in work_stealing.cuh).
     It ran while the whole grid competed for the GPU, so its pace is the launch's, not the lighter tail's.
-    Where no slice ended in the launch, the first block to find the work gone reports its pace instead, with
-    units_per_slice what its slice would have held at that pace."""
+    A block that found the work gone may report too (the first sampled block to leave, for either reason,
+    writes the launch's report); where no slice ended that is the only report, with units_per_slice what its
+    slice would have held at its pace, which includes the launch's lighter tail."""
 
     units_per_slice: int  # slice / time per unit, rounded up: units a block runs in one slice at that pace
     ns_per_unit: int  # its time per unit, its prologue spread over them

@@ -103,11 +103,11 @@ struct Schedule {
   const unsigned int* order;      // the i-th unit handed out is order[i] (a permutation), or nullptr: i
   unsigned int min_units;         // Steal: the slice never ends before the block ran this many units (0 or 1: off)
   unsigned int reserved;
-  unsigned long long* report;     // Steal: what a spent slice held (SliceReport), for sizing the next launch; or nullptr
+  unsigned long long* report;     // Steal: what a slice held or would hold (SliceReport), for sizing the next launch; or nullptr
 };
 static_assert(sizeof(Schedule) == 80, "Schedule layout is mirrored in cuadv/work_stealing.py");
 
-// What the first block of a launch whose slice was spent saw, packed in one word so the host reads it whole:
+// What the first sampled block of a launch to leave saw (report_slice), packed in one word so the host reads it whole:
 // (slice / ns per unit, rounded up) << 32 | ns per unit (its prologue included). The host
 // sizes the next launch from it: one block per that many units (TileKernel min_tiles=None).
 constexpr unsigned int kReportEvery = 16;  // only blocks with blockIdx.x % 16 == 0 may report: fewer exchanges per launch
@@ -544,11 +544,12 @@ class Scheduler {
 
   // The block leaves after running `done` units: its slice spent, or the work gone. The first sampled
   // block of the launch to leave writes what its slice held (or would have, at its pace) to the
-  // (host-mapped) report word. Blocks whose slices end do so while the whole grid competes, before
-  // the work runs out, so where slices end one of them reports; where none does (slices longer than
-  // the launch, as a long prologue stretches them), the first block to find the work gone reports,
-  // so the next launch need not be the full tile grid again.
-  // After the loop, so it costs the loop no registers; 32-bit arithmetic (slices past 4.29 s saturate).
+  // (host-mapped) report word. Blocks whose slices end mostly do so while the whole grid competes,
+  // before the work runs out, so where slices end one of them usually reports; where none does (slices
+  // longer than the launch, as a long prologue stretches them), the first block to find the work gone
+  // reports, so launches enqueued after this one ends need not be the full tile grid again.
+  // After the loop, so it adds no registers across the body, but it changed ptxas's code of some loops
+  // (docs/work_stealing.md); 32-bit arithmetic (slices past 4.29 s saturate).
   __device__ void report_slice(unsigned int done) const {
     if (!submitter() || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
     const unsigned long long launch = ptx::grid_id() + 1;  // never 0, the state's initial value
