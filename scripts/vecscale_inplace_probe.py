@@ -87,7 +87,8 @@ def main() -> None:
     tdata, tsrc = torch.as_tensor(data, device="cuda"), torch.as_tensor(src, device="cuda")
     tout = torch.empty_like(tsrc)
     fns = {
-        f"memcpy {4 * n / 2**30:.2f} GiB (cuMemcpyDtoD via CuPy)": lambda: data.data.copy_from_device_async(src.data, 4 * n),
+        f"memcpy {4 * n / 2**30:.2f} GiB (cuMemcpyDtoD via CuPy)":
+            lambda: data.data.copy_from_device_async(src.data, 4 * n),
         f"torch {torch.__version__} mul_ (in place)": lambda: tdata.mul_(float(alpha)),
         f"torch {torch.__version__} mul out= (out of place)": lambda: torch.mul(tsrc, float(alpha), out=tout),
     }

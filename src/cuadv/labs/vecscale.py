@@ -241,8 +241,9 @@ class VecScaleLab:
                          _ratio(torch_ms, peer)])
             if torch_ms is not None:
                 gbps, torch_pct[size] = rates(torch_ms, nbytes, ctx.ceiling)
-                rows.append([size, torch_peer[0], "its elementwise kernel (torch 2.11: 128 threads x 2 float4 per block)",
-                             torch_ms, gbps, torch_pct[size], base_ms / torch_ms, peer / torch_ms, 1.0])
+                how = "its elementwise kernel (torch 2.11: 128 threads x 2 float4 per block)"
+                rows.append([size, torch_peer[0], how, torch_ms, gbps, torch_pct[size], base_ms / torch_ms,
+                             peer / torch_ms, 1.0])
             if n == sizes[0]:  # steal now launches the grids it learned from these timings: check them too
                 validate({key: k for key, k in kernels.items() if key[0] == "steal"}, (LEARNED_CHECK_ELEMS,))
                 result.checks.append(f"and at n = {LEARNED_CHECK_ELEMS:,} for steal with the min_tiles it learned")
