@@ -280,7 +280,6 @@ class Scheduler {
       // ran: units this block will have run after this round's tile. It also gives the parity of the
       // response barrier's phase this round waits for, (ran - 1) % 2, so no phase is kept besides it.
       unsigned int ran = 1;
-      unsigned long long claim = kRefused;
       // Steal in one block: its response needs no transaction. It goes through shared memory as
       // AtomicCounter's next unit does, one barrier per tile, in two slots used in turn (slot ran % 2 is
       // written again in round ran + 2, after every thread passed round ran + 1's barrier, which follows
@@ -291,7 +290,7 @@ class Scheduler {
         // Every thread has read the previous response before it is overwritten; on the first
         // pass also: the barrier init is visible and (clusters) every block of the cluster runs.
         if (!handed) sync_unit();
-        claim = request(ran);  // in flight while the body runs
+        const unsigned long long claim = request(ran);  // in flight while the body runs
         run_tile(body, tile_);
         if (handed) {
           if (submitter()) slot[ran & 1] = response_for(claim);
