@@ -26,7 +26,8 @@ import sys
 import numpy as np
 
 from cuadv.labs.base import interleaved_rounds
-from cuadv.labs.vecscale import BODY, DEFAULT_SHAPE, PARAMS, PROLOGUE, Shape, tiles_for, vecscale_kernel
+from cuadv.labs.vecscale import (BODY, DEFAULT_SHAPE, PARAMS, PROLOGUE, Shape, shape_preamble, tiles_for,
+                                  vecscale_kernel)
 from cuadv.timing import copy_ceiling, time_gpu
 from cuadv.work_stealing import TileKernel
 
@@ -45,9 +46,7 @@ OLD_DEFAULT = Shape(8, 1, 5, threads=256)  # the lab's default until 2026-12-02 
 
 
 def kernel(policy: str, body: str, tag: str, params: str = PARAMS, shape: Shape = DEFAULT_SHAPE) -> TileKernel:
-    preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
-                f"#define CUADV_PREFETCH 0\n#define CUADV_THREADS {shape.threads}\n")
-    return TileKernel(params, body, PROLOGUE, policy=policy, block=shape.threads, preamble=preamble,
+    return TileKernel(params, body, PROLOGUE, policy=policy, block=shape.threads, preamble=shape_preamble(shape),
                       name=f"probe_{tag}_{policy}", min_blocks_per_sm=shape.min_blocks)
 
 

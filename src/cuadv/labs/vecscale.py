@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -146,12 +147,16 @@ BODY = r"""
 """
 
 
+def shape_preamble(shape: Shape) -> str:
+    """The macros BODY reads its tile shape from."""
+    return (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
+            f"#define CUADV_PREFETCH {int(shape.prefetch)}\n#define CUADV_THREADS {shape.threads}\n")
+
+
 def vecscale_kernel(policy: str, quantum_us: float | None = None, shape: Shape = DEFAULT_SHAPE,
                     min_tiles: int | None = None) -> TileKernel:
-    preamble = (f"#define CUADV_VEC {shape.vec}\n#define CUADV_ROWS {shape.rows}\n"
-                f"#define CUADV_PREFETCH {int(shape.prefetch)}\n#define CUADV_THREADS {shape.threads}\n")
     return TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=shape.threads, quantum_us=quantum_us,
-                      preamble=preamble,
+                      preamble=shape_preamble(shape),
                       name=f"vecscale_{policy}_t{shape.threads}_{shape.vec}x{shape.rows}{'p' * shape.prefetch}"
                            f"_b{shape.min_blocks}"
                            + ("_k1" if min_tiles == 1 else ""),
@@ -220,16 +225,16 @@ class VecScaleLab:
         result.checks.append("every element equals NumPy's float32 product at n = 0, 1, 3, 4099, 7 tiles + 5, "
                              "1,000,003 for every policy and tile shape")
         sizes = [1 << 28] if ctx.quick else [1 << 28, 1 << 30]  # elements: 1 GiB, 4 GiB
-        torch_peer = _torch_peer()
-        if len(torch_peer) == 1:
-            result.notes.append(f"torch peer not run: {torch_peer[0]}")
+        torch_label, time_torch = _torch_peer()
+        if time_torch is None:
+            result.notes.append(f"torch peer not run: {torch_label}")
         rows, best, torch_pct = [], {}, {}
         for n in sizes:
             size = f"{4 * n / 2**30:.0f} GiB"
             data = cp.random.standard_normal(n, dtype=cp.float32)
             nbytes = 2 * 4 * n  # read + write
             peer = Spread.of(time_gpu(lambda: data.__imul__(alpha), repeats=10).samples)
-            torch_ms = _time_torch(data, alpha, torch_peer)
+            torch_ms = None if time_torch is None else time_torch(data, alpha)
             times = self._time_rounds(ctx, kernels, data, n, alpha, size)
             base_ms = min(ms for (label, _), ms in times.items() if label == "fixed_work")
             for (label, shape), ms in times.items():
@@ -242,7 +247,7 @@ class VecScaleLab:
             if torch_ms is not None:
                 gbps, torch_pct[size] = rates(torch_ms, nbytes, ctx.ceiling)
                 how = "its elementwise kernel (torch 2.11: 128 threads x 2 float4 per block)"
-                rows.append([size, torch_peer[0], how, torch_ms, gbps, torch_pct[size], base_ms / torch_ms,
+                rows.append([size, torch_label, how, torch_ms, gbps, torch_pct[size], base_ms / torch_ms,
                              peer / torch_ms, 1.0])
             if n == sizes[0]:  # steal now launches the grids it learned from these timings: check them too
                 validate({key: k for key, k in kernels.items() if key[0] == "steal"}, (LEARNED_CHECK_ELEMS,))
@@ -267,7 +272,7 @@ class VecScaleLab:
         steal = float(best.get(("1 GiB", "steal"), (math.nan, ""))[0])  # steal with its defaults, best shape
         why = "" if steal >= STEAL_TARGET_PCT else f", missed; why ({PROFILED}): {VECSCALE}"
         if "1 GiB" in torch_pct:
-            why += f"; the strongest peer, {torch_peer[0]}, {torch_pct['1 GiB']:.1f}%"
+            why += f"; the strongest peer, {torch_label}, {torch_pct['1 GiB']:.1f}%"
         result.tables.append(Table(
             "best tile shape per policy", ["size", "policy", "tile shape", "% of copy ceiling"],
             [[size, label, shape, pct] for (size, label), (pct, shape) in best.items()],
@@ -335,26 +340,23 @@ def _ratio(peer_ms, ms):
     return "-" if peer_ms is None else peer_ms / ms
 
 
-def _torch_peer() -> tuple:
-    """(label, torch module) of the strongest in-place peer, torch's mul_; or (why it is not run,)."""
+def _torch_peer() -> tuple[str, Callable[[Any, Any], Spread] | None]:
+    """The strongest in-place peer, torch's mul_: (its label, a function giving its median ms on an array, on the
+    same memory through a DLPack view), or (why it is not run, None)."""
     try:
         import torch
     except ImportError:
-        return ("torch is not installed",)
+        return "torch is not installed", None
     if not torch.cuda.is_available():
-        return (f"torch {torch.__version__} has no CUDA device",)
-    return (f"torch {torch.__version__} data.mul_(alpha)", torch)
-
-
-def _time_torch(data, alpha, torch_peer: tuple):
-    """Median ms of torch's in-place multiply on the same memory (a DLPack view, no copy), or None."""
-    if len(torch_peer) == 1:
-        return None
+        return f"torch {torch.__version__} has no CUDA device", None
     from ..timing import time_gpu
 
-    torch = torch_peer[1]
-    t = torch.from_dlpack(data)
-    return Spread.of(time_gpu(lambda: t.mul_(float(alpha)), stream=torch.cuda.current_stream(), repeats=10).samples)
+    def median_ms(data, alpha) -> Spread:
+        t = torch.from_dlpack(data)
+        return Spread.of(time_gpu(lambda: t.mul_(float(alpha)), stream=torch.cuda.current_stream(),
+                                  repeats=10).samples)
+
+    return f"torch {torch.__version__} data.mul_(alpha)", median_ms
 
 
 def _learned(kernel: TileKernel, n: int, shape: Shape) -> str:
