@@ -225,6 +225,8 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     from test_histogram_cpu import FakeCaps
 
     class FakeScratch:
+        size = staticmethod(api.Scratch.size)
+
         def __init__(self, nbytes, stream, keep):
             self.ptr, self.nbytes = 0x1000, nbytes
 
@@ -252,3 +254,37 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     assert args[7:] == spec.args()
     assert plain == "hist_widen<double>" and plain_args[7:] == (0, 0, 0.0, 0.0, 0.0)
     assert FakeDriver.memsets == 1
+
+
+def test_zeroed_counts_are_taken_per_stream_and_size_and_the_oldest_dropped(monkeypatch):
+    from cuadv.histograms import zeroed
+
+    monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream))  # no driver here: streams are their ids
+    monkeypatch.setattr(zeroed, "capturing", lambda stream: stream == 9)
+    freed = []
+
+    class Buf:
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+
+        def __del__(self):
+            freed.append(self.nbytes)
+
+    pool = zeroed.ZeroedCounts()
+    assert pool.take(64, 1) is None
+    a, b = Buf(64), Buf(64)
+    pool.give(a, 1)
+    pool.give(b, 2)
+    assert pool.take(128, 1) is None and pool.take(64, 3) is None  # another size, another stream
+    assert pool.take(64, 1) is a and pool.take(64, 1) is None and len(pool) == 1
+    assert zeroed.ZeroedCounts.eligible(64, 1)
+    assert not zeroed.ZeroedCounts.eligible(64, 9)  # being captured
+    assert not zeroed.ZeroedCounts.eligible(zeroed.MAX_BUFFER_BYTES + 1, 1)
+    del a, b
+    assert freed == [64]  # a, taken and dropped; b is still kept
+    freed.clear()
+    big = zeroed.MAX_KEPT_BYTES // 2
+    pool.give(Buf(big), 3)
+    assert not freed
+    pool.give(Buf(big), 4)  # past the cap: stream 2's buffer, the least recently given, goes first
+    assert freed == [64] and pool.take(64, 2) is None and len(pool) == 2

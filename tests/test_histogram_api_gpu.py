@@ -258,6 +258,58 @@ def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins,
     assert len(memsets) == 1
 
 
+def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
+    """A one-shot call's counts outlive it, zeroed by its widening pass: the next one-shot call on the same stream
+    takes them without a memset, another stream has its own; a call being captured into a graph takes none (a
+    replay may run beside later work on the stream); every result exact, the replay's too."""
+    from cuadv.graphs import Graph
+    from cuadv.histograms import api, zeroed
+
+    drv, memsets = api.driver(), []
+
+    class CountingDriver:
+        def __getattr__(self, name):
+            return getattr(drv, name)
+
+        def cuMemsetD32Async(self, *args):
+            memsets.append(args)
+            return drv.cuMemsetD32Async(*args)
+
+    pool = zeroed.ZeroedCounts()
+    monkeypatch.setattr(api, "driver", CountingDriver)
+    monkeypatch.setattr(api, "ZEROED", pool)
+    bins, rng = 4096, np.random.default_rng(5)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+
+    def one_shot(s, **kw):
+        x = rng.integers(-3, bins + 3, size=300_007).astype(np.int32)
+        with s:
+            hist, edges = histogram(cp.asarray(x), bins, range=(0, bins), **kw)
+        return x, hist, edges
+
+    def exact(x, hist, edges):
+        want, want_edges = np.histogram(x, bins, range=(0, bins))
+        assert np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges)
+
+    for _ in range(3):
+        for s in streams:
+            exact(*one_shot(s))
+    assert len(memsets) == 2 and len(pool) == 2  # the first call on each stream cleared its counts
+    x = rng.integers(0, bins + 1, size=500_009).astype(np.int32)
+    x_gpu, out = cp.asarray(x), cp.zeros(bins, dtype=cp.int64)
+    streams[0].synchronize()
+    captured = []  # keeps the edges the replays write alive
+    graph = Graph.capture(streams[0], lambda: captured.append(
+        histogram(x_gpu, bins, range=(0, bins), out=out, stream=streams[0])))
+    assert len(memsets) == 3 and len(pool) == 2  # captured: a memset node, nothing taken
+    for _ in range(2):
+        graph.launch(streams[0].ptr)
+        exact(*one_shot(streams[0]))
+        streams[0].synchronize()
+        assert np.array_equal(cp.asnumpy(out), np.histogram(x, bins, range=(0, bins))[0])
+    assert len(memsets) == 3 and len(pool) == 2
+
+
 def test_non_contiguous_input_raises(cp):
     x = cp.arange(100, dtype=cp.int32)[::2]
     with pytest.raises(TypeError, match="C-contiguous"):

@@ -293,6 +293,7 @@ def test_state_pool_gives_each_threads_default_stream_its_own_slot(monkeypatch):
     monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
     monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
     monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+    monkeypatch.setattr(state_pool, "stream_id", lambda stream: 1000 + stream)
     pool = StatePool("tests")
     here = (pool.slot_for(2), pool.slot_for(2), pool.slot_for(7))
     there = []
@@ -411,3 +412,23 @@ def test_runnable_policies_are_what_resolve_policy_accepts():
     assert runnable_policies((8, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "auto")
     assert runnable_policies((9, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto")
     assert runnable_policies((10, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")
+
+
+def test_state_pool_keys_a_slot_by_the_streams_id_not_its_handle(monkeypatch):
+    """A stream created after another was destroyed may get its handle while the old one's launches still run: it
+    must not share their counters, so slots follow the driver's stream id (cuStreamGetId), never reused."""
+    from types import SimpleNamespace
+
+    from cuadv import state_pool
+
+    ids = {"next": 1}
+    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
+    monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
+    monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+    monkeypatch.setattr(state_pool, "stream_id", lambda stream: ids["next"])
+    pool = StatePool("tests")
+    old = pool.slot_for(7)
+    assert pool.slot_for(7) == old
+    ids["next"] = 2  # handle 7 destroyed and given to a new stream
+    new = pool.slot_for(7)
+    assert new[0] != old[0] and pool.slot_for(7) == new

@@ -167,6 +167,8 @@ def test_steal_learns_from_a_launch_whose_slices_never_end(cp):
     assert k.launch_config(kernel, "steal", (tiles, 1, 1)).grid[0] == resident
     counts, prologues = run_counts(cp, k, tiles, launches=2)
     assert (counts == 2).all() and prologues <= 2 * resident
+    launched = k.last_launch  # the second launch: the resident grid, each block its share
+    assert launched.config.grid[0] == resident and launched.min_units == -(-tiles // resident)
 
 
 def test_steal_without_quantum_launches_only_resident_blocks(cp):

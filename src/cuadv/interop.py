@@ -200,6 +200,13 @@ def capturing(stream: int) -> bool:
     return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
+def stream_id(stream: int) -> int:
+    """The driver's id of ``stream`` (cuStreamGetId), unique for the life of the process: unlike a handle, which a
+    stream created after another's destruction may get again while the old one's work still runs."""
+    drv = driver()
+    return int(check(drv.cuStreamGetId(drv.CUstream(stream)), "cuStreamGetId"))
+
+
 def _type_name(typestr: str) -> str:
     try:
         return np.dtype(typestr).name

@@ -7,7 +7,7 @@ data) -> per chunk of the input: the bin index of every element (binning.cu; ski
 already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256), int32 with range=(0, bins),
 counted over bins + 1 slots so that v == bins lands in the closed last bin as numpy puts it), the count
 (histogram.cu, uint32 counters), the widening into the int64 output (which zeroes the counts again: a
-prepared call clears them once). With ``range`` given as Python numbers the edges are written on the GPU
+prepared call clears them once, and one-shot calls once per stream, ``zeroed``). With ``range`` given as Python numbers the edges are written on the GPU
 (numpy.linspace's arithmetic, bit for bit; by the widening pass where the input is counted in place), not
 copied from the host. Everything runs on one stream: ``stream=None``
 is the current stream of the input's library (CuPy's or torch's), as their own operations do.
@@ -37,6 +37,7 @@ from ..interop import DeviceArray, overlaps, stream_handle, writable
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan
+from .zeroed import ZEROED
 
 # Input element types: NumPy name -> C type of the binning kernels.
 INPUT_TYPES = {"int32": "int", "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
@@ -155,12 +156,17 @@ class Scratch:
     one-shot call never waits) or for a prepared call's lifetime (``keep``)."""
 
     def __init__(self, nbytes: int, stream: int, keep: bool):
-        self.nbytes, self.stream, self.keep = max(int(nbytes), 16), stream, keep
+        self.nbytes, self.stream, self.keep = self.size(nbytes), stream, keep
         drv = driver()
         if keep:
             self.ptr = int(check(drv.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
         else:
             self.ptr = int(check(drv.cuMemAllocAsync(self.nbytes, stream), f"cuMemAllocAsync({self.nbytes})"))
+
+    @staticmethod
+    def size(nbytes: int) -> int:
+        """The bytes allocated for a request of ``nbytes``."""
+        return max(int(nbytes), 16)
 
     def release(self, stream: int) -> None:
         if self.ptr and not self.keep:
@@ -234,6 +240,7 @@ class _Counter:
     skewed: HistogramPlan | None = None
     _counts: Scratch | None = field(default=None, repr=False)
     _zeroed: bool = field(default=False, repr=False)  # the counts are all 0 (hist_widen leaves them so)
+    _pooled: bool = field(default=False, repr=False)  # one-shot: the counts go back to ZEROED, not freed
 
     def choose(self, idx_ptr: int, n: int, stream: int, on_gpu: bool | None = None) -> HistogramPlan:
         """The plan; ``auto``: the engine's choice (shared, dsm, exchange, or without clusters shared or
@@ -275,8 +282,12 @@ class _Counter:
 
         plan = self.choose(idx_ptr, n, stream)
         if self._counts is None or self._counts.ptr == 0:
-            self._counts = Scratch(4 * self.bins + 4, stream, self.keep)  # the counts, then the sample's verdict
-            self._zeroed = False
+            nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
+            self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
+            kept = ZEROED.take(nbytes, stream) if self._pooled else None
+            # A kept buffer is zero already (no memset); a pooled one outlives the call, so it is not stream-ordered.
+            self._counts = kept or Scratch(nbytes, stream, self.keep or self._pooled)
+            self._zeroed = kept is not None
         counts = self._counts.ptr
         if not self._zeroed:  # a new buffer (a prepared call's later counts find the zeros hist_widen left)
             check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
@@ -301,7 +312,10 @@ class _Counter:
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
-            self._counts.release(stream)
+            if self._pooled and self._zeroed:
+                ZEROED.give(self._counts, stream)
+            else:  # a pooled buffer not known to be zero is freed when dropped
+                self._counts.release(stream)
             self._counts = None
 
 

@@ -1,0 +1,81 @@
+"""Count buffers that one-shot calls leave zeroed, kept per stream for the next one-shot call on it.
+
+A prepared call clears its uint32 counts once: the widening pass (hist_widen) zeroes every count it reads, so
+its later calls find zeros. A one-shot call (``cuadv.histogram``, ``cuadv.bincount``) used to allocate its counts
+and clear them with a memset on every call, one more launch on the stream. Here the buffer outlives the call:
+once its widening pass is enqueued it is all zeros at the end of the work queued on that stream, so the next
+one-shot call on the same stream takes it as it is. Only that stream may take it (work on another may run
+before the widening pass ends).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .._cuda import check, driver
+from ..interop import capturing, stream_id
+from ..state_pool import PER_THREAD_STREAM
+
+MAX_BUFFER_BYTES = (4 << 20) + 16  # counts of up to 2**20 + 1 slots and the sample's verdict word
+MAX_KEPT_BYTES = 32 << 20  # all buffers kept, over every stream; the least recently used go first
+
+
+def stream_key(stream: int) -> tuple[int, int, int]:
+    """(context, stream id, thread for the per-thread default stream, else 0): the id (``interop.stream_id``)
+    because a stream created with a destroyed one's handle must not find buffers the old one's work still uses;
+    the thread because handle 2 is a different stream in each thread."""
+    ctx = check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")
+    return int(ctx), stream_id(stream), threading.get_ident() if stream == PER_THREAD_STREAM else 0
+
+
+class ZeroedCounts:
+    """Buffers (anything with ``ptr`` and ``nbytes`` that frees itself when dropped) all zero at the end of the
+    work queued so far on the stream they were given back on, by (stream, size). Not while the stream is being
+    captured into a graph: a replay may run beside later work on that stream."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[tuple[int, int, int], int], list[Any]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def eligible(nbytes: int, stream: int) -> bool:
+        """Whether a buffer of ``nbytes`` used on ``stream`` may be kept here."""
+        return nbytes <= MAX_BUFFER_BYTES and not capturing(stream)
+
+    def take(self, nbytes: int, stream: int) -> Any | None:
+        """A zeroed buffer of ``nbytes`` last given back on ``stream``, or None."""
+        key = (stream_key(stream), nbytes)
+        with self._lock:
+            free = self._kept.get(key)
+            if not free:
+                return None
+            buf = free.pop()
+            if not free:
+                del self._kept[key]
+            self._bytes -= nbytes
+            return buf
+
+    def give(self, buf: Any, stream: int) -> None:
+        """Keep ``buf``, whose zeroing is the last thing queued for it on ``stream``."""
+        key = (stream_key(stream), buf.nbytes)
+        dropped = []  # freed when this returns, outside the lock: freeing waits for the GPU
+        with self._lock:
+            self._kept.setdefault(key, []).append(buf)
+            self._kept.move_to_end(key)
+            self._bytes += buf.nbytes
+            while self._bytes > MAX_KEPT_BYTES:
+                old_key, old = next(iter(self._kept.items()))
+                dropped.append(old.pop(0))
+                self._bytes -= old_key[1]
+                if not old:
+                    del self._kept[old_key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._kept.values())
+
+
+ZEROED = ZeroedCounts()
