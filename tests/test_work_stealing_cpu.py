@@ -422,13 +422,20 @@ def test_state_pool_keys_a_slot_by_the_streams_id_not_its_handle(monkeypatch):
     from cuadv import state_pool
 
     ids = {"next": 1}
-    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
+
+    def stream_id(stream):
+        assert stream != 9, "the driver gives no stream id during a capture"
+        return ids["next"]
+
+    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: stream == 9)
     monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
     monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
-    monkeypatch.setattr(state_pool, "stream_id", lambda stream: ids["next"])
+    monkeypatch.setattr(state_pool, "stream_id", stream_id)
     pool = StatePool("tests")
     old = pool.slot_for(7)
     assert pool.slot_for(7) == old
     ids["next"] = 2  # handle 7 destroyed and given to a new stream
     new = pool.slot_for(7)
     assert new[0] != old[0] and pool.slot_for(7) == new
+    captured = (pool.slot_for(9), pool.slot_for(9))  # a fresh slot per captured launch
+    assert captured[0][1] and captured[0][0] != captured[1][0] and old[0] not in (captured[0][0], captured[1][0])

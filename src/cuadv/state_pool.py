@@ -45,9 +45,8 @@ class StatePool:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
                 if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
                     wait(0, what=f"the zeroing of the {self.user} counters")
-            sid = stream_id(stream)
-            key = (sid, threading.get_ident()) if stream == PER_THREAD_STREAM else sid
-            if not capturing and key in self._by_stream:
+            key = None if capturing else self._key(stream)  # (the driver gives no stream id during a capture)
+            if key in self._by_stream:
                 return self._by_stream[key], False
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
@@ -56,9 +55,14 @@ class StatePool:
                                         "of capturing it again)")
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
-            if not capturing:
+            if key is not None:
                 self._by_stream[key] = address
             return address, capturing
+
+    @staticmethod
+    def _key(stream: int) -> int | tuple[int, int]:
+        sid = stream_id(stream)
+        return (sid, threading.get_ident()) if stream == PER_THREAD_STREAM else sid
 
     @contextmanager
     def phase(self, address: int) -> Iterator[int]:
