@@ -1,6 +1,5 @@
 """How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
-ring (hist_block_tma, 2-6 chunks in flight per block, each block a fixed share of the chunks or, "claimed", taking
-them from a claim word as it is ready for them), for bin counts whose plans are 'shared' (at 64K bins, which
+ring (hist_block_tma, 2-6 chunks in flight per block), for bin counts whose plans are 'shared' (at 64K bins, which
 one block holds only with 16-bit counters, hist_block's register loads against the one-block dsm kernel), each result
 checked against NumPy, each time against the read-only ceiling measured in the same run.
 
@@ -56,10 +55,9 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
             continue
         if plans[0].counter_bits == 16:  # the one-block dsm kernel over the same 16-bit counters, for comparison
             plans.insert(0, eng.plan(bins, dtype, "dsm", cluster=1))
-        claims = cp.zeros(1, dtype=cp.uint64)  # the chunk claims of the TMA ring's blocks; each launch leaves it zero
-        for plan, claimed in [(plan, c) for plan in plans for c in ((False, True) if plan.claims_chunks else (False,))]:
+        for plan in plans:
             kernel, config = eng.launch_config(plan, n)
-            args = plan.kernel_args(x.data.ptr, n, out.data.ptr, claims=claims.data.ptr if claimed else 0)
+            args = plan.kernel_args(x.data.ptr, n, out.data.ptr)
 
             def call():
                 out.fill(0)
@@ -70,16 +68,13 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
             ok = np.array_equal(got, want)
             verdict = "exact" if ok else (f"WRONG: {np.count_nonzero(got != want)} bins differ, total {got.sum()} "
                                           f"for {want.sum()}")
-            label = plan.label + (", claimed" if claimed else "")
-            head = f"{dtype} {bins:>6} {label:<45} grid {config.grid[0]:>4} smem {plan.shared_bytes:>6}"
+            head = f"{dtype} {bins:>6} {plan.label:<36} grid {config.grid[0]:>4} smem {plan.shared_bytes:>6}"
             if once:
                 print(f"{head} {verdict}", flush=True)
                 continue
             t = time_gpu(call, repeats=30)
             if ok and not np.array_equal(cp.asnumpy(out), want):  # the last timed call's result too
                 verdict = "WRONG after the timed calls"
-            if int(claims.get()[0]) != 0:
-                verdict += "; WRONG: the claim word was not left zero"
             p10, p90 = np.percentile(np.array(t.samples), [10, 90])
             base_ms = base_ms or t.median_ms
             gbps = nbytes / t.median_s / 1e9

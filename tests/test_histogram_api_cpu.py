@@ -256,10 +256,10 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     assert FakeDriver.memsets == 1
 
 
-def test_zeroed_counts_are_taken_per_stream_and_size_and_the_oldest_dropped(monkeypatch):
+def test_zeroed_counts_are_taken_per_stream_and_slots_and_the_oldest_dropped(monkeypatch):
     from cuadv.histograms import zeroed
 
-    monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream))  # no driver here: streams are their ids
+    monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream, 0))  # no driver here: streams are their ids
     monkeypatch.setattr(zeroed, "capturing", lambda stream: stream == 9)
     freed = []
 
@@ -271,20 +271,21 @@ def test_zeroed_counts_are_taken_per_stream_and_size_and_the_oldest_dropped(monk
             freed.append(self.nbytes)
 
     pool = zeroed.ZeroedCounts()
-    assert pool.take(64, 1) is None
-    a, b = Buf(64), Buf(64)
-    pool.give(a, 1)
-    pool.give(b, 2)
-    assert pool.take(128, 1) is None and pool.take(64, 3) is None  # another size, another stream
-    assert pool.take(64, 1) is a and pool.take(64, 1) is None and len(pool) == 1
+    assert pool.take(3, 1) is None
+    a, b = Buf(16), Buf(16)
+    pool.give(a, 3, 1)
+    pool.give(b, 3, 2)
+    # Another stream, or another count of slots in a buffer of the same size (2 slots: the verdict word is slot 2 of 3).
+    assert pool.take(3, 3) is None and pool.take(2, 1) is None
+    assert pool.take(3, 1) is a and pool.take(3, 1) is None and len(pool) == 1
     assert zeroed.ZeroedCounts.eligible(64, 1)
     assert not zeroed.ZeroedCounts.eligible(64, 9)  # being captured
     assert not zeroed.ZeroedCounts.eligible(zeroed.MAX_BUFFER_BYTES + 1, 1)
     del a, b
-    assert freed == [64]  # a, taken and dropped; b is still kept
+    assert freed == [16]  # a, taken and dropped; b is still kept
     freed.clear()
     big = zeroed.MAX_KEPT_BYTES // 2
-    pool.give(Buf(big), 3)
+    pool.give(Buf(big), 1000, 3)
     assert not freed
-    pool.give(Buf(big), 4)  # past the cap: stream 2's buffer, the least recently given, goes first
-    assert freed == [64] and pool.take(64, 2) is None and len(pool) == 2
+    pool.give(Buf(big), 1000, 4)  # past the cap: stream 2's buffer, the least recently given, goes first
+    assert freed == [16] and pool.take(3, 2) is None and len(pool) == 2

@@ -49,49 +49,6 @@ def test_tma_fed_shared_histogram_over_many_turns_of_its_ring(cp, stages, dtype,
             h.check_variant(cp, host, bins, offset, dev=dev, want=want, variant="shared", stages=stages, units=units)
 
 
-@pytest.mark.parametrize("dtype", ["int32", "uint8"])
-def test_tma_blocks_claim_every_chunk_once_and_leave_the_claim_word_zero(cp, dtype):
-    """hist_block_tma given a claim word: exact from no whole chunk to hundreds per block (fewer chunks than blocks
-    too), each launch leaving the word zero for the next with nothing reset between launches, also in graph replays;
-    without a word (each block a fixed share) the same counts."""
-    from cuadv.graphs import Graph
-    from cuadv.launch import launch
-
-    if not current_device().caps.tma:
-        pytest.skip("the TMA-fed histogram needs compute capability 9.0")
-    eng, bins, rng = h.engine(), 256, np.random.default_rng(3)
-    plan = eng.plan(bins, dtype, "shared", stages=4)
-    assert plan.claims_chunks
-    chunk = 1024 * 16 // np.dtype(dtype).itemsize  # elements per chunk: 16 bytes per thread of a 1024-thread block
-    stream = cp.cuda.Stream(non_blocking=True)
-    words = cp.zeros(2, dtype=cp.uint64)  # one for the stream's launches, one for the graph's
-    out = cp.zeros(bins, dtype=cp.uint32)
-
-    def count(x, n, word):
-        kernel, config = eng.launch_config(plan, n)
-        launch(kernel, config, *plan.kernel_args(x.data.ptr, n, out.data.ptr, claims=word), stream=stream.ptr)
-
-    for n in (0, 5, chunk - 1, 3 * chunk + 7, 1000 * chunk + 13, 30_000_001):
-        host = rng.integers(0, bins + (dtype == "int32"), size=n).astype(dtype)
-        want = h.reference_counts(host, bins)
-        with stream:
-            x = cp.asarray(host)
-        for word in (words.data.ptr, 0, words.data.ptr):
-            with stream:
-                out.fill(0)
-            count(x, n, word)
-            stream.synchronize()
-            assert np.array_equal(cp.asnumpy(out), want), (n, word)
-            assert not words.get().any(), (n, word)
-    with stream:
-        out.fill(0)
-    graph = Graph.capture(stream, lambda: count(x, n, words.data.ptr + 8))
-    for _ in range(3):
-        graph.launch(stream.ptr)
-    stream.synchronize()
-    assert np.array_equal(cp.asnumpy(out), 3 * want) and not words.get().any()
-
-
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("bins, bits", [(5000, 32), (5000, 16), (1 << 20, 16)])
 def test_dsm_cluster_sizes_over_many_clusters(cp, cluster, bins, bits):

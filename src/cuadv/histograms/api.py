@@ -281,28 +281,26 @@ class _Counter:
         from ..launch import launch
 
         plan = self.choose(idx_ptr, n, stream)
-        claims_at = (4 * self.bins + 4 + 7) & ~7  # the counts, the sample's verdict, then the chunk claims (8 B)
         if self._counts is None or self._counts.ptr == 0:
-            nbytes = Scratch.size(claims_at + 8)
+            nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
             self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
-            kept = ZEROED.take(nbytes, stream) if self._pooled else None
+            kept = ZEROED.take(self.bins, stream) if self._pooled else None
             # A kept buffer is zero already (no memset); a pooled one outlives the call, so it is not stream-ordered.
             self._counts = kept or Scratch(nbytes, stream, self.keep or self._pooled)
             self._zeroed = kept is not None
         counts = self._counts.ptr
-        claims = counts + claims_at  # left zero by every launch that claims chunks from it
-        if not self._zeroed:  # a new buffer (later counts find the zeros hist_widen and the claims left)
-            check(driver().cuMemsetD32Async(counts, 0, self._counts.nbytes // 4, stream), "cuMemsetD32Async")
+        if not self._zeroed:  # a new buffer (a prepared call's later counts find the zeros hist_widen left)
+            check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
         self._zeroed = False
         if n and self.skewed is not None:
             verdict = counts + 4 * self.bins
             self._sample(idx_ptr, n, self.skewed.hot, verdict, stream)
             for want, gated in enumerate((plan, self.skewed)):  # verdict 0: plan counts; 1: the skew-aware one
                 kernel, config = self.eng.launch_config(gated, n)
-                launch(kernel, config, *gated.kernel_args(idx_ptr, n, counts, verdict, want, claims), stream=stream)
+                launch(kernel, config, *gated.kernel_args(idx_ptr, n, counts, verdict, want), stream=stream)
         elif n:
             kernel, config = self.eng.launch_config(plan, n)
-            launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts, claims=claims), stream=stream)
+            launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts), stream=stream)
         fold = self.bins - 1 if self.fold_last else NO_FOLD  # the slot of v == hi: the closed right edge
         assert fold == NO_FOLD or fold >= min(self.bins, out_len), "hist_widen reads a folded slot once, at the end"
         widen = (counts, min(self.bins, out_len), self.bins, out_ptr, out_len, int(accumulate), fold)
@@ -315,7 +313,7 @@ class _Counter:
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
             if self._pooled and self._zeroed:
-                ZEROED.give(self._counts, stream)
+                ZEROED.give(self._counts, self.bins, stream)
             else:  # a pooled buffer not known to be zero is freed when dropped
                 self._counts.release(stream)
             self._counts = None

@@ -82,19 +82,6 @@ __device__ __forceinline__ u32 element<unsigned char>(const uint4& v, int j) {
   return ((&v.x)[j >> 2] >> (8 * (j & 3))) & 0xFFu;
 }
 
-// The chunk claims of hist_block_tma: one 64-bit word, zero at launch. The low half hands out chunks, the high
-// half counts the blocks that have left. Every update is a relaxed read-modify-write of this one word (only
-// uniqueness matters), so its single modification order puts the last block's leave after every claim of the
-// launch; that block sets the word back to zero for the next launch (launches on one stream do not overlap;
-// the host gives every stream, and every captured launch, a word of its own).
-struct ClaimWord {
-  static __device__ u32 claim(u64* word, u32 chunks) { return static_cast<u32>(atomicAdd(word, static_cast<u64>(chunks))); }
-  static __device__ void leave(u64* word) {
-    const u64 before = atomicAdd(word, 1ull << 32);
-    if ((before >> 32) == gridDim.x - 1u) atomicExch(word, 0ull);  // the last to leave: every claim is before it
-  }
-};
-
 template <typename T>
 struct Layout {
   static constexpr int kPerVec = 16 / sizeof(T);  // elements per 16-byte load
@@ -169,39 +156,16 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
   for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
-// Fill j of a TMA ring of Stages stages: chunk c (chunk_vecs vectors from vec) copied into stage j % Stages, or,
-// where c >= nchunk, the stream's end there (that stage's flag in ends[] set); false once the stream has ended.
-// Thread 0 only.
-template <int Stages>
-static __device__ __forceinline__ bool fill_stage(u32 j, u32 c, u32 nchunk, u32 chunk_vecs, const uint4* vec,
-                                                  uint4* ring, u64* full, unsigned char* ends) {
-  const u32 s = j % Stages;
-  if (c >= nchunk) {
-    ends[s] = 1;
-    ptx::mbarrier_arrive(full + s);  // release: the flag is written before the stage's phase completes
-    return false;
-  }
-  ptx::mbarrier_arrive_expect_tx(full + s, 16u * chunk_vecs);
-  ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, vec + static_cast<u64>(c) * chunk_vecs, 16u * chunk_vecs,
-                                  full + s);
-  return true;
-}
-
-// The same stream with the whole chunks fed by the TMA unit (sm_90): a chunk (blockDim.x * V vectors, 16 KB
-// per vector at 1024 threads) is copied by cp.async.bulk into the next stage of a ring in shared memory, so
-// Stages chunks per block are in flight whatever the registers allow (the register-fed loop holds one batch
-// in flight per thread). Thread 0 issues the copies; every thread reads its vectors of a stage into
-// registers, releases the stage, then counts them. full[s] completes when the copy into stage s has landed
-// (or, at the end, on thread 0's plain arrival); empty[s] when every thread has read it (one arrival per
-// thread, as racecheck can follow: a warp's single arrival after __syncwarp left it reporting hazards).
-// Which chunks: with claims == nullptr, this block's are blockIdx.x + j * gridDim.x; else each is claimed from
-// *claims (ClaimWord), so SMs that stream faster take more of them. ends[s] (shared, zero at the start) is set
-// where stage s holds no chunk but the end of the stream: thread 0 sets it before completing the stage's full
-// barrier without a copy, and every thread leaves there. (A flag per stage: thread 0 writes stage s's only
-// after every thread's read of it in the stage's previous use, which the empty barrier orders.)
+// The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (blockDim.x * V vectors,
+// 16 KB per vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared
+// memory, so Stages chunks per block are in flight whatever the registers allow (the register-fed
+// loop holds one batch in flight per thread). Thread 0 issues the copies; every thread reads its
+// vectors of a stage into registers, releases the stage, then counts them. full[s] completes when
+// the copy into stage s has landed; empty[s] when every thread has read it (one arrival per thread,
+// as racecheck can follow: a warp's single arrival after __syncwarp left it reporting hazards).
 template <typename T, int Stages, int V, class Sink>
 static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ in, u64 n, Sink& sink, uint4* ring,
-                                                         u64* full, u64* empty, unsigned char* ends, u64* claims) {
+                                                         u64* full, u64* empty) {
   constexpr int kPerVec = Layout<T>::kPerVec;
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
@@ -213,61 +177,45 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
   const uint4* vec = reinterpret_cast<const uint4*>(in + head);
   const u64 nvec = (n - head) / kPerVec;
   const u32 chunk_vecs = blockDim.x * V;
-  const u32 nchunk = static_cast<u32>(nvec) / chunk_vecs;  // n < 2^32 elements (the host checks): 32-bit division
-
-  // Thread 0 only: fill j of the ring (j = 0, 1, ...) copies chunk c into stage j % Stages, or, where c is past the
-  // last chunk, ends the stream there. Claimed chunks: the first Stages in one claim, then one at a time, each
-  // claimed a fill ahead of its use so that its latency is hidden behind a chunk's counting.
-  u32 ticket = 0;
-  bool filling = true;  // no fill has ended the stream yet
+  const u32 chunk_bytes = 16u * chunk_vecs;
+  const u32 nchunk = static_cast<u32>(nvec / chunk_vecs);  // n < 2^32 elements (the host checks)
+  // This block's chunks: blockIdx.x + k * gridDim.x for k < mine (32-bit counts: fewer live registers).
+  const u32 mine = nchunk > blockIdx.x ? (nchunk - 1u - blockIdx.x) / gridDim.x + 1u : 0u;
+  const uint4* first = vec + static_cast<u64>(blockIdx.x) * chunk_vecs;
+  const u64 stride = static_cast<u64>(gridDim.x) * chunk_vecs;
   if (threadIdx.x == 0) {
-    const u32 first = claims != nullptr ? ClaimWord::claim(claims, Stages) : 0u;
-    for (u32 j = 0; j < Stages && filling; ++j) {
-      const u32 c = claims != nullptr ? first + j : blockIdx.x + j * gridDim.x;
-      filling = fill_stage<Stages>(j, c, nchunk, chunk_vecs, vec, ring, full, ends);
+    for (u32 k = 0; k < Stages && k < mine; ++k) {
+      ptx::mbarrier_arrive_expect_tx(full + k, chunk_bytes);
+      ptx::bulk_copy_global_to_shared(ring + k * chunk_vecs, first + k * stride, chunk_bytes, full + k);
     }
-    if (claims != nullptr && filling) ticket = ClaimWord::claim(claims, 1u);
   }
 
-  u32 s = 0, parity = 0;  // stage of use k, and the phase parity of its barriers
-  for (u32 k = 0;; ++k) {
+  u32 s = 0, parity = 0;  // stage of chunk k, and the phase parity of its barriers
+  for (u32 k = 0; k < mine; ++k) {
     while (!ptx::mbarrier_try_wait_parity_acquire<false>(full + s, parity)) {
-    }  // acquire: the chunk's bytes in stage s (landed by the copy), or its end flag, are visible to this thread
-    if (*reinterpret_cast<volatile unsigned char*>(ends + s)) break;
+    }  // acquire: the chunk's bytes in stage s, landed by the copy, are visible to this thread
     uint4 v[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = ring[s * chunk_vecs + j * blockDim.x + threadIdx.x];
     ptx::mbarrier_arrive(empty + s);  // release: this thread's reads of stage s are done
-    if (threadIdx.x == 0 && filling) {
+    if (threadIdx.x == 0 && k + Stages < mine) {
       while (!ptx::mbarrier_try_wait_parity_acquire<false>(empty + s, parity)) {
       }  // acquire: every thread has read stage s ...
       ptx::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
-      u32 c = blockIdx.x + (k + Stages) * gridDim.x;
-      if (claims != nullptr) {
-        c = ticket;
-        ticket = ClaimWord::claim(claims, 1u);
-      }
-      filling = fill_stage<Stages>(k + Stages, c, nchunk, chunk_vecs, vec, ring, full, ends);
+      ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
+      ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes, full + s);
     }
     sink.template batch<V>(v);
     if (++s == Stages) s = 0, parity ^= 1u;
   }
-  if (claims != nullptr && threadIdx.x == 0) ClaimWord::leave(claims);
 
-  // Fewer than one chunk of whole vectors is left, V * blockDim.x at most: V per thread of the grid at most; then
-  // the scalar tail (fewer than kPerVec elements). Straight-line code rather than stream_values' loops, whose
-  // trip counts ptxas computes with a 64-bit division call (and for sm_100a spilled registers around it).
-  const u64 rest = static_cast<u64>(nchunk) * chunk_vecs + tid;
+  // Fewer than one chunk per block of whole vectors is left, then the scalar tail (as stream_values).
+  for (u64 i = static_cast<u64>(nchunk) * chunk_vecs + tid; i < nvec; i += nthreads) {
+    const uint4 v = load_stream(vec + i);
 #pragma unroll
-  for (int r = 0; r < V; ++r) {
-    const u64 i = rest + static_cast<u64>(r) * nthreads;
-    if (i < nvec) {
-      const uint4 v = load_stream(vec + i);
-#pragma unroll
-      for (int j = 0; j < kPerVec; ++j) sink.scalar(element<T>(v, j));
-    }
+    for (int j = 0; j < kPerVec; ++j) sink.scalar(element<T>(v, j));
   }
-  if (head + nvec * kPerVec + tid < n) sink.scalar(static_cast<u32>(in[head + nvec * kPerVec + tid]));
+  for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -901,29 +849,24 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
   });
 }
 
-// hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block; claims: a
-// ClaimWord of this launch (the chunks claimed as blocks are ready for them), or nullptr (a fixed share each).
+// hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block.
 // Dynamic shared memory: the counters, rounded up to 128 B, then the ring (Stages chunks), then the
-// 2 * Stages mbarriers and 16 B for the stages' end flags; the host sizes it as tma_ring_bytes in plans.py does.
+// 2 * Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
 template <typename T, int Stages>
 __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                       u32 bins, u32 log2r, u64* __restrict__ claims,
-                                                       const u32* __restrict__ gate, u32 want) {
-  static_assert(Stages <= 16, "the stages' end flags take one byte each of 16");
+                                                       u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
   if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ __align__(128) unsigned char tma_smem[];
   const u32 counter_bytes = (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) + 127u) & ~127u;
   const u32 ring_bytes = Stages * 16u * blockDim.x;
-  if (counter_bytes + ring_bytes + 16u * Stages + 16u > cuadv_hist::dynamic_smem_size())
+  if (counter_bytes + ring_bytes + 16u * Stages > cuadv_hist::dynamic_smem_size())
     __trap();  // the host sized shared memory wrongly
   u32* counters = reinterpret_cast<u32*>(tma_smem);
   uint4* ring = reinterpret_cast<uint4*>(tma_smem + counter_bytes);
   u64* full = reinterpret_cast<u64*>(tma_smem + counter_bytes + ring_bytes);
   u64* empty = full + Stages;
-  unsigned char* ends = reinterpret_cast<unsigned char*>(empty + Stages);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Stages; ++s) {
-      ends[s] = 0;  // no stage ends the stream yet
       ptx::mbarrier_init(full + s, 1u);                 // thread 0's arrive.expect_tx per copy
       ptx::mbarrier_init(empty + s, blockDim.x);        // one arrival per thread
     }
@@ -932,7 +875,7 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
   }
   // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
   block_histogram<T, false>(out, bins, log2r, counters, [&](auto& sink) {
-    cuadv_hist::stream_values_tma<T, Stages, 1>(in, n, sink, ring, full, empty, ends, claims);
+    cuadv_hist::stream_values_tma<T, Stages, 1>(in, n, sink, ring, full, empty);
   });
 }
 

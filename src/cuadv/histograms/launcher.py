@@ -17,7 +17,6 @@ from .._cuda import check, driver
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
 from ..interop import DeviceArray
-from ..state_pool import StatePool
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
                     EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _one_block_holds, hot_max,
                     kernel_expressions, plan_histogram)
@@ -261,21 +260,15 @@ class PreparedHistogram:
         self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
                                     shared_mem=self.plan.shared_bytes)
         self._kernel = self.engine.kernel(self.plan)
+        self._args = self.plan.kernel_args(self.src.ptr, self.src.size, self.dst.ptr)
 
     def __call__(self):
         from ..launch import launch
 
-        claims = CLAIMS.slot_for(self._stream)[0] if self.plan.claims_chunks else 0  # a word per stream and capture
         check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self._stream), "cuMemsetD32Async")
-        launch(self._kernel, self._config, *self.plan.kernel_args(self.src.ptr, self.src.size, self.dst.ptr,
-                                                                   claims=claims), stream=self._stream)
+        launch(self._kernel, self._config, *self._args, stream=self._stream)
         return self.out
 
-
-# The claim words of hist_block_tma launched through count_bins: one per stream, a fresh one per captured launch;
-# each launch leaves its word zero for the next (histogram.cu, ClaimWord). (histogram() and bincount() keep theirs
-# beside their counts.)
-CLAIMS = StatePool("the histogram's chunk claims")
 
 _engine: HistogramEngine | None = None
 

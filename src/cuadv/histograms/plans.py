@@ -118,20 +118,10 @@ class HistogramPlan:
         """The kernel's parameters after (in, n, out, bins)."""
         raise NotImplementedError
 
-    @property
-    def claims_chunks(self) -> bool:
-        """Whether the kernel takes a claim word (hist_block_tma), from which its blocks claim chunks as they
-        are ready for them instead of each taking a fixed share."""
-        return False
-
-    def kernel_args(self, src_ptr: int, n: int, out_ptr: int, gate: int = 0, want: int = 0,
-                    claims: int = 0) -> tuple[int, ...]:
+    def kernel_args(self, src_ptr: int, n: int, out_ptr: int, gate: int = 0, want: int = 0) -> tuple[int, ...]:
         """Every parameter of the kernel: (in, n, out, bins), its own, then the gate: 0 counts always, else the
-        launch counts only where the uint32 at ``gate`` equals ``want`` (hist_sample's verdict). ``claims``
-        (where ``claims_chunks``): the address of 8 bytes, zero at launch, which the launch leaves zero, that no
-        launch that may run beside it uses; 0: each block takes a fixed share."""
-        own = self.scalar_args() + ((claims,) if self.claims_chunks else ())
-        return (src_ptr, n, out_ptr, self.bins) + own + (gate, want)
+        launch counts only where the uint32 at ``gate`` equals ``want`` (hist_sample's verdict)."""
+        return (src_ptr, n, out_ptr, self.bins) + self.scalar_args() + (gate, want)
 
     @property
     def log2r(self) -> int:
@@ -173,10 +163,6 @@ class SharedPlan(HistogramPlan):
 
     def scalar_args(self) -> tuple[int, ...]:
         return (self.log2r,)
-
-    @property
-    def claims_chunks(self) -> bool:
-        return self.stages > 0
 
 
 @dataclass(frozen=True)
@@ -239,8 +225,8 @@ PLANS: dict[str, type[HistogramPlan]] = {"global": GlobalPlan, "shared": SharedP
 
 def tma_ring_bytes(counter_bytes: int, stages: int, threads: int = THREADS) -> int:
     """Dynamic shared memory of hist_block_tma: the counters rounded up to 128 B, ``stages`` chunks of
-    16 bytes per thread, two 8-byte mbarriers per stage and 16 bytes for the stages' end flags."""
-    return _round_up(counter_bytes, 128) + stages * 16 * threads + 16 * stages + 16
+    16 bytes per thread, and two 8-byte mbarriers per stage."""
+    return _round_up(counter_bytes, 128) + stages * 16 * threads + 16 * stages
 
 
 def _round_up(x: int, m: int) -> int:

@@ -31,9 +31,11 @@ def stream_key(stream: int) -> tuple[int, int, int]:
 
 
 class ZeroedCounts:
-    """Buffers (anything with ``ptr`` and ``nbytes`` that frees itself when dropped) all zero at the end of the
-    work queued so far on the stream they were given back on, by (stream, size). Not while the stream is being
-    captured into a graph: a replay may run beside later work on that stream."""
+    """Count buffers (anything with ``ptr`` and ``nbytes`` that frees itself when dropped) whose first ``slots``
+    words are zero at the end of the work queued so far on the stream they were given back on, by (stream, slots):
+    the widening pass zeroes exactly those, and the word after them (the skew sample's verdict) is not zero, so a
+    buffer is only taken for as many slots as it was given back with. Not while the stream is being captured into
+    a graph: a replay may run beside later work on that stream."""
 
     def __init__(self) -> None:
         self._kept: OrderedDict[tuple[tuple[int, int, int], int], list[Any]] = OrderedDict()
@@ -45,9 +47,9 @@ class ZeroedCounts:
         """Whether a buffer of ``nbytes`` used on ``stream`` may be kept here."""
         return nbytes <= MAX_BUFFER_BYTES and not capturing(stream)
 
-    def take(self, nbytes: int, stream: int) -> Any | None:
-        """A zeroed buffer of ``nbytes`` last given back on ``stream``, or None."""
-        key = (stream_key(stream), nbytes)
+    def take(self, slots: int, stream: int) -> Any | None:
+        """A buffer of ``slots`` zeroed counts last given back on ``stream``, or None."""
+        key = (stream_key(stream), slots)
         with self._lock:
             free = self._kept.get(key)
             if not free:
@@ -55,12 +57,12 @@ class ZeroedCounts:
             buf = free.pop()
             if not free:
                 del self._kept[key]
-            self._bytes -= nbytes
+            self._bytes -= buf.nbytes
             return buf
 
-    def give(self, buf: Any, stream: int) -> None:
-        """Keep ``buf``, whose zeroing is the last thing queued for it on ``stream``."""
-        key = (stream_key(stream), buf.nbytes)
+    def give(self, buf: Any, slots: int, stream: int) -> None:
+        """Keep ``buf``, whose first ``slots`` words' zeroing is the last thing queued for it on ``stream``."""
+        key = (stream_key(stream), slots)
         dropped = []  # freed when this returns, outside the lock: freeing waits for the GPU
         with self._lock:
             self._kept.setdefault(key, []).append(buf)
@@ -69,7 +71,7 @@ class ZeroedCounts:
             while self._bytes > MAX_KEPT_BYTES:
                 old_key, old = next(iter(self._kept.items()))
                 dropped.append(old.pop(0))
-                self._bytes -= old_key[1]
+                self._bytes -= dropped[-1].nbytes
                 if not old:
                     del self._kept[old_key]
 
