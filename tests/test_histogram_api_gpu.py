@@ -285,6 +285,7 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
         x = rng.integers(-3, bins + 3, size=300_007).astype(np.int32)
         with s:
             hist, edges = histogram(cp.asarray(x), bins, range=(0, bins), **kw)
+        s.synchronize()  # the checks read on CuPy's default stream, which does not wait for s
         return x, hist, edges
 
     def exact(x, hist, edges):
@@ -297,7 +298,7 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     assert len(memsets) == 2 and len(pool) == 2  # the first call on each stream cleared its counts
     x = rng.integers(0, bins + 1, size=500_009).astype(np.int32)
     x_gpu, out = cp.asarray(x), cp.zeros(bins, dtype=cp.int64)
-    streams[0].synchronize()
+    cp.cuda.Device().synchronize()  # x_gpu and out are made on CuPy's default stream, which streams[0] does not wait for
     captured = []  # keeps the edges the replays write alive
     graph = Graph.capture(streams[0], lambda: captured.append(
         histogram(x_gpu, bins, range=(0, bins), out=out, stream=streams[0])))
@@ -314,6 +315,7 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
         x = rng.integers(-1, tiny + 2, size=1_001).astype(np.int32)
         with streams[1]:
             hist, _ = histogram(cp.asarray(x), tiny, range=(0, tiny))
+        streams[1].synchronize()
         assert np.array_equal(cp.asnumpy(hist), np.histogram(x, tiny, range=(0, tiny))[0]), tiny
 
 
