@@ -230,10 +230,8 @@ def test_out_and_prepared_calls(cp):
         assert b(out=counts) is counts and np.array_equal(cp.asnumpy(counts), np.bincount(host))
 
 
-@pytest.mark.parametrize("bins, dtype", [(256, "uint8"), (4096, "int32"), (1 << 20, "int32")])
-def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins, dtype):
-    """hist_widen zeroes the counts it reads, so only a prepared call's first count clears them (one memset);
-    every call exact over several chunks, with the edges (written by the widening pass) numpy's."""
+def count_memsets(monkeypatch) -> list:
+    """The arguments of every cuMemsetD32Async the histogram calls make from now on (the calls still made)."""
     from cuadv.histograms import api
 
     drv, memsets = api.driver(), []
@@ -247,6 +245,16 @@ def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins,
             return drv.cuMemsetD32Async(*args)
 
     monkeypatch.setattr(api, "driver", CountingDriver)
+    return memsets
+
+
+@pytest.mark.parametrize("bins, dtype", [(256, "uint8"), (4096, "int32"), (1 << 20, "int32")])
+def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins, dtype):
+    """hist_widen zeroes the counts it reads, so only a prepared call's first count clears them (one memset);
+    every call exact over several chunks, with the edges (written by the widening pass) numpy's."""
+    from cuadv.histograms import api
+
+    memsets = count_memsets(monkeypatch)
     monkeypatch.setattr(api, "DIRECT_CHUNK", 1 << 18)  # three chunks, each counted and widened (accumulating)
     rng = np.random.default_rng(bins)
     xs = [rng.integers(0, bins + (dtype == "int32"), size=700_001).astype(dtype) for _ in range(3)]
@@ -265,18 +273,8 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     from cuadv.graphs import Graph
     from cuadv.histograms import api, zeroed
 
-    drv, memsets = api.driver(), []
-
-    class CountingDriver:
-        def __getattr__(self, name):
-            return getattr(drv, name)
-
-        def cuMemsetD32Async(self, *args):
-            memsets.append(args)
-            return drv.cuMemsetD32Async(*args)
-
+    memsets = count_memsets(monkeypatch)
     pool = zeroed.ZeroedCounts()
-    monkeypatch.setattr(api, "driver", CountingDriver)
     monkeypatch.setattr(api, "ZEROED", pool)
     bins, rng = 4096, np.random.default_rng(5)
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
@@ -298,7 +296,7 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     assert len(memsets) == 2 and len(pool) == 2  # the first call on each stream cleared its counts
     x = rng.integers(0, bins + 1, size=500_009).astype(np.int32)
     x_gpu, out = cp.asarray(x), cp.zeros(bins, dtype=cp.int64)
-    cp.cuda.Device().synchronize()  # x_gpu and out are made on CuPy's default stream, which streams[0] does not wait for
+    cp.cuda.Device().synchronize()  # x_gpu and out are made on CuPy's default stream, which streams[0] ignores
     captured = []  # keeps the edges the replays write alive
     graph = Graph.capture(streams[0], lambda: captured.append(
         histogram(x_gpu, bins, range=(0, bins), out=out, stream=streams[0])))

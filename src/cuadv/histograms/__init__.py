@@ -17,7 +17,8 @@ compute capability 9.0): shared where the bins fit one block, else hot for skewe
 
 Layers: ``plans`` (pure: which kernel, how much shared memory), ``launcher`` (the engine: compile, occupancy,
 launch; ``count_bins`` the raw uint32 count the lab measures), ``api`` (the drop-ins), ``zeroed`` (the count
-buffers one-shot calls leave zeroed, kept per stream), ``occupancy`` (the cluster occupancy table). Test data and exact references: ``cuadv.testing.histograms``.
+buffers one-shot calls leave zeroed, kept per stream), ``occupancy`` (the cluster occupancy table). Test data and
+exact references: ``cuadv.testing.histograms``.
 """
 
 from .api import (PreparedBincount, PreparedHistogram, bincount, histogram, prepare_bincount,

@@ -7,10 +7,10 @@ data) -> per chunk of the input: the bin index of every element (binning.cu; ski
 already is the index: int32/uint8 bincount, uint8 with 256 bins over (0, 256), int32 with range=(0, bins),
 counted over bins + 1 slots so that v == bins lands in the closed last bin as numpy puts it), the count
 (histogram.cu, uint32 counters), the widening into the int64 output (which zeroes the counts again: a
-prepared call clears them once, and one-shot calls once per stream, ``zeroed``). With ``range`` given as Python numbers the edges are written on the GPU
-(numpy.linspace's arithmetic, bit for bit; by the widening pass where the input is counted in place), not
-copied from the host. Everything runs on one stream: ``stream=None``
-is the current stream of the input's library (CuPy's or torch's), as their own operations do.
+prepared call clears them once, and one-shot calls once per stream, ``zeroed``). With ``range`` given as Python
+numbers the edges are written on the GPU (numpy.linspace's arithmetic, bit for bit; by the widening pass where the
+input is counted in place), not copied from the host. Everything runs on one stream: ``stream=None`` is the
+current stream of the input's library (CuPy's or torch's), as their own operations do.
 
 Where the host must see data: the default range of ``histogram`` (x.min(), x.max()) and the length and
 the negative check of ``bincount`` (x.min(), x.max()) take one min/max pass on the GPU and one small
@@ -285,7 +285,8 @@ class _Counter:
             nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
             self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
             kept = ZEROED.take(self.bins, stream) if self._pooled else None
-            # A kept buffer is zero already (no memset); a pooled one outlives the call, so it is not stream-ordered.
+            # A kept buffer is zero already (no memset); a new pooled one outlives the call: cuMemAlloc, not
+            # stream-ordered.
             self._counts = kept or Scratch(nbytes, stream, self.keep or self._pooled)
             self._zeroed = kept is not None
         counts = self._counts.ptr
