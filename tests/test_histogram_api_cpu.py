@@ -256,36 +256,24 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     assert FakeDriver.memsets == 1
 
 
-def test_zeroed_counts_are_taken_per_stream_and_slots_and_the_oldest_dropped(monkeypatch):
+def test_zeroed_counts_are_taken_per_stream_and_slots_and_refused_past_the_cap(monkeypatch):
+    from types import SimpleNamespace
+
     from cuadv.histograms import zeroed
 
-    monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream, 0))  # no driver here: streams are their ids
+    monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream))  # no driver here: streams are their ids
     monkeypatch.setattr(zeroed, "capturing", lambda stream: stream == 9)
-    freed = []
-
-    class Buf:
-        def __init__(self, nbytes):
-            self.nbytes = nbytes
-
-        def __del__(self):
-            freed.append(self.nbytes)
-
     pool = zeroed.ZeroedCounts()
     assert pool.take(3, 1) is None
-    a, b = Buf(16), Buf(16)
-    pool.give(a, 3, 1)
-    pool.give(b, 3, 2)
+    a, b = SimpleNamespace(nbytes=16), SimpleNamespace(nbytes=16)
+    assert pool.give(a, 3, 1) and pool.give(b, 3, 2)
     # Another stream, or another count of slots in a buffer of the same size (2 slots: the verdict word is slot 2 of 3).
     assert pool.take(3, 3) is None and pool.take(2, 1) is None
     assert pool.take(3, 1) is a and pool.take(3, 1) is None and len(pool) == 1
     assert zeroed.ZeroedCounts.eligible(64, 1)
     assert not zeroed.ZeroedCounts.eligible(64, 9)  # being captured
     assert not zeroed.ZeroedCounts.eligible(zeroed.MAX_BUFFER_BYTES + 1, 1)
-    del a, b
-    assert freed == [16]  # a, taken and dropped; b is still kept
-    freed.clear()
-    big = zeroed.MAX_KEPT_BYTES // 2
-    pool.give(Buf(big), 1000, 3)
-    assert not freed
-    pool.give(Buf(big), 1000, 4)  # past the cap: stream 2's buffer, the least recently given, goes first
-    assert freed == [16] and pool.take(3, 2) is None and len(pool) == 2
+    big = SimpleNamespace(nbytes=zeroed.MAX_KEPT_BYTES - 16)
+    assert pool.give(big, 1000, 3)  # the pool is full now: b and big
+    assert not pool.give(SimpleNamespace(nbytes=16), 3, 4) and len(pool) == 2  # refused, the caller frees it
+    assert pool.take(1000, 3) is big and pool.give(SimpleNamespace(nbytes=16), 3, 4) and len(pool) == 2

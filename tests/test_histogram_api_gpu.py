@@ -307,8 +307,8 @@ def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
         streams[0].synchronize()
         assert np.array_equal(cp.asnumpy(out), np.histogram(x, bins, range=(0, bins))[0])
     assert len(memsets) == 3 and len(pool) == 2
-    # Buffers of one size for different slot counts (16 bytes for 1 to 3 slots): a buffer is zero only in the
-    # slots it was given back with, so it is taken for those only.
+    # Buffers of one size for different slot counts (1 to 3 bins in place count 2 to 4 slots; 2 and 3 slots take 16
+    # bytes): a buffer is zero only in the slots it was given back with, so it is taken for those only.
     for tiny in (1, 2, 3, 1, 3, 2):
         x = rng.integers(-1, tiny + 2, size=1_001).astype(np.int32)
         with streams[1]:

@@ -293,7 +293,6 @@ def test_state_pool_gives_each_threads_default_stream_its_own_slot(monkeypatch):
     monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
     monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
     monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
-    monkeypatch.setattr(state_pool, "stream_id", lambda stream: 1000 + stream)
     pool = StatePool("tests")
     here = (pool.slot_for(2), pool.slot_for(2), pool.slot_for(7))
     there = []
@@ -412,30 +411,3 @@ def test_runnable_policies_are_what_resolve_policy_accepts():
     assert runnable_policies((8, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "auto")
     assert runnable_policies((9, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto")
     assert runnable_policies((10, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")
-
-
-def test_state_pool_keys_a_slot_by_the_streams_id_not_its_handle(monkeypatch):
-    """A stream created after another was destroyed may get its handle while the old one's launches still run: it
-    must not share their counters, so slots follow the driver's stream id (cuStreamGetId), never reused."""
-    from types import SimpleNamespace
-
-    from cuadv import state_pool
-
-    ids = {"next": 1}
-
-    def stream_id(stream):
-        assert stream != 9, "the driver gives no stream id during a capture"
-        return ids["next"]
-
-    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: stream == 9)
-    monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
-    monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
-    monkeypatch.setattr(state_pool, "stream_id", stream_id)
-    pool = StatePool("tests")
-    old = pool.slot_for(7)
-    assert pool.slot_for(7) == old
-    ids["next"] = 2  # handle 7 destroyed and given to a new stream
-    new = pool.slot_for(7)
-    assert new[0] != old[0] and pool.slot_for(7) == new
-    captured = (pool.slot_for(9), pool.slot_for(9))  # a fresh slot per captured launch
-    assert captured[0][1] and captured[0][0] != captured[1][0] and old[0] not in (captured[0][0], captured[1][0])

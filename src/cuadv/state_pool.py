@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .errors import LaunchConfigError
-from .interop import capturing as is_capturing, stream_id
+from .interop import capturing as is_capturing
 from .memory import DeviceBuffer
 from .waiting import wait
 
@@ -23,9 +23,9 @@ class StatePool:
     with a stream it may overlap. Replays of one graph all carry what was captured, so captured
     launches reset their counter by counting exits instead. Slots start at zero; a kernel that
     keeps its own self-resetting counter in a slot (the stencil's ticket) takes its own pool, so no
-    two protocols share a word. A slot is keyed by the stream's id (``interop.stream_id``: a new stream
-    given a destroyed one's handle, whose work may still run, gets a slot of its own), and for the
-    per-thread default stream (handle 2, a different stream in each thread) by the thread too."""
+    two protocols share a word. A slot is keyed by the stream's handle, and for the per-thread
+    default stream (handle 2, a different stream in each thread) by the thread too; a handle reused
+    by a new stream while the old one's work still runs would share the old one's."""
 
     def __init__(self, user: str, slots: int = 256):
         self.user = user  # what the counters are for, named when the slots run out
@@ -45,8 +45,8 @@ class StatePool:
                 self._buffer = DeviceBuffer(self._slots * STATE_BYTES, fill=0)
                 if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
                     wait(0, what=f"the zeroing of the {self.user} counters")
-            key = None if capturing else self._key(stream)  # (the driver gives no stream id during a capture)
-            if key in self._by_stream:
+            key = (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
+            if not capturing and key in self._by_stream:
                 return self._by_stream[key], False
             if self._next >= self._slots:
                 raise LaunchConfigError(f"more than {self._slots} streams and graph captures use {self.user} in this "
@@ -55,14 +55,9 @@ class StatePool:
                                         "of capturing it again)")
             address = self._buffer.ptr + self._next * STATE_BYTES
             self._next += 1
-            if key is not None:
+            if not capturing:
                 self._by_stream[key] = address
             return address, capturing
-
-    @staticmethod
-    def _key(stream: int) -> int | tuple[int, int]:
-        sid = stream_id(stream)
-        return (sid, threading.get_ident()) if stream == PER_THREAD_STREAM else sid
 
     @contextmanager
     def phase(self, address: int) -> Iterator[int]:

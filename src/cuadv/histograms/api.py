@@ -285,9 +285,7 @@ class _Counter:
             nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
             self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
             kept = ZEROED.take(self.bins, stream) if self._pooled else None
-            # A kept buffer is zero already (no memset); a new pooled one outlives the call: cuMemAlloc, not
-            # stream-ordered.
-            self._counts = kept or Scratch(nbytes, stream, self.keep or self._pooled)
+            self._counts = kept or Scratch(nbytes, stream, self.keep)  # a kept buffer is zero already: no memset
             self._zeroed = kept is not None
         counts = self._counts.ptr
         if not self._zeroed:  # a new buffer (a prepared call's later counts find the zeros hist_widen left)
@@ -313,10 +311,8 @@ class _Counter:
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
-            if self._pooled and self._zeroed:
-                ZEROED.give(self._counts, self.bins, stream)
-            else:  # a pooled buffer not known to be zero is freed when dropped
-                self._counts.release(stream)
+            if not (self._pooled and self._zeroed and ZEROED.give(self._counts, self.bins, stream)):
+                self._counts.release(stream)  # stream-ordered, after the call's last use of it
             self._counts = None
 
 

@@ -11,34 +11,33 @@ before the widening pass ends).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from .._cuda import check, driver
 from ..interop import capturing, stream_id
-from ..state_pool import PER_THREAD_STREAM
 
 MAX_BUFFER_BYTES = (4 << 20) + 16  # counts of up to 2**20 + 1 slots and the sample's verdict word
-MAX_KEPT_BYTES = 32 << 20  # all buffers kept, over every stream; the least recently used go first
+MAX_KEPT_BYTES = 32 << 20  # all buffers kept, over every stream; past it a call frees its buffer as before
 
 
-def stream_key(stream: int) -> tuple[int, int, int]:
-    """(context, stream id, thread for the per-thread default stream, else 0): the id (``interop.stream_id``)
-    because a stream created with a destroyed one's handle must not find buffers the old one's work still uses;
-    the thread because handle 2 is a different stream in each thread."""
+def stream_key(stream: int) -> tuple[int, int]:
+    """(context, stream id): the id (``interop.stream_id``, which for the per-thread default stream is the calling
+    thread's) because a stream created with a destroyed one's handle must not find buffers the old one's work may
+    still use."""
     ctx = check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")
-    return int(ctx), stream_id(stream), threading.get_ident() if stream == PER_THREAD_STREAM else 0
+    return int(ctx), stream_id(stream)
 
 
 class ZeroedCounts:
-    """Count buffers (anything with ``ptr`` and ``nbytes`` that frees itself when dropped) whose first ``slots``
-    words are zero at the end of the work queued so far on the stream they were given back on, by (stream, slots):
-    the widening pass zeroes exactly those, and the word after them (the skew sample's verdict) is not zero, so a
-    buffer is only taken for as many slots as it was given back with. Not while the stream is being captured into
-    a graph: a replay may run beside later work on that stream."""
+    """Count buffers (anything with ``ptr`` and ``nbytes``) whose first ``slots`` words are zero at the end of the
+    work queued so far on the stream they were given back on, by (stream, slots): the widening pass zeroes exactly
+    those, and the word after them (the skew sample's verdict) is not zero, so a buffer is only taken for as many
+    slots as it was given back with. Not while the stream is being captured into a graph: a replay may run beside
+    later work on that stream. Nothing kept is ever freed here (a free would have to wait for a stream that may be
+    gone): at MAX_KEPT_BYTES the pool is full, and a call frees its own buffer on its stream, as before the pool."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[tuple[int, int, int], int], list[Any]] = OrderedDict()
+        self._kept: dict[tuple[tuple[int, int], int], list[Any]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -60,20 +59,16 @@ class ZeroedCounts:
             self._bytes -= buf.nbytes
             return buf
 
-    def give(self, buf: Any, slots: int, stream: int) -> None:
-        """Keep ``buf``, whose first ``slots`` words' zeroing is the last thing queued for it on ``stream``."""
+    def give(self, buf: Any, slots: int, stream: int) -> bool:
+        """Keep ``buf``, whose first ``slots`` words' zeroing is the last thing queued for it on ``stream``; False
+        (not kept: the caller frees it) where the pool is full."""
         key = (stream_key(stream), slots)
-        dropped = []  # freed when this returns, outside the lock: freeing waits for the GPU
         with self._lock:
+            if self._bytes + buf.nbytes > MAX_KEPT_BYTES:
+                return False
             self._kept.setdefault(key, []).append(buf)
-            self._kept.move_to_end(key)
             self._bytes += buf.nbytes
-            while self._bytes > MAX_KEPT_BYTES:
-                old_key, old = next(iter(self._kept.items()))
-                dropped.append(old.pop(0))
-                self._bytes -= dropped[-1].nbytes
-                if not old:
-                    del self._kept[old_key]
+            return True
 
     def __len__(self) -> int:
         with self._lock:

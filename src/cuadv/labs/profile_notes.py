@@ -29,7 +29,7 @@ HISTOGRAM = {
         "as at 256 bins (the same TMA-fed kernel, a ring of 6 and one replica of the counters per block): 95.3-95.8% "
         "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31); in the bench the "
         "prepared call read 96.1% (11:44) and 95.7% (14:24), the one-shot call 94.8% and 94.6%, when it still "
-        "allocated and cleared its counts on every call; since 20:00 the widening pass's zeros are kept for the "
+        "allocated and cleared its counts on every call; since 19:48 the widening pass's zeros are kept for the "
         "stream's next one-shot call (cuadv.histograms.zeroed): 95.9% (19:51) and 96.3% (20:20) one-shot. Blocks "
         "claiming chunks from a counter instead of a fixed share each were slower: 87.5-89.0% against 94-96.9% "
         "(20:10), not kept"),
