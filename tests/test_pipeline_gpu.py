@@ -152,7 +152,6 @@ def test_tickets_reset_themselves(stencil, cp, variant):
     """Chunks claimed by ticket: back-to-back launches and graph replays, no host reset in between, each exact,
     and the counter back at zero after every launch (a launch takes chunks + grid tickets; the last one resets)."""
     from cuadv.graphs import Graph
-    from cuadv.work_stealing import STATE_BYTES
 
     rng = np.random.default_rng()
     for shape in ((2051, 3001), (1, 300), (700, 129), (64, 128 * 13)):
@@ -167,7 +166,7 @@ def test_tickets_reset_themselves(stencil, cp, variant):
     out = nan_output(variant, x.shape, cp)
     stream = cp.cuda.Stream(non_blocking=True)
     graph = Graph.capture(stream, lambda: stencil(variant, x, out, stream=stream))
-    captured = lab._TICKETS._buffer.ptr + (lab._TICKETS._next - 1) * STATE_BYTES  # the capture's own counter
+    captured = lab._TICKETS.last_new  # the capture's own counter
     assert captured != stencil.tickets(stream)  # not the one the stream's own launches use
     for _ in range(4):
         out.fill(cp.nan)

@@ -2,6 +2,8 @@
 
 import math
 
+from contextlib import contextmanager
+
 import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
@@ -265,6 +267,10 @@ class _HostPool(StatePool):
     def slot_for(self, stream):
         return 0x1000 + stream, stream in self.captured
 
+    @contextmanager
+    def use(self, stream):
+        yield self.slot_for(stream)
+
 
 def test_state_pool_phase_alternates_and_a_failed_launch_keeps_it():
     pool = _HostPool()
@@ -282,17 +288,42 @@ def test_state_pool_phase_alternates_and_a_failed_launch_keeps_it():
     assert seen == [0, 1, 0, 1, 0]
 
 
-def test_state_pool_gives_each_threads_default_stream_its_own_slot(monkeypatch):
-    """Handle 2 (CU_STREAM_PER_THREAD) is a different stream in each thread: two threads launching on it must
-    not share a slot (one launch would clear the counter the other is using); any other handle is one stream."""
+class _Events:
+    """Stand-ins for the pool's CUDA events: an event is done once its stream's work is (``finish``)."""
+
+    def __init__(self):
+        self.recorded, self.busy = {}, set()
+
+    def install(self, monkeypatch, ids):
+        """Streams are keyed by ids(stream); slots are host numbers from 0x10000, 32 bytes apart."""
+        from types import SimpleNamespace
+
+        from cuadv import state_pool
+
+        chunks = []
+
+        def buffer(size, fill):
+            chunks.append(SimpleNamespace(ptr=0x10000 * (len(chunks) + 1)))
+            return chunks[-1]
+
+        monkeypatch.setattr(state_pool, "is_capturing", lambda stream: stream < 0)  # negative: a capturing stream
+        monkeypatch.setattr(state_pool, "stream_key", lambda stream: (1, ids(stream)))
+        monkeypatch.setattr(state_pool, "DeviceBuffer", buffer)
+        monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+        monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())
+        monkeypatch.setattr(state_pool, "_record", lambda event, stream: self.recorded.update({id(event): stream}))
+        monkeypatch.setattr(state_pool, "_done", lambda event: self.recorded[id(event)] not in self.busy)
+        return chunks
+
+
+def test_state_pool_keys_slots_by_stream_id(monkeypatch):
+    """Handle 2 (CU_STREAM_PER_THREAD) is a different stream in each thread, so its id is the thread's: two threads
+    launching on it get different slots; any other stream is one slot whichever thread launches; and a stream
+    created with a destroyed one's handle (a new id) gets a slot of its own, while the old one's work may run."""
     import threading
-    from types import SimpleNamespace
 
-    from cuadv import state_pool
-
-    monkeypatch.setattr(state_pool, "is_capturing", lambda stream: False)
-    monkeypatch.setattr(state_pool, "DeviceBuffer", lambda size, fill: SimpleNamespace(ptr=0x10000))
-    monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+    ids = {7: 70}
+    _Events().install(monkeypatch, lambda stream: (stream, threading.get_ident()) if stream == 2 else ids[stream])
     pool = StatePool("tests")
     here = (pool.slot_for(2), pool.slot_for(2), pool.slot_for(7))
     there = []
@@ -302,6 +333,44 @@ def test_state_pool_gives_each_threads_default_stream_its_own_slot(monkeypatch):
     assert here[0] == here[1] and here[0] != there[0]
     assert here[2] == there[1]
     assert {a for a, _ in (*here, *there)} == {0x10000, 0x10000 + 32, 0x10000 + 64}  # 32-byte slots: a pair each
+    ids[7] = 71  # handle 7 destroyed and created again
+    assert pool.slot_for(7) == (0x10000 + 96, False)
+
+
+def test_state_pool_gives_a_new_stream_the_slot_whose_launches_finished(monkeypatch):
+    """Full (chunks of 2 slots here), the pool hands a new stream the least recently used slot whose last launch
+    through use() has finished, phase and all; a busy slot, one whose launch is being enqueued and a capture's
+    are never taken; with none free it grows by another chunk, up to MAX_CHUNKS."""
+    from cuadv import state_pool
+
+    events = _Events()
+    chunks = events.install(monkeypatch, lambda stream: stream)
+    pool = StatePool("tests", slots=2)
+    with pool.use(1) as (a, captured):
+        assert (a, captured) == (0x10000, False)
+    with pool.phase(a) as phase:
+        assert phase == 0  # the launch on stream 1 takes phase 0, so its slot's next is 1
+    with pool.use(2) as (b, _):
+        pass
+    events.busy = {1, 2}  # both streams' launches still run
+    with pool.use(3) as (c, _):
+        assert c == 0x20000 and len(chunks) == 2  # grown: no slot was free
+    with pool.use(4) as (d, _):
+        assert d == 0x20000 + 32  # room left: a new slot
+    events.busy = {2, 4}  # stream 1's and stream 3's work is done: stream 1's slot was used least recently
+    with pool.use(5) as (e, _):
+        assert e == a
+        events.busy = {2, 3, 4}
+        with pool.use(6) as (f, _):
+            assert f == 0x30000  # stream 5's launch is still being enqueued: its slot is not taken
+    with pool.phase(e) as phase:
+        assert phase == 1  # the slot's phase went with it
+    assert pool.slot_for(1) == (0x30000 + 32, False)  # stream 1 lost its slot
+    assert pool.slot_for(-1) == (0x40000, True) and pool.slot_for(-1) == (0x40000 + 32, True)  # captures: fresh
+    assert pool.last_new == 0x40000 + 32
+    monkeypatch.setattr(state_pool, "MAX_CHUNKS", 4)
+    with pytest.raises(LaunchConfigError, match="more than 8 streams with launches in flight and graph captures"):
+        pool.slot_for(-1)
 
 
 def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_occupancy, monkeypatch):

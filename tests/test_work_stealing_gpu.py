@@ -278,6 +278,36 @@ def test_two_streams_do_not_share_scheduler_state(cp):
         assert (cp.asnumpy(c) == 3).all()
 
 
+@pytest.mark.parametrize("policy", ["steal", "atomic_counter"])
+def test_a_stream_per_batch_reuses_finished_slots(cp, monkeypatch, policy):
+    """A stream created per batch and dropped, every other one with its launches still running: each launch
+    exact, and the pool (2 slots a chunk here) hands a new stream a slot whose launches finished rather than
+    growing by one per stream."""
+    if policy not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    from cuadv.state_pool import StatePool
+    from cuadv.work_stealing import tile_kernel
+
+    pool = StatePool("tests", slots=2)
+    monkeypatch.setattr(tile_kernel, "_pool" if policy == "steal" else "_counters", pool)
+    k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy=policy, block=64, name="stream_per_batch")
+    tiles, rounds = 50_001, 8
+    counts = [cp.zeros(tiles, dtype=cp.uint32) for _ in range(rounds)]
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()  # the zeros (CuPy's stream) land before the non-blocking streams' kernels
+    for r in range(rounds):
+        s = cp.cuda.Stream(non_blocking=True)
+        for _ in range(2):
+            k(tiles, counts[r], prologues, stream=s)
+        if r % 2 == 0:
+            s.synchronize()
+        del s  # destroyed: a later stream may get its handle while its work still runs
+    cp.cuda.Device().synchronize()
+    for c in counts:
+        assert (cp.asnumpy(c) == 2).all()
+    assert pool.taken <= 2 + rounds // 2  # each synchronized stream's slot went to a later one
+
+
 @pytest.mark.parametrize("policy", ["fixed_work", "fixed_blocks", "atomic_counter", "steal"])
 def test_trace_records_every_tile(cp, policy):
     if policy not in policies():

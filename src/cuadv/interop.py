@@ -207,6 +207,13 @@ def stream_id(stream: int) -> int:
     return int(check(drv.cuStreamGetId(drv.CUstream(stream)), "cuStreamGetId"))
 
 
+def stream_key(stream: int) -> tuple[int, int]:
+    """(current context, ``stream_id``): what identifies a stream for state kept between launches on it. Not its
+    handle, which a stream created after another's destruction may get while the old one's work still runs; for
+    the per-thread default stream the id is the calling thread's own stream's."""
+    return int(check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")), stream_id(stream)
+
+
 def _type_name(typestr: str) -> str:
     try:
         return np.dtype(typestr).name

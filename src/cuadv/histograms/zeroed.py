@@ -13,19 +13,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._cuda import check, driver
-from ..interop import capturing, stream_id
+from ..interop import capturing, stream_key
 
 MAX_BUFFER_BYTES = (4 << 20) + 16  # counts of up to 2**20 + 1 slots and the sample's verdict word
 MAX_KEPT_BYTES = 32 << 20  # all buffers kept, over every stream; past it a call frees its buffer as before
-
-
-def stream_key(stream: int) -> tuple[int, int]:
-    """(context, stream id): the id (``interop.stream_id``, which for the per-thread default stream is the calling
-    thread's) because a stream created with a destroyed one's handle must not find buffers the old one's work may
-    still use."""
-    ctx = check(driver().cuCtxGetCurrent(), "cuCtxGetCurrent")
-    return int(ctx), stream_id(stream)
 
 
 class ZeroedCounts:

@@ -67,7 +67,12 @@ SPMV = (
     "launches the hardware overlaps with other blocks' work. Block traces (07:58, power-law): steal's kernel runs "
     "6 blocks per SM (792 slots), fixed_work's 5 (660), and a tile takes 6.91 us in steal's against 6.66 us (the "
     "median, warp 0's view); loading the next rows' offsets a batch ahead changed nothing (the body does not wait "
-    "on them)")
+    "on them). Neither steal's time slice nor its claims are the cause (sweep of 21:41, split rows): with no slice "
+    "(quantum_us=inf) steal reads 0.966x on power-law against 0.957x with the default 50 us, and the atomic-counter "
+    "scheduler, a loop over tiles at fixed_work's 5 blocks per SM, 0.972x; every loop with a block barrier between "
+    "tiles trails fixed_work by 3-4% whichever policy claims them, and tiles of 4096 non-zeros move it by 1% at "
+    "most (scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work "
+    "atomic_counter)")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "

@@ -227,8 +227,8 @@ class PreparedQueue:
         if self.n_tasks == 0:
             return  # nothing to run: no launch
         handle = stream_handle(stream, *self.args)
-        state, _captured = _pool.slot_for(handle)  # the protocol resets itself, captured or not
-        self.launcher(Queue(state, self.n_tasks, self.tasks_per_ticket), *self.args, stream=handle)
+        with _pool.use(handle) as (state, _captured):  # the protocol resets itself, captured or not
+            self.launcher(Queue(state, self.n_tasks, self.tasks_per_ticket), *self.args, stream=handle)
 
 
 def prepare_persistent(kernel: PersistentKernel, n_tasks: int, *args: Any, tasks_per_ticket: int = 1) -> PreparedQueue:

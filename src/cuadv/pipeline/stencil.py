@@ -8,6 +8,7 @@ the ``tma`` variants.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -444,11 +445,14 @@ class Stencil:
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
-        args = params if layout is None else StencilTmaParams(
-            params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None, variant.chunk,
-            self.tickets(stream) if variant.tickets else 0)
         config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
-        launch(self.kernel(variant, align), config, args, stream=stream)
+        kernel = self.kernel(variant, align)
+        handle = stream_handle(stream)
+        with _TICKETS.use(handle) if variant.tickets else nullcontext((0, False)) as (tickets, _captured):
+            args = params if layout is None else StencilTmaParams(
+                params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None,
+                variant.chunk, tickets)
+            launch(kernel, config, args, stream=handle)
         return grid
 
 

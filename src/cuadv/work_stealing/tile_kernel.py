@@ -45,8 +45,8 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
 """
 
 _pool = StatePool("work stealing")  # the TileKernel scheduler's counters
-# atomic_counter's counters, zeroed by a memset before every launch: a pool of their own, so the steal
-# counters (which reset themselves) never see a value left by one; every captured launch takes a slot.
+# atomic_counter's counters, zeroed by a memset (a memset node in a capture) before every launch: a pool of their own,
+# so the steal counters (which reset themselves) never see a value left by one; every captured launch takes a slot.
 _counters = StatePool("the atomic-counter scheduler", slots=4096)
 
 
@@ -256,29 +256,22 @@ class TileKernel:
         if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
             trace_buf.fill(0xFF, stream=handle)
-        state_ptr, captured = _pool.slot_for(handle) if concrete == "steal" else (0, False)
-        if concrete == "atomic_counter":
-            state_ptr = self._zeroed_counter(handle)
         if quantum and self._report is None:
             self._report, self._report_ptr = _reports.take()
-        # steal's stream launches alternate between the two states of their slot (the phase); a captured one
-        # counts exits in the first
-        with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
-            schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
-                                prologue_factor=self.prologue_factor, state_ptr=state_ptr,
-                                trace_ptr=trace_buf.ptr if trace_buf else 0, order_ptr=order.buffer.ptr if order else 0,
-                                count_exits=captured, phase=phase, min_units=min_units,
-                                report_ptr=self._report_ptr if quantum else 0)
-            launch(kernel, config, schedule, *args, stream=handle)
+        pool = _pool if concrete == "steal" else _counters if concrete == "atomic_counter" else None
+        with pool.use(handle) if pool else nullcontext((0, False)) as (state_ptr, captured):
+            if concrete == "atomic_counter":  # zeroed before every launch, as users of such a scheduler do
+                check(driver().cuMemsetD32Async(state_ptr, 0, 2, handle), "cuMemsetD32Async")
+            # steal's stream launches alternate between the two states of their slot (the phase); a captured one
+            # counts exits in the first
+            with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
+                schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+                                    prologue_factor=self.prologue_factor, state_ptr=state_ptr,
+                                    trace_ptr=trace_buf.ptr if trace_buf else 0,
+                                    order_ptr=order.buffer.ptr if order else 0, count_exits=captured, phase=phase,
+                                    min_units=min_units, report_ptr=self._report_ptr if quantum else 0)
+                launch(kernel, config, schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 
     launch = __call__
-
-    @staticmethod
-    def _zeroed_counter(stream: int) -> int:
-        """atomic_counter: the launch's counter, and a memset of it to zero enqueued on its stream before the
-        kernel (a memset node when the stream is being captured), as users of such a scheduler do."""
-        address = _counters.slot_for(stream)[0]
-        check(driver().cuMemsetD32Async(address, 0, 2, stream), "cuMemsetD32Async")
-        return address
