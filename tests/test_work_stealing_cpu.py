@@ -312,7 +312,7 @@ class _Events:
         monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
         monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())
         monkeypatch.setattr(state_pool, "_record", lambda event, stream: self.recorded.update({id(event): stream}))
-        monkeypatch.setattr(state_pool, "_done", lambda event: self.recorded[id(event)] not in self.busy)
+        monkeypatch.setattr(state_pool, "event_done", lambda event: self.recorded[id(event)] not in self.busy)
         return chunks
 
 

@@ -10,10 +10,9 @@ from contextlib import contextmanager
 
 from ._cuda import check, driver
 from .errors import LaunchConfigError
-from .interop import capturing as is_capturing
-from .interop import stream_key
+from .interop import capturing as is_capturing, stream_key
 from .memory import DeviceBuffer
-from .waiting import wait
+from .waiting import event_done, wait
 
 STATE_BYTES = 32  # two cuadv::ws::StealState (16 bytes each): steal's stream launches alternate between them
 MAX_CHUNKS = 256  # chunks of `slots` slots each: with the default, 65,536 slots (2 MiB) at most
@@ -27,16 +26,6 @@ def _new_event():
 def _record(event, stream: int) -> None:
     drv = driver()
     check(drv.cuEventRecord(event, drv.CUstream(stream)), "cuEventRecord")
-
-
-def _done(event) -> bool:
-    """Whether everything before the event's latest record has finished (cuEventQuery)."""
-    drv = driver()
-    status, = drv.cuEventQuery(event)
-    if int(status) == int(drv.CUresult.CUDA_ERROR_NOT_READY):
-        return False
-    check((status,), "cuEventQuery")
-    return True
 
 
 class StatePool:
@@ -112,7 +101,7 @@ class StatePool:
         """The least recently used stream slot whose launches have all finished, taken from its stream."""
         for key, address in self._by_stream.items():
             event = self._events.get(address)
-            if not self._pending.get(address) and event is not None and _done(event):
+            if not self._pending.get(address) and event is not None and event_done(event):
                 del self._by_stream[key]
                 return address
         return None

@@ -145,6 +145,12 @@ def _event(target: Any) -> Any:
     return None
 
 
+def event_done(event: Any) -> bool:
+    """Whether the work before ``event``'s latest record has finished, without waiting (a failed kernel's error
+    raises here)."""
+    return _ready(lambda: driver().cuEventQuery(event), "cuEventQuery")()
+
+
 def _ready(query: Callable[[], tuple], call: str) -> Callable[[], bool]:
     not_ready = driver().CUresult.CUDA_ERROR_NOT_READY
 
