@@ -1,8 +1,7 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
 non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
 32 registers), short-row body, tile list, group (non-zeros per short-row tile; long rows and slices scale with
-it), policy, for steal its time slice, and whether the prologue prefetches the tile list into L2. Every result is
-checked against SciPy in float64 first.
+it), policy and, for steal, its time slice. Every result is checked against SciPy in float64 first.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
@@ -40,17 +39,13 @@ def main() -> None:
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
     p.add_argument("--quantum-us", type=quantum, nargs="+", default=[50.0], help="steal's time slices ('inf': none)")
-    p.add_argument("--prefetch-tiles", nargs="+", default=["off"], choices=["off", "on"],
-                   help="the prologue prefetches the tile list into L2")
     p.add_argument("--matrix", nargs="+", default=list(MATRICES), choices=list(MATRICES))
     a = p.parse_args()
     # One TileKernel per setting and tile list, so steal's learned grid comes from launches over the same tiles.
     kernels = {}
-    for mb, short, tiling, group, q, pf in itertools.product(a.blocks_per_sm, a.short, a.tiling, a.group,
-                                                             a.quantum_us, a.prefetch_tiles):
+    for mb, short, tiling, group, q in itertools.product(a.blocks_per_sm, a.short, a.tiling, a.group, a.quantum_us):
         name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}"
-        kernels[mb, short, tiling, group, q, pf] = spmv_kernel(min_blocks=mb, short_rows=short, name=name,
-                                                               quantum_us=q, prefetch_tiles=pf == "on")
+        kernels[mb, short, tiling, group, q] = spmv_kernel(min_blocks=mb, short_rows=short, name=name, quantum_us=q)
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
@@ -58,7 +53,7 @@ def main() -> None:
         tol = tolerance(m.lengths, abs_sum)
         devs = {group: DeviceCsr(m, x, group) for group in a.group}
         calls = {}
-        for (mb, short, tiling, group, q, pf), k in kernels.items():
+        for (mb, short, tiling, group, q), k in kernels.items():
             dev = devs[group]
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
@@ -66,11 +61,9 @@ def main() -> None:
                 for _ in range(3):  # steal learns its grid over its first launches
                     dev.run(k, tiling, policy)
                 if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
-                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {tiling}, group {group}, {policy}, prefetch "
-                                     f"{pf}: a row is wrong")
+                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {tiling}, group {group}, {policy}: a row is wrong")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
-                prefetch = ", tiles prefetched" if pf == "on" else ""
-                calls[f"{mb}/SM, {short}, {tiling}, group {group}, {policy}{slice_}{prefetch}"] = (
+                calls[f"{mb}/SM, {short}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
         for peer_kind, _label, call in peers(devs[a.group[0]])[0]:
             if peer_kind == "cusparse":

@@ -183,17 +183,6 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
   __syncthreads();  // this tile's reads of stage[] and soff[] are done before the block's next tile writes them
 }
 
-// The tile list into L2 ahead of its reads (the lab's prologue, where asked for): a tile's first load is its
-// descriptor, and the row offsets, columns and x wait on it; from DRAM it would add a memory latency to every
-// tile. Block b prefetches 128-byte lines 4b to 4b + 3 and every 4 * gridDim.x-th line after them, so the first
-// blocks of a launch cover the list (a resident grid in a few lines each, a tile grid in one).
-static __device__ __forceinline__ void prefetch_tiles(const int4* tiles, unsigned long long count) {
-  const unsigned long long lines = (count * sizeof(int4) + 127) / 128;
-  if (threadIdx.x >= 4) return;
-  for (unsigned long long l = 4ull * blockIdx.x + threadIdx.x; l < lines; l += 4ull * gridDim.x)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(tiles) + 128 * l));
-}
-
 // One tile of the lab's tile list (see the top of this file). Every thread of the block calls it. kStage:
 // the floats of the stage (kStaged only).
 template <int kThreads, ShortRows kShort, int kStage>

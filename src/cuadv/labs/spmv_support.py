@@ -318,20 +318,17 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
-                name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None,
-                prefetch_tiles: bool = False) -> TileKernel:
+                name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None) -> TileKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
     or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
-    ``quantum_us``: steal's time slice (TileKernel's); ``prefetch_tiles``: each block's prologue prefetches a share
-    of the tile list into L2 (spmv.cuh prefetch_tiles)."""
+    ``quantum_us``: steal's time slice (TileKernel's)."""
     if short_rows not in SHORT_ROWS:
         raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
-    suffix = ("regs" if short_rows == "registers" else f"staged_{stage}") + ("_pf" if prefetch_tiles else "")
-    prologue = "    cuadv_spmv::prefetch_tiles(tiles, cuadv_schedule.tiles[0]);\n" if prefetch_tiles else ""
-    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage), prologue,
-                      policy=policy, block=threads, preamble=kernel_source("spmv.cuh"),
-                      name=f"{name}_{threads}_{suffix}", min_blocks_per_sm=min_blocks, quantum_us=quantum_us)
+    suffix = "regs" if short_rows == "registers" else f"staged_{stage}"
+    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage), policy=policy,
+                      block=threads, preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
+                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us)
 
 
 class DeviceCsr:
