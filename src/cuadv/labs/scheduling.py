@@ -38,7 +38,7 @@ from .base import RunContext, rates
 # The spin kernel, workloads, regimes and policies live in scheduling_support; their names are this lab's as well.
 from .scheduling_support import (DOMINANT, MEAN_TILE_NS, POLICIES, REGIMES, SHARED, SPIN_BLOCK,  # noqa: F401
                                  SPIN_BODY, SPIN_PARAMS, SPIN_PROLOGUE, TILES, WORKLOADS, BalanceRow,  # noqa: F401
-                                 Regime, spin_kernel, workload)  # noqa: F401
+                                 WORKLOAD_SEED, Regime, spin_kernel, workload)  # noqa: F401
 from .scheduling_shared import counter_table, ideal_ms, policy_slots, shared_gpu, smoke_holder
 from .vecscale import tiles_for, vecscale_kernel
 
@@ -133,7 +133,7 @@ class SchedulingLab:
     def _balance(self, ctx, result, slots, repeats) -> list[BalanceRow]:
         import cupy as cp
 
-        rng = np.random.default_rng()
+        rng = np.random.default_rng(WORKLOAD_SEED)
         rows: list[BalanceRow] = []
         for regime in REGIMES:
             tiles = regime.tiles(slots)
