@@ -62,9 +62,10 @@ SPMV = (
     "--blocks-per-sm 5 6 8). "
     "What remains is the policy: on the same tiles and body fixed_work reaches 1.01x cuSPARSE on the power-law "
     "matrix (0.965x R-MAT), steal 0.955x (0.938x): under ncu split steal took 305 us against fixed_work's 296 "
-    "us, and a barrier stall (3.5 cycles per issued instruction, absent from fixed_work's top four) is the "
-    "hand-off of the next tile between a steal block's tiles, where fixed_work's tile boundaries are block "
-    "launches the hardware overlaps with other blocks' work. Block traces (07:58, power-law): steal's kernel runs "
+    "us, with a barrier stall (3.5 cycles per issued instruction, absent from fixed_work's top four) at the "
+    "hand-off of the next tile between a steal block's tiles; but that wait is not the loss: a second barrier after "
+    "each tile left steal as it was (0.952x / 0.953x), and made fixed_blocks, a loop with no barrier, 4% faster "
+    "on power-law (scripts/spmv_barrier_probe.py, 2026-12-03 05:45). Block traces (07:58, power-law): steal's kernel runs "
     "6 blocks per SM (792 slots), fixed_work's 5 (660), and a tile takes 6.91 us in steal's against 6.66 us (the "
     "median, warp 0's view); loading the next rows' offsets a batch ahead changed nothing (the body does not wait "
     "on them). Neither steal's time slice nor its claims are the cause (sweep of 21:41, split rows): with no slice "
@@ -72,7 +73,8 @@ SPMV = (
     "scheduler, a loop over tiles at fixed_work's 5 blocks per SM, 0.972x; every loop with a block barrier between "
     "tiles trails fixed_work by 3-4% whichever policy claims them, and tiles of 4096 non-zeros move it by 1% at "
     "most (scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work "
-    "atomic_counter)")
+    "atomic_counter); prefetching the tile list into L2 gained nothing (05:20). What differs is a block launched "
+    "per tile against one that loops, not yet located further")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
@@ -89,7 +91,9 @@ COUNTER = (
     "with slices, each block that gives its SM back is replaced by a block launch and a first claim, which "
     "'short launches' (8 tiles per slot) paid about once per slot until steal took a slot's whole share where it "
     "is at most two slices (16:15: 0.999x / 1.01x, stream / graph); Pareto tiles' rounds spread as widely as the "
-    "gap (690-731 us at 16:15), and the same rows read 1.00x / 0.975x there and 0.984x / 0.969x at 15:30. "
+    "gap (690-731 us at 16:15), and the same rows read 1.00x / 0.975x there and 0.984x / 0.969x at 15:30; "
+    "with the tiles drawn from a fixed seed and 21 rounds (2026-12-03 05:45) 0.993x / 0.988x, each launch of the "
+    "same tiles taking 687-732 us under either scheduler. "
     "On v := a v the gap was in the streaming rate, not "
     "per launch (08:16: 3999 against 4078 GB/s, 7.5 against 6.7 us), and followed the order of the tile body's "
     "loads and stores in each kernel's code: ptxas issued two of a row's stores before its last two loads in the "
