@@ -1,14 +1,18 @@
-"""What a block-wide barrier at every tile boundary costs the spmv lab's tile loop: the lab's body (split rows, the
-register short-row body, 5 blocks per SM) under fixed_work, fixed_blocks and steal, each with and without a
-__syncthreads() after the body, on the lab's three matrices (4M rows, seed 18), against cuSPARSE.
+"""What a block-wide barrier at every tile boundary, and the code ptxas makes of the body in each policy's kernel,
+cost the spmv lab's tile loop: the lab's body (split rows, the register short-row body, 5 blocks per SM) under
+fixed_work, fixed_blocks and steal, as it is, with a __syncthreads() after it, and as a call of one out-of-line
+function (compiled once, the same code under every policy), on the lab's three matrices (4M rows, seed 18),
+against cuSPARSE.
 
     PYTHONPATH=src python3 scripts/spmv_barrier_probe.py > spmv_barrier_probe.log
 
 fixed_blocks loops over its tiles with no claim and no barrier, so the barrier is all that differs between its
 two rows: the cost of making a block's warps start each tile together, which steal's one-barrier hand-off and the
-atomic counter's publish pay on every tile. fixed_work ends each tile with its block anyway (a barrier there
-changes nothing), so its two rows are the control. Every result is checked against SciPy in float64 first; one line
-per variant, fastest first (median of 5 interleaved rounds of 10 CUDA-event timings) with its ratio to cuSPARSE.
+atomic counter's publish pay on every tile. fixed_work ends each tile with its block anyway (the barrier adds no
+wait there), so a change in its time is one in ptxas's code of the body. If the out-of-line body closes the gap
+between steal and fixed_work, what steal loses is ptxas's code of the body inside its loop. Every result is
+checked against SciPy in float64 first; one line per variant, fastest first (median of 5 interleaved rounds of 10
+CUDA-event timings) with its ratio to cuSPARSE.
 """
 
 from __future__ import annotations
@@ -25,36 +29,50 @@ from cuadv.timing import time_gpu
 
 POLICIES = ("fixed_work", "fixed_blocks", "steal")
 BARRIER = "      __syncthreads();  // every warp has finished this tile before any starts the next\n"
+# The body as a call of one out-of-line function: ptxas compiles it once, the same code under every policy.
+OUT_OF_LINE = f"""
+static __device__ __noinline__ void spmv_probe_tile({PARAMS.replace("__restrict__ ", "")},
+                                                    unsigned long long index) {{
+  cuadv_spmv::run_tile<{THREADS}, cuadv_spmv::ShortRows::kRegisters, {STAGE}>(index, tiles, splits, offsets, cols, vals,
+                                                                          x, y, partials, counts);
+}}
+"""
+CALL = "      spmv_probe_tile(tiles, splits, offsets, cols, vals, x, y, partials, counts, tile.index);\n"
+VARIANTS = {"": "plain", ", barrier after each tile": "barrier", ", body out of line": "call"}
 
 
-def kernel(barrier: bool) -> TileKernel:
-    body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE) + (BARRIER if barrier else "")
-    return TileKernel(PARAMS, body, preamble=kernel_source("spmv.cuh"), block=THREADS, min_blocks_per_sm=MIN_BLOCKS,
-                      name=f"spmv_probe_{'barrier' if barrier else 'plain'}")
+def kernel(variant: str) -> TileKernel:
+    body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE)
+    preamble = kernel_source("spmv.cuh")
+    if variant == "barrier":
+        body += BARRIER
+    elif variant == "call":
+        body, preamble = CALL, preamble + OUT_OF_LINE
+    return TileKernel(PARAMS, body, preamble=preamble, block=THREADS, min_blocks_per_sm=MIN_BLOCKS,
+                      name=f"spmv_probe_{variant}")
 
 
-def probe(kind: str, kernels: dict[bool, TileKernel]) -> None:
+def probe(kind: str, kernels: dict[str, TileKernel]) -> None:
     dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
     calls = {}
-    for barrier, k in kernels.items():
+    for suffix, k in kernels.items():
         for policy in POLICIES:
             for _ in range(3):  # steal learns its grid over its first launches
                 dev.run(k, "split", policy)
             if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
-                raise SystemExit(f"{kind}, {policy}, barrier {barrier}: a row is wrong")
-            label = f"{policy}{', barrier after each tile' if barrier else ''}"
-            calls[label] = lambda k=k, policy=policy: dev.run(k, "split", policy)
+                raise SystemExit(f"{kind}, {policy}{suffix}: a row is wrong")
+            calls[policy + suffix] = lambda k=k, policy=policy: dev.run(k, "split", policy)
     calls["cuSPARSE"] = next(call for peer_kind, _label, call in peers(dev)[0] if peer_kind == "cusparse")
     calls["cuSPARSE"]()  # its first call sets it up
     ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
                              for label, fn in calls.items()}, 5)
     base = float(ms["cuSPARSE"])
     for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
-        print(f"{kind:10s} {label:42s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
+        print(f"{kind:10s} {label:46s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
 
 
 def main() -> None:
-    kernels = {barrier: kernel(barrier) for barrier in (False, True)}
+    kernels = {suffix: kernel(variant) for suffix, variant in VARIANTS.items()}
     for kind in MATRICES:
         probe(kind, kernels)
         cp.get_default_memory_pool().free_all_blocks()
