@@ -77,5 +77,6 @@ def main() -> None:
         probe(kind, kernels)
         cp.get_default_memory_pool().free_all_blocks()
 
+
 if __name__ == "__main__":
     main()
