@@ -61,7 +61,8 @@ def main() -> None:
                 for _ in range(3):  # steal learns its grid over its first launches
                     dev.run(k, tiling, policy)
                 if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
-                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {tiling}, group {group}, {policy}: a row is wrong")
+                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {tiling}, group {group}, {policy}: "
+                                     "a row is wrong")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 calls[f"{mb}/SM, {short}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
