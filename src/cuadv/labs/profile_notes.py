@@ -74,8 +74,10 @@ SPMV = (
     "scheduler, a loop over tiles at fixed_work's 5 blocks per SM, 0.972x; every loop with a block barrier between "
     "tiles trails fixed_work by 3-4% whichever policy claims them, and tiles of 4096 non-zeros move it by 1% at "
     "most (scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work "
-    "atomic_counter); prefetching the tile list into L2 gained nothing (05:20). What differs is a block launched "
-    "per tile against one that loops, not yet located further")
+    "atomic_counter); prefetching the tile list into L2 gained nothing (05:20), nor did compiling the body once, "
+    "out of line, for every policy (06:20: fixed_work 1.005x, steal 0.944x). What a loop loses is its warps' "
+    "wait for each tile's slowest warp: the same barrier in fixed_work, whose warps otherwise leave as they "
+    "finish, cost it 1.3% on power-law and 7% on R-MAT (scripts/spmv_barrier_probe.py)")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
