@@ -75,9 +75,10 @@ SPMV = (
     "tiles trails fixed_work by 3-4% whichever policy claims them, and tiles of 4096 non-zeros move it by 1% at "
     "most (scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work "
     "atomic_counter); prefetching the tile list into L2 gained nothing (05:20), nor did compiling the body once, "
-    "out of line, for every policy (06:20: fixed_work 1.005x, steal 0.944x). What a loop loses is its warps' "
-    "wait for each tile's slowest warp: the same barrier in fixed_work, whose warps otherwise leave as they "
-    "finish, cost it 1.3% on power-law and 7% on R-MAT (scripts/spmv_barrier_probe.py)")
+    "out of line, for every policy (06:20: fixed_work 1.005x, steal 0.944x). Part of what a loop loses is its "
+    "warps' wait for each tile's slowest warp: the same barrier in fixed_work, whose warps otherwise leave as they "
+    "finish, cost it 7% on R-MAT (0.900x, below steal's 0.920x) but only 1.3 of steal's 5.4 points on power-law "
+    "(scripts/spmv_barrier_probe.py)")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
