@@ -1,7 +1,7 @@
-"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against the TMA
-ring (hist_block_tma, 2-6 chunks in flight per block), for bin counts whose plans are 'shared' (at 64K bins, which
-one block holds only with 16-bit counters, hist_block's register loads against the one-block dsm kernel), each result
-checked against NumPy, each time against the read-only ceiling measured in the same run.
+"""How the shared-memory histogram is fed, measured on this GPU: register loads (hist_block) against each TMA
+ring (hist_block_tma: 2-6 chunks of 1 vector per thread, 2-3 of 2), for bin counts whose plans are 'shared' (at 64K
+bins, which one block holds only with 16-bit counters, also the one-block dsm kernel), each result checked against
+NumPy, each time against the read-only ceiling measured in the same run; the plan 'auto' takes is marked.
 
     PYTHONPATH=src python3 scripts/hist_feed_sweep.py [MiB] [--once] [--bins=B,...]
 
@@ -17,7 +17,8 @@ import sys
 
 import numpy as np
 
-CASES = (("int32", 256), ("uint8", 256), ("int32", 1024), ("int32", 4096), ("int32", 16384), ("int32", 65536))
+CASES = (("int32", 256), ("uint8", 256), ("int32", 1024), ("int32", 4096), ("int32", 8192), ("int32", 16384),
+         ("int32", 33000), ("int32", 65536))
 
 
 def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> None:
@@ -25,7 +26,7 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
 
     from cuadv.errors import LaunchConfigError
     from cuadv.histograms.launcher import engine
-    from cuadv.histograms.plans import TMA_STAGES
+    from cuadv.histograms.plans import TMA_RINGS
     from cuadv.launch import launch
     from cuadv.timing import read_ceiling, time_gpu
 
@@ -45,16 +46,17 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
         out = cp.zeros(bins, dtype=cp.uint32)
         base_ms = None
         plans = []
-        for stages in (0,) + TMA_STAGES:
+        for stages, vectors in ((0, None),) + TMA_RINGS:
             try:
-                plans.append(eng.plan(bins, dtype, "shared", stages=stages))
-            except LaunchConfigError:  # 16-bit counters (register loads only) or no room for the ring
+                plans.append(eng.plan(bins, dtype, "shared", stages=stages, vectors=vectors))
+            except LaunchConfigError:  # 16-bit counters with 1-vector chunks, or no room for the ring
                 pass
         if not plans:
             print(f"{dtype} {bins:>6}: no 'shared' plan holds these bins in one block", flush=True)
             continue
         if plans[0].counter_bits == 16:  # the one-block dsm kernel over the same 16-bit counters, for comparison
             plans.insert(0, eng.plan(bins, dtype, "dsm", cluster=1))
+        auto = eng.plan(bins, dtype)
         for plan in plans:
             kernel, config = eng.launch_config(plan, n)
             args = plan.kernel_args(x.data.ptr, n, out.data.ptr)
@@ -68,7 +70,8 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
             ok = np.array_equal(got, want)
             verdict = "exact" if ok else (f"WRONG: {np.count_nonzero(got != want)} bins differ, total {got.sum()} "
                                           f"for {want.sum()}")
-            head = f"{dtype} {bins:>6} {plan.label:<36} grid {config.grid[0]:>4} smem {plan.shared_bytes:>6}"
+            mark = "*" if plan == auto else " "
+            head = f"{dtype} {bins:>6} {mark}{plan.label:<50} grid {config.grid[0]:>4} smem {plan.shared_bytes:>6}"
             if once:
                 print(f"{head} {verdict}", flush=True)
                 continue

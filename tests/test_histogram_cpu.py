@@ -6,7 +6,7 @@ import pytest
 
 from cuadv.errors import KernelArgumentError, LaunchConfigError
 from cuadv.histograms import launcher
-from cuadv.histograms.plans import (BLOCK_RESERVED, H200_SHARED_PER_BLOCK, H200_SHARED_PER_SM, TMA_STAGES,
+from cuadv.histograms.plans import (BLOCK_RESERVED, H200_SHARED_PER_BLOCK, H200_SHARED_PER_SM, TMA_RINGS,
                                     tma_ring_bytes)
 from cuadv.labs import histogram as h
 
@@ -114,7 +114,7 @@ def test_plan_sizes_match_the_kernel_layout():
     (dict(bins=10, variant="exchange", aggregate=True), ValueError, "aggregate applies to variant 'dsm' only"),
     (dict(bins=10, variant="shared", counter_bits=16), ValueError, "counter_bits applies to variants 'dsm' and"),
     (dict(bins=10, variant="dsm", hot=5), ValueError, "hot applies to variants 'hot' and 'exchange' only, not 'dsm'"),
-    (dict(bins=10, variant="hot", vectors=1), ValueError, "vectors applies to variant 'exchange' only"),
+    (dict(bins=10, variant="hot", vectors=1), ValueError, "vectors applies to variant 'exchange', or 'shared'"),
     (dict(bins=10, variant="hot", hot=11), ValueError, r"hot must be an int in \[0, bins = 10\], got 11"),
     (dict(bins=10, variant="hot", hot=-1), ValueError, r"hot must be an int in \[0, bins = 10\]"),
     (dict(bins=10, variant="hot", hot=0), ValueError, r"at least one privatised bin \(hot >= 1\)"),
@@ -138,8 +138,17 @@ def test_plan_sizes_match_the_kernel_layout():
     (dict(bins=10, variant="dsm", counter_bits=8), ValueError, "counter_bits must be 16 or 32"),
     (dict(bins=10, dtype="uint8", variant="dsm", counter_bits=16), ValueError, "16-bit counters are for int32"),
     (dict(bins=70_000, variant="shared", stages=2), LaunchConfigError,
-     r"need 280004 B of shared memory in one block .* limit is 232448 B \(at most 58111 bins; int32 input up to "
-     r"116223 bins with 16-bit counters\); 16-bit counters are fed by register loads only \(stages=0\)"),
+     r"bins = 70000 fit one block only as 16-bit counters, which take TMA rings of 2-vector chunks \(vectors=2, "
+     r"stages 2 or 3"),
+    (dict(bins=100_000, variant="shared", stages=2, vectors=2), LaunchConfigError,
+     r"bins = 100000 with a TMA ring of 2 chunks need 265616 B .* \(counters 200004 B, ring 65536 B\); the per-block "
+     r"limit is 232448 B: use fewer stages or stages=0"),
+    (dict(bins=256, variant="shared", stages=4, vectors=2), ValueError,
+     r"a TMA ring of 2-vector chunks takes stages 2 or 3 \(at most 96 KB\), got stages=4"),
+    (dict(bins=256, variant="shared", stages=2, vectors=4), ValueError,
+     r"vectors must be one of 1, 2 \(16-byte vectors per thread in a chunk of the TMA ring\), got 4"),
+    (dict(bins=256, variant="shared", vectors=2), ValueError,
+     r"vectors applies to variant 'exchange', or 'shared' with stages > 0, not 'shared' without stages"),
     (dict(bins=200_000, variant="shared"), LaunchConfigError,
      r"need 800004 B .* \(at most 58111 bins; int32 input up to 116223 bins with 16-bit counters\): use variant 'dsm'"),
     (dict(bins=256, dtype="uint8", variant="shared", shared_limit=1000), LaunchConfigError,
@@ -370,46 +379,58 @@ def test_options_cover_the_new_variants():
             eng.plan(bins, "int32", **{k: v for k, v in o.items()})
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "uint8"))
     assert not any(o["variant"] in ("hot", "exchange") for o in eng.options(256, "int32", extras=False))
-    tma = [o["stages"] for o in eng.options(256, "uint8") if "stages" in o]
-    assert tma == [0, *TMA_STAGES]  # register loads and every TMA ring, where TMA exists
+    tma = [(o["stages"], o.get("vectors", 0)) for o in eng.options(256, "uint8") if "stages" in o]
+    assert tma == [(0, 0), *TMA_RINGS]  # register loads and every TMA ring, where TMA exists
     eng.caps.tma = False
     assert not any("stages" in o for o in eng.options(256, "uint8"))
 
 
-@pytest.mark.parametrize("bins", [1, 256, 1024, 4096, 16384, 40_000])
-@pytest.mark.parametrize("stages", TMA_STAGES)
-def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bins, stages):
+@pytest.mark.parametrize("bins", [1, 256, 1024, 4096, 16384, 40_000, 65_536, 80_000])
+@pytest.mark.parametrize("stages, vectors", TMA_RINGS)
+def test_tma_fed_shared_plans_keep_two_blocks_per_sm_where_the_counters_allow(bins, stages, vectors):
     plain = h.plan_histogram(bins, "int32", "shared")
-    if tma_ring_bytes(4 * (bins + 1), stages) > H200_SHARED_PER_BLOCK:  # one replica and the ring do not fit a block
-        with pytest.raises(LaunchConfigError, match="use fewer stages"):
-            h.plan_histogram(bins, "int32", "shared", stages=stages)
+    bits = plain.counter_bits
+    need = 4 * (bins + 1) if bits == 32 else 4 * ((bins + 2) // 2)
+    if bits == 16 and vectors == 1:  # 16-bit counters take 2-vector chunks only
+        with pytest.raises(LaunchConfigError, match="which take TMA rings of 2-vector chunks"):
+            h.plan_histogram(bins, "int32", "shared", stages=stages, vectors=vectors)
         return
-    plan = h.plan_histogram(bins, "int32", "shared", stages=stages)
-    assert plan.kernel_expr == f"hist_block_tma<int, {stages}>" and f"TMA ring of {stages}" in plan.label
-    assert plan.shared_bytes == tma_ring_bytes(4 * (bins + 1) * plan.replicas, stages)
+    if tma_ring_bytes(need, stages, vectors) > H200_SHARED_PER_BLOCK:  # one replica and the ring do not fit a block
+        with pytest.raises(LaunchConfigError, match="use fewer stages"):
+            h.plan_histogram(bins, "int32", "shared", stages=stages, vectors=vectors)
+        return
+    plan = h.plan_histogram(bins, "int32", "shared", stages=stages, vectors=vectors)
+    packed = "true" if bits == 16 else "false"
+    assert plan.kernel_expr == f"hist_block_tma<int, {stages}, {vectors}, {packed}>"
+    assert f"TMA ring of {stages} x {16 * vectors} KB" in plan.label and plan.counter_bits == bits
+    assert plan.shared_bytes == tma_ring_bytes(need * plan.replicas, stages, vectors)
     assert plan.replicas <= plain.replicas
     two_fit = 2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM
     assert two_fit or plan.replicas == 1  # replicas are only given up to keep two blocks per SM
     if plan.replicas < plain.replicas:  # ... and only as far as needed
-        assert 2 * (tma_ring_bytes(4 * (bins + 1) * plan.replicas * 2, stages) + BLOCK_RESERVED) > H200_SHARED_PER_SM
+        assert 2 * (tma_ring_bytes(need * plan.replicas * 2, stages, vectors) + BLOCK_RESERVED) > H200_SHARED_PER_SM
 
 
-def test_auto_ring_depth_per_input_type():
-    # int32 takes the deepest ring, giving up replicas to keep two blocks per SM; uint8 (an atomic per byte) keeps its
-    # 32 replicas with a ring of 4 (the H200 sweep in AUTO_TMA_STAGES' comment)
-    from cuadv.histograms.plans import AUTO_TMA_STAGES, BASE_TMA_STAGES, DTYPES, plan_histogram
+def test_auto_ring_per_input_type():
+    # The first ring of AUTO_TMA_RINGS of at least 64 KB that keeps two blocks per SM (int32 gives up replicas for
+    # it; uint8, an atomic per byte, keeps its 32), else the first that fits one block, else register loads (the H200
+    # measurements in the comment of AUTO_TMA_RINGS)
+    from cuadv.histograms.plans import AUTO_TMA_RINGS, DTYPES, plan_histogram
 
-    assert set(AUTO_TMA_STAGES) == set(DTYPES) and set(AUTO_TMA_STAGES.values()) <= set(TMA_STAGES)
+    assert set(AUTO_TMA_RINGS) == set(DTYPES) and all(set(r) <= set(TMA_RINGS) for r in AUTO_TMA_RINGS.values())
     wide = plan_histogram(256, "int32", "shared", tma=True)
-    assert (wide.stages, wide.replicas) == (AUTO_TMA_STAGES["int32"], 16) == (6, 16)
+    assert (wide.stages, wide.vectors, wide.replicas) == (3, 2, 16)
     narrow = plan_histogram(256, "uint8", "shared", tma=True)
-    assert (narrow.stages, narrow.replicas) == (AUTO_TMA_STAGES["uint8"], 32) == (4, 32)
-    # deeper than BASE_TMA_STAGES only while two blocks still fit an SM; else the base ring, as before
-    for bins, ring in ((4096, 6), (8192, 5), (12_543, BASE_TMA_STAGES), (40_000, BASE_TMA_STAGES)):
+    assert (narrow.stages, narrow.vectors, narrow.replicas) == (2, 2, 32)
+    for bins, ring, two in ((4096, (3, 2), True), (8192, (2, 2), True), (16_384, (3, 2), False),
+                            (33_000, (3, 2), False), (41_000, (2, 2), False), (45_000, (2, 1), False),
+                            (58_000, (0, 0), False), (65_536, (3, 2), False), (70_000, (2, 2), False),
+                            (100_000, (0, 0), False)):
         plan = plan_histogram(bins, "int32", "shared", tma=True)
-        assert plan.stages == ring, (bins, plan.stages)
-        if ring > BASE_TMA_STAGES:
-            assert 2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM
+        assert (plan.stages, plan.vectors) == ring, (bins, plan.label)
+        assert plan.counter_bits == (16 if bins > 58_111 else 32)
+        assert (2 * (plan.shared_bytes + BLOCK_RESERVED) <= H200_SHARED_PER_SM) == two, (bins, plan.label)
+    assert plan_histogram(65_536, "int32", "shared").stages == 0  # no TMA unit: register loads
 
 
 def test_tma_fed_shared_plan_errors_name_the_rule():
@@ -573,9 +594,11 @@ def test_uint8_block_kernel_counts_in_three_instructions_per_element(tmp_path):
     assert densest < 4 * 64, densest
 
 
-def test_auto_with_a_tma_ring_asked_for_keeps_dsm_where_only_16_bit_counters_fit():
-    # 16-bit counters in one block are fed by register loads only, so stages > 0 leaves them to dsm over one block
+def test_auto_with_a_tma_ring_asked_for_keeps_dsm_where_16_bit_counters_cannot_take_it():
+    # 16-bit counters in one block take 2-vector rings that fit beside them; any other ring leaves them to dsm
     assert h.plan_histogram(70_000, stages=2).label == "dsm c=1 (16-bit)"
+    assert h.plan_histogram(70_000, stages=3, vectors=2).label == "dsm c=1 (16-bit)"  # 96 KB do not fit beside
+    assert h.plan_histogram(70_000, stages=2, vectors=2).label == "shared (1 block, 16-bit, x1, TMA ring of 2 x 32 KB)"
     assert h.plan_histogram(70_000, stages=0).label == "shared (1 block, 16-bit, x1)"
     assert h.plan_histogram(4096, stages=2).stages == 2  # 32-bit counters and the ring, as before
 

@@ -11,6 +11,8 @@
 //   hist_block<T, Packed>             one private histogram per block in shared memory (32-bit
 //                                     counters, `R` lane-interleaved replicas, or 16-bit ones packed
 //                                     as in hist_cluster), flushed once.
+//   hist_block_tma<T, Stages, V, Packed>  hist_block with its input copied by the TMA unit into a ring of
+//                                     Stages chunks of V vectors per thread (sm_90).
 //   hist_cluster<T, Packed, Agg>      the bins sharded over the cluster's blocks: bin b lives in
 //                                     block (b % C), local slot b / C; remote atomics through
 //                                     cluster.map_shared_rank. Packed: two 16-bit counters per
@@ -156,16 +158,21 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
   for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
-// The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (blockDim.x * V vectors,
-// 16 KB per vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared
-// memory, so Stages chunks per block are in flight whatever the registers allow (the register-fed
-// loop holds one batch in flight per thread). Thread 0 issues the copies; every thread reads its
-// vectors of a stage into registers, releases the stage, then counts them. full[s] completes when
-// the copy into stage s has landed; empty[s] when every thread has read it (one arrival per thread,
-// as racecheck can follow: a warp's single arrival after __syncwarp left it reporting hazards).
+// The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (V vectors per thread, 16 KB per
+// vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared memory, so Stages
+// chunks per block are in flight whatever the registers allow (the register-fed loop holds one batch in flight
+// per thread). Thread 0 issues the copies; every thread reads its vectors of a stage into registers, releases
+// the stage, then counts them. full[s] (an mbarrier) completes when the copy into stage s has landed. A stage is
+// released through named barrier 1 + s: one bar.arrive per warp, and warp 0 waits in bar.sync for all of them
+// before thread 0 refills the stage. Against one mbarrier arrival per thread, that took uint8 at 256 bins from
+// 90.3% to 91.4% of the read-only ceiling on the H200 (docs/results/h200-2026-12-03-0655); two vectors per chunk,
+// half the waits and releases per byte, from there to 94.2%, and 16-bit counters at 64K bins from 77.9% to 91.6%.
+// Warp w cannot arrive at barrier 1 + s for chunk k + Stages before that barrier completed for chunk k: its
+// copy is issued only after. Needs blockDim.x a multiple of 32 and Stages <= 15 (barrier 0 is __syncthreads').
 template <typename T, int Stages, int V, class Sink>
 static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ in, u64 n, Sink& sink, uint4* ring,
-                                                         u64* full, u64* empty) {
+                                                         u64* full) {
+  static_assert(Stages >= 1 && Stages <= 15, "named barriers 1..15 release the stages");
   constexpr int kPerVec = Layout<T>::kPerVec;
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
@@ -197,13 +204,18 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
     uint4 v[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = ring[s * chunk_vecs + j * blockDim.x + threadIdx.x];
-    ptx::mbarrier_arrive(empty + s);  // release: this thread's reads of stage s are done
-    if (threadIdx.x == 0 && k + Stages < mine) {
-      while (!ptx::mbarrier_try_wait_parity_acquire<false>(empty + s, parity)) {
-      }  // acquire: every thread has read stage s ...
-      ptx::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
-      ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
-      ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes, full + s);
+    if (k + Stages < mine) {  // stage s takes chunk k + Stages once every warp has read it
+      if (threadIdx.x < 32) {
+        ptx::named_barrier_sync(1u + s, blockDim.x);  // every warp's reads of stage s are done ...
+        if (threadIdx.x == 0) {
+          ptx::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
+          ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
+          ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes,
+                                          full + s);
+        }
+      } else {
+        ptx::named_barrier_arrive(1u + s, blockDim.x);  // release: this warp's reads of stage s are done
+      }
     }
     sink.template batch<V>(v);
     if (++s == Stages) s = 0, parity ^= 1u;
@@ -849,33 +861,29 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
   });
 }
 
-// hist_block fed by the TMA unit (sm_90): Stages chunks of 16 * blockDim.x bytes in flight per block.
-// Dynamic shared memory: the counters, rounded up to 128 B, then the ring (Stages chunks), then the
-// 2 * Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
-template <typename T, int Stages>
+// hist_block fed by the TMA unit (sm_90): Stages chunks of V * 16 * blockDim.x bytes in flight per block, into
+// 32-bit or (Packed) 16-bit counters. Dynamic shared memory: the counters, rounded up to 128 B, then the ring
+// (Stages chunks), then Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
+template <typename T, int Stages, int V, bool Packed>
 __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
                                                        u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
   if (cuadv_hist::gated_off(gate, want)) return;
   extern __shared__ __align__(128) unsigned char tma_smem[];
-  const u32 counter_bytes = (4u * cuadv_hist::counter_words<false>(bins, 0, log2r) + 127u) & ~127u;
-  const u32 ring_bytes = Stages * 16u * blockDim.x;
-  if (counter_bytes + ring_bytes + 16u * Stages > cuadv_hist::dynamic_smem_size())
+  const u32 counter_bytes = (4u * cuadv_hist::counter_words<Packed>(bins, 0, log2r) + 127u) & ~127u;
+  const u32 ring_bytes = Stages * V * 16u * blockDim.x;
+  if (counter_bytes + ring_bytes + 8u * Stages > cuadv_hist::dynamic_smem_size())
     __trap();  // the host sized shared memory wrongly
   u32* counters = reinterpret_cast<u32*>(tma_smem);
   uint4* ring = reinterpret_cast<uint4*>(tma_smem + counter_bytes);
   u64* full = reinterpret_cast<u64*>(tma_smem + counter_bytes + ring_bytes);
-  u64* empty = full + Stages;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Stages; ++s) {
-      ptx::mbarrier_init(full + s, 1u);                 // thread 0's arrive.expect_tx per copy
-      ptx::mbarrier_init(empty + s, blockDim.x);        // one arrival per thread
-    }
+    for (int s = 0; s < Stages; ++s) ptx::mbarrier_init(full + s, 1u);  // thread 0's arrive.expect_tx per copy
     ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible before any copy completes on them
     ptx::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
   }
   // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
-  block_histogram<T, false>(out, bins, log2r, counters, [&](auto& sink) {
-    cuadv_hist::stream_values_tma<T, Stages, 1>(in, n, sink, ring, full, empty);
+  block_histogram<T, Packed>(out, bins, log2r, counters, [&](auto& sink) {
+    cuadv_hist::stream_values_tma<T, Stages, V>(in, n, sink, ring, full);
   });
 }
 

@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureE
 from ..features import require
 from ..interop import DeviceArray
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
-                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_STAGES, HistogramPlan, _one_block_holds, hot_max,
+                    EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_RINGS, HistogramPlan, _one_block_holds, hot_max,
                     kernel_expressions, plan_histogram)
 
 
@@ -128,8 +128,9 @@ class HistogramEngine:
         with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
         configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
         opts: list[dict] = [{"variant": "global"}]
-        feeds = (0,) + TMA_STAGES if self.caps.tma else (None,)  # register loads, then each TMA ring
-        candidates = [{"variant": "shared"} if s is None else {"variant": "shared", "stages": s} for s in feeds]
+        candidates = [{"variant": "shared"} if not self.caps.tma else {"variant": "shared", "stages": 0}]
+        if self.caps.tma:  # register loads, then each TMA ring
+            candidates += [{"variant": "shared", "stages": s, "vectors": v} for s, v in TMA_RINGS]
         candidates += [{"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
                        for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
         if extras and dtype == "int32":
@@ -294,8 +295,9 @@ def count_bins(x: Any, bins: int, *, variant: str = "auto", cluster: int | None 
     ``cluster``: blocks per cluster for 'dsm' (1, 2, 4, 8, 16) and 'exchange' (2, 4, 8, 16), default
     the smallest that holds the bins; ``aggregate``: warp-aggregated increments for 'dsm' (for skewed
     data); ``stages``: for 'shared' (sm_90), 2-6 chunks of the input in flight per block in a ring that the
-    TMA unit fills, 0 register loads; ``units``: blocks (clusters for dsm and exchange) to launch, default the
-    persistent grid from the occupancy API.
+    TMA unit fills (each chunk ``vectors`` 16-byte vectors per thread: 1, or 2 with 2-3 stages), 0 register loads,
+    default the measured ring (``plans.AUTO_TMA_RINGS``); ``units``: blocks (clusters for dsm and exchange) to
+    launch, default the persistent grid from the occupancy API.
     """
     return engine().prepare(x, bins, variant=variant, cluster=cluster, aggregate=aggregate, counter_bits=counter_bits,
                             hot=hot, vectors=vectors, sort=sort, stages=stages, out=out, stream=stream, units=units)()

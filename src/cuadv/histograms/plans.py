@@ -27,13 +27,19 @@ EXCHANGE_MAX_LOCAL = 1 << 16  # mailbox entries are 16-bit local indices
 EXCHANGE_SLACK = (5, 4)  # a run holds 1.25x a uniform chunk's share per owner before it overflows
 EXCHANGE_HOT = 4096  # low bins privatised per block by the measured "+hot" exchange configurations
 TMA_STAGES = (2, 3, 4, 5, 6)  # chunks in flight per block of the TMA-fed shared variant
-# The deepest ring 'shared' takes without ``stages``, per input type (H200, 2026-12-02, scripts/hist_feed_sweep.py):
-# int32 at 256 bins read 96.9% of the read-only ceiling with 6 chunks (and 16 replicas, so that two blocks still
-# fit an SM) against 94.0% with 4 (32 replicas), 4K bins 95.0-95.8% with any ring; uint8, one shared atomic per
-# byte, needs its 32 replicas: 62.6% with 6 chunks and 16 replicas, 90.4% with 4 and 32. A ring deeper than
-# BASE_TMA_STAGES is taken only where two blocks still fit an SM (deeper rings were not measured at one block).
-AUTO_TMA_STAGES = {"int32": 6, "uint8": 4}
-BASE_TMA_STAGES = 4
+TMA_VECTORS = (1, 2)  # 16-byte vectors per thread in one chunk of the ring: 16 or 32 KB per 1024-thread block
+TMA_WIDE_STAGES = (2, 3)  # rings of 2-vector chunks take at most 3 (96 KB)
+TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_STAGES)  # (stages, vectors) built
+# The rings 'shared' takes without ``stages``, in order: the first of at least MIN_SHARED_RING bytes that lets two
+# blocks share an SM, else the first that fits one block (16-bit counters: 2-vector rings only). H200, 2026-12-03, the ring probe in
+# docs/results/h200-2026-12-03-0655/, % of the read-only ceiling: uint8 at 256 bins 94.2% with 2 chunks of 2
+# vectors, 91.4% with 4 of 1 (one shared atomic per byte: the fewer waits and releases per byte the better);
+# int32 at 256 bins 97.5% with 3 x 2 and 97.1% with 6 x 1, at 4K bins 96.5% and 96.1%; 16-bit counters at 64K
+# bins 91.6% with 3 x 2 against 87.8% for register loads and 77.9% with 6 chunks of 1 vector.
+AUTO_TMA_RINGS = {"int32": ((3, 2), (2, 2), (2, 1)), "uint8": ((2, 2),)}
+# At 16K int32 bins a ring of 32 KB at two blocks per SM read 93.3%, rings of 64-96 KB at one block 95.1-95.4%
+# (scripts/hist_feed_sweep.py, 07:14, same folder).
+MIN_SHARED_RING = 64 * 1024
 EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
 MAX_BINS = 1 << 30
 MAX_ELEMENTS = 2**32 - 1  # counters are uint32
@@ -76,7 +82,7 @@ class HistogramPlan:
     threads: int = THREADS
     shared_bytes: int = 0
     hot: int = 0  # hot, exchange: the low bins [0, hot) privatised in every block
-    vectors: int = 0  # exchange: 16-byte loads per thread per round
+    vectors: int = 0  # exchange: 16-byte loads per thread per round; shared with a TMA ring: per thread per chunk
     cap: int = 0  # exchange: entries per (sender, owner) run before the run overflows to remote atomics
     sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
     closed: bool = False  # exchange: v == bins counts in bin bins - 1 (int32 over range (0, bins), counted in place)
@@ -153,13 +159,14 @@ class SharedPlan(HistogramPlan):
     @property
     def kernel_expr(self) -> str:
         if self.stages:
-            return f"hist_block_tma<{self.ctype}, {self.stages}>"
+            return f"hist_block_tma<{self.ctype}, {self.stages}, {self.vectors}, {self.packed}>"
         return f"hist_block<{self.ctype}, {self.packed}>"
 
     @property
     def label(self) -> str:
         bits = ", 16-bit" if self.counter_bits == 16 else ""
-        return f"shared (1 block{bits}, x{self.replicas}{f', TMA ring of {self.stages}' if self.stages else ''})"
+        ring = f", TMA ring of {self.stages} x {16 * self.vectors * self.threads // 1024} KB" if self.stages else ""
+        return f"shared (1 block{bits}, x{self.replicas}{ring})"
 
     def scalar_args(self) -> tuple[int, ...]:
         return (self.log2r,)
@@ -223,10 +230,10 @@ PLANS: dict[str, type[HistogramPlan]] = {"global": GlobalPlan, "shared": SharedP
                                          "hot": HotPlan, "exchange": ExchangePlan}
 
 
-def tma_ring_bytes(counter_bytes: int, stages: int, threads: int = THREADS) -> int:
+def tma_ring_bytes(counter_bytes: int, stages: int, vectors: int = 1, threads: int = THREADS) -> int:
     """Dynamic shared memory of hist_block_tma: the counters rounded up to 128 B, ``stages`` chunks of
-    16 bytes per thread, and two 8-byte mbarriers per stage."""
-    return _round_up(counter_bytes, 128) + stages * 16 * threads + 16 * stages
+    ``vectors`` x 16 bytes per thread, and one 8-byte mbarrier per stage."""
+    return _round_up(counter_bytes, 128) + stages * vectors * 16 * threads + 8 * stages
 
 
 def _round_up(x: int, m: int) -> int:
@@ -279,7 +286,9 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
             exprs += [f"hist_block<{ctype}, true>", f"hist_hot<{ctype}>"]
         if parse_arch(arch) < (9, 0):
             continue
-        exprs += [f"hist_block_tma<{ctype}, {stages}>" for stages in TMA_STAGES]
+        exprs += [f"hist_block_tma<{ctype}, {s}, {v}, false>" for s, v in TMA_RINGS]
+        if dtype == "int32":  # 16-bit counters behind 2-vector rings
+            exprs += [f"hist_block_tma<{ctype}, {s}, 2, true>" for s in TMA_WIDE_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
@@ -335,12 +344,13 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     2) loads per thread per round, ``hot`` low bins (default 0) privatised per block, ``sort`` (how
     warps sort elements by owner block): 'atomic' (default; faster on the H200) or 'ballot'. ``stages``
     ('shared', sm_90): 0 loads the input into registers (hist_block); 2-6 let the TMA unit copy that many
-    chunks of 16 B per thread into a ring in shared memory (hist_block_tma), the replicas halved where
-    needed so that two blocks still fit an SM. ``tma``: the GPU has the TMA unit; then 'shared' without
-    ``stages`` takes the largest ring up to AUTO_TMA_STAGES[dtype] that fits beside the 32-bit counters, deeper
-    than 4 only where two blocks still fit an SM (on the H200 rings of 4-6 read 94-97% of the read-only ceiling
-    at 256-4K int32 bins where register loads read 88-90%). 16-bit counters are fed by register loads only:
-    'shared' refuses ``stages`` > 0 for them, and 'auto' with ``stages`` > 0 takes 'dsm' there instead.
+    chunks of ``vectors`` x 16 B per thread (``vectors`` 1, the default, or 2 with 2 or 3 stages) into a ring in
+    shared memory (hist_block_tma), the replicas halved where needed so that two blocks still fit an SM.
+    16-bit counters take rings of 2-vector chunks only. ``tma``: the GPU has the TMA unit; then 'shared' without
+    ``stages`` takes the first ring of AUTO_TMA_RINGS[dtype] of at least 64 KB that lets two blocks share an SM,
+    else the first that fits one block beside the counters, else register loads (on the H200 the rings read 91.6-97.5% of the
+    read-only ceiling where register loads read 87.8-88.3%). 'auto' with a ring that 16-bit counters cannot
+    take (1-vector chunks, or too large to fit beside them) takes 'dsm' over one block there instead.
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
@@ -359,8 +369,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         raise ValueError("16-bit counters are for int32 input (uint8 bins always fit 32-bit counters)")
     if hot is not None and variant not in ("hot", "exchange"):
         raise ValueError(f"hot applies to variants 'hot' and 'exchange' only, not {variant!r}")
-    if vectors is not None and variant != "exchange":
-        raise ValueError(f"vectors applies to variant 'exchange' only, not {variant!r}")
+    ring_vectors = vectors is not None and variant in ("auto", "shared") and bool(stages)
+    if vectors is not None and variant != "exchange" and not ring_vectors:
+        raise ValueError(f"vectors applies to variant 'exchange', or 'shared' with stages > 0, not {variant!r}"
+                         + ("" if variant not in ("auto", "shared") else " without stages"))
     if sort is not None and variant != "exchange":
         raise ValueError(f"sort applies to variant 'exchange' only, not {variant!r}")
     if stages is not None:
@@ -369,6 +381,12 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         if stages not in (0,) + TMA_STAGES:
             raise ValueError(f"stages must be 0 (register loads) or one of {', '.join(map(str, TMA_STAGES))} "
                              f"(chunks in the TMA ring), got {stages!r}")
+        if ring_vectors and (stages, vectors) not in TMA_RINGS:
+            if vectors not in TMA_VECTORS:
+                raise ValueError(f"vectors must be one of {', '.join(map(str, TMA_VECTORS))} (16-byte vectors per "
+                                 f"thread in a chunk of the TMA ring), got {vectors!r}")
+            raise ValueError(f"a TMA ring of 2-vector chunks takes stages {' or '.join(map(str, TMA_WIDE_STAGES))} "
+                             f"(at most 96 KB), got stages={stages}")
     if variant in ("hot", "exchange"):
         if dtype != "int32":
             raise ValueError(f"variant {variant!r} is for int32 input (uint8 input has at most 256 bins, which one "
@@ -379,8 +397,9 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     slots = bins + 1  # the real bins and the trash slot for out-of-range values
     if variant == "auto":
         free = cluster is None and not aggregate and counter_bits is None
-        # 16-bit counters in one block are fed by register loads only: with a TMA ring asked for, dsm as before
-        packed_ok = not stages and _one_block_holds(slots, dtype, shared_limit)
+        # 16-bit counters in one block: register loads, or a 2-vector ring that fits beside them; else dsm
+        packed_ok = _one_block_holds(slots, dtype, shared_limit) and (
+            not stages or (vectors == 2 and _ring_fits(_counter_bytes(slots, 16), stages, 2, shared_limit)))
         if free and (_counter_bytes(slots, 32) <= shared_limit or packed_ok):
             variant = "shared"
         else:
@@ -406,29 +425,28 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         return HistogramPlan("global", dtype, bins)
     if variant == "shared":
         need = _counter_bytes(slots, 32)
+        bits = 32
         if need > shared_limit:
-            packed_fits = _one_block_holds(slots, dtype, shared_limit)
-            if packed_fits and not stages:  # 16-bit counters, register loads
-                packed = _counter_bytes(slots, 16)
-                r = _replicas(packed, shared_limit)
-                return HistogramPlan("shared", dtype, bins, counter_bits=16, replicas=r, shared_bytes=packed * r)
-            most16 = f"; int32 input up to {2 * (shared_limit // 4) - 1} bins with 16-bit counters" \
-                if dtype == "int32" else ""
-            ring = "; 16-bit counters are fed by register loads only (stages=0)" if packed_fits else ""
-            raise LaunchConfigError(
-                f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block limit "
-                f"is {shared_limit} B (at most {shared_limit // 4 - 1} bins{most16}){ring}: use variant 'dsm' or "
-                "'global'")
-        r = _replicas(need, shared_limit)
+            if not _one_block_holds(slots, dtype, shared_limit):
+                most16 = f"; int32 input up to {2 * (shared_limit // 4) - 1} bins with 16-bit counters" \
+                    if dtype == "int32" else ""
+                raise LaunchConfigError(
+                    f"bins = {bins} need {need} B of shared memory in one block (32-bit counters); the per-block "
+                    f"limit is {shared_limit} B (at most {shared_limit // 4 - 1} bins{most16}): use variant 'dsm' "
+                    "or 'global'")
+            need, bits = _counter_bytes(slots, 16), 16
         if stages is None and tma:
-            for ring in sorted((s for s in TMA_STAGES if s <= AUTO_TMA_STAGES[dtype]), reverse=True):
-                smem = tma_ring_bytes(need, ring)  # at one replica
-                two_fit = 2 * (smem + BLOCK_RESERVED) <= shared_per_sm
-                if smem <= shared_limit and (ring <= BASE_TMA_STAGES or two_fit):
-                    return _plan_shared_tma(bins, dtype, need, r, ring, shared_limit, shared_per_sm)
+            rings = [r for r in AUTO_TMA_RINGS[dtype] if bits == 32 or r[1] == 2]
+            plans = [_plan_shared_tma(bins, dtype, need, bits, ring, shared_limit, shared_per_sm)
+                     for ring in rings if _ring_fits(need, *ring, shared_limit)]
+            two = [p for p in plans if 2 * (p.shared_bytes + BLOCK_RESERVED) <= shared_per_sm
+                   and p.stages * p.vectors * 16 * THREADS >= MIN_SHARED_RING]
+            if two or plans:
+                return (two or plans)[0]
         if stages:
-            return _plan_shared_tma(bins, dtype, need, r, stages, shared_limit, shared_per_sm)
-        return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r,
+            return _plan_shared_tma(bins, dtype, need, bits, (stages, vectors or 1), shared_limit, shared_per_sm)
+        r = _replicas(need, shared_limit)
+        return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r,
                              threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
     if variant == "hot":
         return _plan_hot(bins, hot, shared_limit)
@@ -460,20 +478,33 @@ def _one_block_holds(slots: int, dtype: str, shared_limit: int) -> bool:
     return _counter_bytes(slots, 32 if dtype == "uint8" else 16) <= shared_limit
 
 
-def _plan_shared_tma(bins: int, dtype: str, need: int, replicas: int, stages: int, shared_limit: int,
+def _ring_fits(counter_bytes: int, stages: int, vectors: int, shared_limit: int) -> bool:
+    """One block holds the counters (one replica) beside a TMA ring of ``stages`` chunks of ``vectors``."""
+    return tma_ring_bytes(counter_bytes, stages, vectors) <= shared_limit
+
+
+def _plan_shared_tma(bins: int, dtype: str, need: int, bits: int, ring: tuple[int, int], shared_limit: int,
                      shared_per_sm: int) -> HistogramPlan:
-    """The shared plan fed by a TMA ring of ``stages`` chunks: as many replicas (<= ``replicas``) as let two
-    blocks share an SM, else one block per SM; raises when even one replica and the ring exceed a block."""
-    r = replicas
-    while r > 1 and 2 * (tma_ring_bytes(need * r, stages) + BLOCK_RESERVED) > shared_per_sm:
+    """The shared plan fed by a TMA ring of ``ring`` = (stages, vectors): as many replicas as the counters take
+    without a ring (at most 32) while two blocks still share an SM, else one; raises where 16-bit counters are
+    given 1-vector chunks, or where even one replica and the ring exceed a block."""
+    stages, vectors = ring
+    if bits == 16 and vectors != 2:
+        raise LaunchConfigError(
+            f"bins = {bins} fit one block only as 16-bit counters, which take TMA rings of 2-vector chunks "
+            "(vectors=2, stages 2 or 3; on the H200 1-vector chunks read 78-81% of the read-only ceiling, register "
+            "loads 88%, 2-vector chunks 91-92%)")
+    r = _replicas(need, shared_limit)
+    while r > 1 and 2 * (tma_ring_bytes(need * r, stages, vectors) + BLOCK_RESERVED) > shared_per_sm:
         r //= 2
-    smem = tma_ring_bytes(need * r, stages)
+    smem = tma_ring_bytes(need * r, stages, vectors)
     if smem > shared_limit:
         raise LaunchConfigError(
             f"bins = {bins} with a TMA ring of {stages} chunks need {smem} B of shared memory in one block (counters "
-            f"{need} B, ring {stages * 16 * THREADS} B); the per-block limit is {shared_limit} B: use fewer stages "
-            "or stages=0 (register loads)")
-    return HistogramPlan("shared", dtype, bins, counter_bits=32, replicas=r, shared_bytes=smem, stages=stages)
+            f"{need} B, ring {stages * vectors * 16 * THREADS} B); the per-block limit is {shared_limit} B: use fewer "
+            "stages or stages=0 (register loads)")
+    return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r, shared_bytes=smem, stages=stages,
+                         vectors=vectors)
 
 
 def _plan_hot(bins: int, hot: int | None, shared_limit: int) -> HistogramPlan:

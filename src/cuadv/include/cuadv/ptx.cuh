@@ -163,6 +163,12 @@ static inline __device__ void named_barrier_sync(u32 id, u32 count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// bar.arrive id, count;  (sm_20) - this warp's arrival at barrier `id` without waiting; its shared and global
+// accesses before it are ordered before the return of the bar.sync that completes the barrier.
+static inline __device__ void named_barrier_arrive(u32 id, u32 count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // atom.relaxed.gpu.global.add.u64 old, [p], v;  (sm_70)
 // cuda::atomic_ref<u64, thread_scope_device>::fetch_add(v, memory_order_relaxed), on the .global state
 // space: on a generic address ptxas also emits paths for shared and local memory, and where they merge
