@@ -1,18 +1,19 @@
 """Why a target is missed: what Nsight Compute, block traces and fits of time against size measured on the kernels
 behind each missed target.
 
-Measured on one NVIDIA H200 on 2026-12-02: ``ncu`` at 01:52 and 06:12 UTC with ``scripts/gpu_suite.sh profile``
+Measured on one NVIDIA H200 on 2026-12-02 and 03: ``ncu`` at 01:52 and 06:12 UTC with ``scripts/gpu_suite.sh profile``
 (over ``scripts/profile_cases.py``: SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats and
 MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longer than the lab's), the raw counters
 committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
 at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758); feed sweeps and the
-shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333). A lab appends the
+shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the histogram's TMA ring probed, swept and
+profiled again on 2026-12-03 at 06:55-07:45 (docs/results/h200-2026-12-03-0655). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
 from __future__ import annotations
 
-PROFILED = "ncu, block traces and timing sweeps on the H200, 2026-12-02"
+PROFILED = "ncu, block traces and timing sweeps on the H200, 2026-12-02 and 03"
 
 # Histogram peers: (input dtype, distribution, bins) -> what the profile of cuadv's kernel found.
 HISTOGRAM = {
@@ -24,7 +25,8 @@ HISTOGRAM = {
         "(two blocks per SM still): 96.9% of the read-only ceiling alone against 94.0% with 4 and 32 "
         "(scripts/hist_feed_sweep.py, 08:31; the sweep does not separate the ring's depth from the replicas); 2.5x "
         "CUB's 0.62 ms takes 0.248 ms, 94-96% of the read-only ceilings measured (4.51-4.59 TB/s). CUB's sweep is "
-        "issue-bound (68.7% issue active, 27.6% DRAM)"),
+        "issue-bound (68.7% issue active, 27.6% DRAM). Since 2026-12-03 a ring of 3 chunks of 32 KB, released by "
+        "one arrival per warp: 97.4% and 2.53x CUB in the bench (07:19)"),
     ("int32", "uniform", 4096): (
         "as at 256 bins (the same TMA-fed kernel, a ring of 6 and one replica of the counters per block): 95.3-95.8% "
         "of the read-only ceiling alone with rings of 2 to 6 (scripts/hist_feed_sweep.py, 08:31); in the bench the "
@@ -32,26 +34,29 @@ HISTOGRAM = {
         "allocated and cleared its counts on every call; since 19:48 the widening pass's zeros are kept for the "
         "stream's next one-shot call (cuadv.histograms.zeroed): 95.9% (19:51) and 96.3% (20:20) one-shot. Blocks "
         "claiming chunks from a counter instead of a fixed share each were slower: 87.5-89.0% against 94-96.9% "
-        "(20:10), not kept"),
+        "(20:10), not kept. Since 2026-12-03 a ring of 3 chunks of 32 KB: 97.1% one-shot (07:19)"),
     ("int32", "uniform", 65536): (
         "65,537 32-bit counters do not fit one block's 227 KB, so the counters are 16-bit, packed two per "
-        "word: one 1,024-thread block per SM (50% of warp slots). Two 16-byte loads per thread in flight instead of "
-        "one (hist_block<int, true>, no cluster code) took it from 78.7% to 88.0% of the read-only ceiling, three "
-        "spill and read 59.6%, a TMA ring 81.1%, bulk L2 prefetches 2-4 batches ahead 67.7-74.2% "
-        "(scripts/hist_feed_sweep.py, 13:36-14:47). The atomics alone "
-        "(scripts/atoms_rate.py, 14:20) count 1 GiB of int32 over 64K bins in 0.119 ms, half the read time, so "
-        "what holds the kernel is the loads one block per SM keeps in flight, not the atomics; not profiled since"),
+        "word: one 1,024-thread block per SM (50% of warp slots). Register loads read 88.0% of the read-only "
+        "ceiling (two 16-byte loads per thread in flight; three spill); since 2026-12-03 a TMA ring of 3 chunks of "
+        "32 KB, released by one named-barrier arrival per warp, feeds the counters: 91.3-91.8% "
+        "(scripts/hist_feed_sweep.py, 07:14). Under ncu (07:18) hist_block_tma<int, 3, 2, true> issues on 70.6% of "
+        "cycles, top stalls not_selected 3.23 and math_pipe_throttle 2.74 cycles per issued instruction, "
+        "long_scoreboard only 1.09: the loads in flight no longer hold it, the instructions per element do "
+        "(extract, clamp, word and half, the atomic that returns its old word, the wrap test)"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
         "11:44. Before 11:27 the host read the sample back and waited for it: 9.58-11.1x"),
     ("uint8", "uniform", 256): (
         "one shared-memory atomic per byte (four times int32's per byte of input): the TMA-fed kernel is bound by "
-        "the shared-memory pipe, not DRAM (322 us under ncu, DRAM 69.6% of peak, 68% of issue slots used, top "
-        "stall mio_throttle 5.2 cycles per issued instruction); CUB's uint8 sweep is held by the same pipe "
-        "(mio_throttle 11.3, DRAM 35.2%). The atomics alone (scripts/atoms_rate.py, 14:20: 1 GiB of bytes counted "
-        "with bins drawn in registers, no input read) take 0.212 ms, 89% of the read-only kernel's 0.238 ms; 2x "
-        "CUB's 0.50 ms would take 0.249 ms, so counting and reading would have to overlap almost wholly"),
+        "the shared-memory pipe, not DRAM (hist_block_tma<unsigned char, 2, 2>, ncu 2026-12-03 07:18: DRAM 72.5% of "
+        "peak, 62.8% of issue slots used, top stall mio_throttle 7.09 cycles per issued instruction); CUB's uint8 "
+        "sweep is held by the same pipe (mio_throttle 11.5, DRAM 35.1%). The atomics alone (scripts/atoms_rate.py, "
+        "14:20: 1 GiB of bytes counted with bins drawn in registers, no input read) take 0.212 ms, 89% of the "
+        "read-only kernel's 0.238 ms; 2x CUB's 0.50 ms allows 0.249 ms. Fewer waits and releases per byte (chunks "
+        "of 2 vectors, one release per warp) took it from 90.3% to 94.2-94.6% of the read-only ceiling alone; "
+        "blocks of 768 or 512 threads read less (91.8-93.7%)"),
 }
 
 SPMV = (
