@@ -7,7 +7,7 @@ MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longe
 committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
 at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758); feed sweeps and the
 shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the histogram's TMA ring probed, swept and
-profiled again on 2026-12-03 at 06:55-07:45 (docs/results/h200-2026-12-03-0655). A lab appends the
+profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
