@@ -142,7 +142,7 @@ def test_plan_sizes_match_the_kernel_layout():
      r"stages 2 or 3"),
     (dict(bins=100_000, variant="shared", stages=2, vectors=2), LaunchConfigError,
      r"bins = 100000 with a TMA ring of 2 chunks need 265616 B .* \(counters 200004 B, ring 65536 B\); the per-block "
-     r"limit is 232448 B: use fewer stages or stages=0"),
+     r"limit is 232448 B: use fewer stages, vectors=1 or stages=0"),
     (dict(bins=256, variant="shared", stages=4, vectors=2), ValueError,
      r"a TMA ring of 2-vector chunks takes stages 2 or 3 \(at most 96 KB\), got stages=4"),
     (dict(bins=256, variant="shared", stages=2, vectors=4), ValueError,

@@ -37,7 +37,8 @@ TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_S
 # int32 at 256 bins 97.5% with 3 x 2 and 97.1% with 6 x 1, at 4K bins 96.5% and 96.1%; 16-bit counters at 64K
 # bins 91.6% with 3 x 2 against 87.8% for register loads and 77.9% with 6 chunks of 1 vector.
 AUTO_TMA_RINGS = {"int32": ((3, 2), (2, 2), (2, 1)), "uint8": ((2, 2),)}
-# At 16K int32 bins a ring of 32 KB at two blocks per SM read 93.3%, rings of 64-96 KB at one block 95.1-95.4%
+# At 16K int32 bins a ring of 32 KB at two blocks per SM read 93.3%, rings of 2-vector chunks (64-96 KB) at one
+# block 95.1-95.4%
 # (scripts/hist_feed_sweep.py, 07:14, same folder).
 MIN_SHARED_RING = 64 * 1024
 EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
@@ -333,7 +334,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     """The launch shape for ``bins`` bins of ``dtype`` input; raises naming the rule, value and limit.
 
     variant 'auto': 'shared' when the whole histogram fits one block (32-bit counters, or for int32 input 16-bit
-    ones packed two per word, fed by register loads: 58,112 to 116,223 bins on the H200); else 'dsm'
+    ones packed two per word: 58,112 to 116,223 bins on the H200); else 'dsm'
     over the smallest cluster that holds it, except that for int32 input, when that takes more than
     one block and no dsm option is given, 'exchange' over the smallest cluster that holds the bins
     with 32-bit counters, then 16-bit ones (measured 2-3x remote atomics); 'global' when no cluster
@@ -502,7 +503,7 @@ def _plan_shared_tma(bins: int, dtype: str, need: int, bits: int, ring: tuple[in
         raise LaunchConfigError(
             f"bins = {bins} with a TMA ring of {stages} chunks need {smem} B of shared memory in one block (counters "
             f"{need} B, ring {stages * vectors * 16 * THREADS} B); the per-block limit is {shared_limit} B: use fewer "
-            "stages or stages=0 (register loads)")
+            f"stages{', vectors=1' if vectors > 1 else ''} or stages=0 (register loads)")
     return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r, shared_bytes=smem, stages=stages,
                          vectors=vectors)
 
