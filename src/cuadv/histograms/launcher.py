@@ -128,9 +128,11 @@ class HistogramEngine:
         with ``extras`` (int32) also the skew-aware hybrid and the DSM exchange at each cluster size, in
         configurations that exercise both of their paths (a hot range of bins // 3 at most)."""
         opts: list[dict] = [{"variant": "global"}]
-        candidates = [{"variant": "shared"} if not self.caps.tma else {"variant": "shared", "stages": 0}]
         if self.caps.tma:  # register loads, then each TMA ring
+            candidates = [{"variant": "shared", "stages": 0}]
             candidates += [{"variant": "shared", "stages": s, "vectors": v} for s, v in TMA_RINGS]
+        else:
+            candidates = [{"variant": "shared"}]
         candidates += [{"variant": "dsm", "cluster": c, **extra} for c in CLUSTER_SIZES
                        for extra in ([{}, {"aggregate": True}] if aggregate else [{}])]
         if extras and dtype == "int32":

@@ -31,15 +31,14 @@ TMA_VECTORS = (1, 2)  # 16-byte vectors per thread in one chunk of the ring: 16 
 TMA_WIDE_STAGES = (2, 3)  # rings of 2-vector chunks take at most 3 (96 KB)
 TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_STAGES)  # (stages, vectors) built
 # The rings 'shared' takes without ``stages``, in order: the first of at least MIN_SHARED_RING bytes that lets two
-# blocks share an SM, else the first that fits one block (16-bit counters: 2-vector rings only). H200, 2026-12-03, the ring probe in
-# docs/results/h200-2026-12-03-0655/, % of the read-only ceiling: uint8 at 256 bins 94.2% with 2 chunks of 2
-# vectors, 91.4% with 4 of 1 (one shared atomic per byte: the fewer waits and releases per byte the better);
-# int32 at 256 bins 97.5% with 3 x 2 and 97.1% with 6 x 1, at 4K bins 96.5% and 96.1%; 16-bit counters at 64K
-# bins 91.6% with 3 x 2 against 87.8% for register loads and 77.9% with 6 chunks of 1 vector.
+# blocks share an SM, else the first that fits one block (16-bit counters: 2-vector rings only). H200, 2026-12-03,
+# the ring probe in docs/results/h200-2026-12-03-0655/, % of the read-only ceiling: uint8 at 256 bins 94.2% with
+# 2 chunks of 2 vectors, 91.4% with 4 of 1 (one shared atomic per byte: the fewer waits and releases per byte the
+# better); int32 at 256 bins 97.5% with 3 x 2 and 97.1% with 6 x 1, at 4K bins 96.5% and 96.1%; 16-bit counters
+# at 64K bins 91.6% with 3 x 2 against 87.8% for register loads and 77.9% with 6 chunks of 1 vector.
 AUTO_TMA_RINGS = {"int32": ((3, 2), (2, 2), (2, 1)), "uint8": ((2, 2),)}
 # At 16K int32 bins a ring of 32 KB at two blocks per SM read 93.3%, rings of 2-vector chunks (64-96 KB) at one
-# block 95.1-95.4%
-# (scripts/hist_feed_sweep.py, 07:14, same folder).
+# block 95.1-95.4% (scripts/hist_feed_sweep.py, 07:14, same folder).
 MIN_SHARED_RING = 64 * 1024
 EXCHANGE_SORTS = ("ballot", "atomic")  # how a warp sorts its elements by owner (Exchange::partition)
 MAX_BINS = 1 << 30
@@ -349,9 +348,10 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
     shared memory (hist_block_tma), the replicas halved where needed so that two blocks still fit an SM.
     16-bit counters take rings of 2-vector chunks only. ``tma``: the GPU has the TMA unit; then 'shared' without
     ``stages`` takes the first ring of AUTO_TMA_RINGS[dtype] of at least 64 KB that lets two blocks share an SM,
-    else the first that fits one block beside the counters, else register loads (on the H200 the rings read 91.6-97.5% of the
-    read-only ceiling where register loads read 87.8-88.3%). 'auto' with a ring that 16-bit counters cannot
-    take (1-vector chunks, or too large to fit beside them) takes 'dsm' over one block there instead.
+    else the first that fits one block beside the counters, else register loads (on the H200 the rings read
+    91.6-97.5% of the read-only ceiling where register loads read 87.8-88.3%). 'auto' with a ring that 16-bit
+    counters cannot take (1-vector chunks, or too large to fit beside them) takes 'dsm' over one block there
+    instead.
     """
     check_bins(bins, dtype)
     if variant not in ("auto",) + VARIANTS:
