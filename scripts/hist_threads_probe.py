@@ -17,8 +17,9 @@ RINGS = ((2, 2), (3, 2), (4, 1), (3, 1))
 def main(mib: int = 1024) -> None:
     import cupy as cp
 
+    from cuadv.errors import LaunchConfigError
     from cuadv.histograms.launcher import engine
-    from cuadv.histograms.plans import HistogramPlan, tma_ring_bytes
+    from cuadv.histograms.plans import HistogramPlan, plan_histogram, tma_ring_bytes
     from cuadv.launch import launch
     from cuadv.timing import read_ceiling, time_gpu
 
@@ -30,14 +31,15 @@ def main(mib: int = 1024) -> None:
     want = np.bincount(host, minlength=256)
     x = cp.asarray(host)
     out = cp.zeros(256, dtype=cp.uint32)
+    counters = plan_histogram(256, "uint8", "shared")  # 32 lane replicas of the counters, register loads
     for threads in (1024, 768, 512):
         for stages, vectors in RINGS:
-            smem = tma_ring_bytes(4 * 257 * 32, stages, vectors, threads)
-            plan = HistogramPlan("shared", "uint8", 256, counter_bits=32, replicas=32, threads=threads,
+            smem = tma_ring_bytes(counters.shared_bytes, stages, vectors, threads)
+            plan = HistogramPlan("shared", "uint8", 256, counter_bits=32, replicas=counters.replicas, threads=threads,
                                  shared_bytes=smem, stages=stages, vectors=vectors)
             try:
                 kernel, config = eng.launch_config(plan, x.size)
-            except Exception as e:  # noqa: BLE001 - a shape that cannot be resident
+            except LaunchConfigError as e:  # a shape that cannot be resident
                 print(f"{threads:>5} threads, ring {stages} x {vectors}: {e}")
                 continue
             args = plan.kernel_args(x.data.ptr, x.size, out.data.ptr)
