@@ -42,7 +42,7 @@ VARIANTS = {"": "plain", ", barrier after each tile": "barrier", ", body out of 
 
 
 def kernel(variant: str) -> TileKernel:
-    body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE)
+    body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE, dynamic="false")  # static batches
     preamble = kernel_source("spmv.cuh")
     if variant == "barrier":
         body += BARRIER

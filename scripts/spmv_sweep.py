@@ -1,10 +1,11 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
 non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
-32 registers), short-row body, tile list, group (non-zeros per short-row tile; long rows and slices scale with
+32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group (non-zeros per short-row tile; long rows and slices scale with
 it), policy and, for steal, its time slice. Every result is checked against SciPy in float64 first.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
+    python3 scripts/spmv_sweep.py --batches dynamic static --policy steal atomic_counter fixed_work fixed_blocks
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -21,7 +22,7 @@ import numpy as np
 
 from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, peers, reference, spmv_kernel,
+from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, peers, reference, spmv_kernel,
                                      tolerance)
 from cuadv.timing import time_gpu
 
@@ -35,6 +36,8 @@ def main() -> None:
     p.add_argument("--blocks-per-sm", type=int, nargs="+", default=[MIN_BLOCKS])
     p.add_argument("--short", nargs="+", default=["registers"], choices=["registers", "staged"])
     p.add_argument("--tiling", nargs="+", default=["split"], choices=["split", "whole"])
+    p.add_argument("--batches", nargs="+", default=["dynamic"], choices=list(BATCHES),
+                   help="how a tile's warps share its batches of short rows (register body)")
     p.add_argument("--group", type=int, nargs="+", default=[GROUP_NNZ])
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
@@ -43,9 +46,13 @@ def main() -> None:
     a = p.parse_args()
     # One TileKernel per setting and tile list, so steal's learned grid comes from launches over the same tiles.
     kernels = {}
-    for mb, short, tiling, group, q in itertools.product(a.blocks_per_sm, a.short, a.tiling, a.group, a.quantum_us):
+    for mb, short, batches, tiling, group, q in itertools.product(a.blocks_per_sm, a.short, a.batches, a.tiling,
+                                                                  a.group, a.quantum_us):
+        if short == "staged" and batches != a.batches[0]:
+            continue  # batches are the register body's
         name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}"
-        kernels[mb, short, tiling, group, q] = spmv_kernel(min_blocks=mb, short_rows=short, name=name, quantum_us=q)
+        kernels[mb, short, batches, tiling, group, q] = spmv_kernel(min_blocks=mb, short_rows=short, name=name,
+                                                                    quantum_us=q, batches=batches)
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
@@ -53,7 +60,7 @@ def main() -> None:
         tol = tolerance(m.lengths, abs_sum)
         devs = {group: DeviceCsr(m, x, group) for group in a.group}
         calls = {}
-        for (mb, short, tiling, group, q), k in kernels.items():
+        for (mb, short, batches, tiling, group, q), k in kernels.items():
             dev = devs[group]
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
@@ -61,10 +68,11 @@ def main() -> None:
                 for _ in range(3):  # steal learns its grid over its first launches
                     dev.run(k, tiling, policy)
                 if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
-                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {tiling}, group {group}, {policy}: "
+                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, {policy}: "
                                      "a row is wrong")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
-                calls[f"{mb}/SM, {short}, {tiling}, group {group}, {policy}{slice_}"] = (
+                body = f"{short} ({batches})" if short == "registers" else short
+                calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
         for peer_kind, _label, call in peers(devs[a.group[0]])[0]:
             if peer_kind == "cusparse":

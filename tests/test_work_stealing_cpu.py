@@ -147,6 +147,16 @@ def test_every_policy_compiles(arch, policies, cluster):
         assert res.spill_store_bytes == 0 and res.stack_bytes == 0
 
 
+def test_policy_type_and_barrier_between_tiles_seen_by_prologue_and_body():
+    # The loops that hand each tile over at a block barrier say so; fixed_blocks (no barrier) and fixed_work (one
+    # tile per block) do not. A static_assert in prologue and body fails the compile where the value is wrong.
+    expected = {"fixed_work": False, "fixed_blocks": False, "atomic_counter": True, "steal": True, "clc": True}
+    for policy, barrier in expected.items():
+        check = f"static_assert(cuadv::ws::kBarrierBetweenTiles<cuadv_policy> == {str(barrier).lower()});"
+        k = TileKernel("unsigned int* count", COUNT_BODY + check, check, name="barrier_between_tiles")
+        k.compile("sm_100a", policy)
+
+
 def test_clc_on_sm90_does_not_compile():
     from cuadv.compiler import compile_source
     from cuadv.errors import CompileError

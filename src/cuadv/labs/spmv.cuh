@@ -10,7 +10,8 @@
 //                            memory, load its columns and values and gather x (kRowUnroll elements per thread
 //                            and round, all in flight at once) for up to kOwnRounds rounds, the whole warp sums
 //                            what a longer row has left, and the lanes combine in registers with shuffles. No
-//                            shared memory, no barrier. cols and vals must be readable kRowUnroll - 1 elements
+//                            barrier; a warp takes batches of rows in turn, or (dynamic batches) claims them from
+//                            a counter in shared memory. cols and vals must be readable kRowUnroll - 1 elements
 //                            past the last non-zero (see slot_sum).
 //                kStaged     the products are staged in shared memory with coalesced loads (the row offsets
 //                            copied beside them with cp.async), then groups of `lanes` threads sum each row
@@ -94,14 +95,54 @@ static __device__ __forceinline__ float slot_sum(int k, int b, const int* __rest
   return s;
 }
 
+// The claim counter of dynamic batches (register_rows), one per block.
+static __device__ __forceinline__ unsigned* batch_claims() {
+  __shared__ unsigned claims;
+  return &claims;
+}
+
+// A warp's claim of its next batch, taken by one lane (elect.sync: ptxas then makes it no warp-aggregated atomic,
+// which costs a vote, population counts and a shuffle of the result); 0 in the warp's other lanes, so the warp's
+// sum (__reduce_add_sync) hands the claim to every lane.
+static __device__ __forceinline__ unsigned claim_batch() {
+  const unsigned counter = static_cast<unsigned>(__cvta_generic_to_shared(batch_claims()));
+  unsigned claim;
+#if CUADV_ARCH >= 900
+  asm volatile("{\n\t.reg .pred leader;\n\tmov.u32 %0, 0;\n\telect.sync _|leader, 0xffffffff;\n\t"
+               "@leader atom.shared.add.u32 %0, [%1], 1;\n\t}"
+               : "=r"(claim) : "r"(counter) : "memory");
+#else
+  claim = (threadIdx.x & 31) == 0 ? atomicAdd(batch_claims(), 1u) : 0u;
+#endif
+  return claim;
+}
+
+// Once per block, before its first tile (the TileKernel prologue): with dynamic batches, the claim counter starts
+// at zero. Each tile's last claim sets it back to zero (register_rows).
+template <bool kDynamicBatches>
+static __device__ __forceinline__ void begin_block() {
+  if constexpr (kDynamicBatches) {
+    if (threadIdx.x == 0) *batch_claims() = 0u;
+    __syncthreads();  // the zeroed counter is visible to every warp before the block's first claim
+  }
+}
+
 // A run of whole short rows summed in registers (ShortRows::kRegisters). The block is groups of 2**lanes_log2
-// consecutive lanes (the host picks the width per tile, build_tiles); group g owns rows g, g + groups, ... of the
-// tile, so a warp takes a batch of 32 >> lanes_log2 consecutive rows at a time. The group reads its row's two
-// offsets from global memory; lane l takes slots (slot_sum) from the row's start + l * kRowUnroll, a step of the
-// group's width apart, for at most kOwnRounds rounds. What a longer row has left, the whole warp then sums, one
-// such row of the batch after another, 32 slots a round: one row many times longer than the batch's others
-// costs the others no idle rounds. The group's lanes combine with butterfly shuffles and lane 0 writes y.
-template <int kThreads>
+// consecutive lanes (the host picks the width per tile, build_tiles); a warp takes a batch of 32 >> lanes_log2
+// consecutive rows at a time, one row per group. Warp w takes batch w first, then batches w + warps, w + 2 warps,
+// ... in turn, or with kDynamicBatches whichever batch it claims next: a warp that drew shorter rows takes more
+// batches, so the tile's warps finish together, which is what a policy holding the block at a barrier between
+// tiles (cuadv::ws::kBarrierBetweenTiles) waits for. In a batch, the group reads its row's two offsets from global
+// memory; lane l takes slots (slot_sum) from the row's start + l * kRowUnroll, a step of the group's width apart,
+// for at most kOwnRounds rounds. What a longer row has left, the whole warp then sums, one such row of the batch
+// after another, 32 slots a round: one row many times longer than the batch's others costs the others no idle
+// rounds. The group's lanes combine with butterfly shuffles and lane 0 writes y.
+//
+// Dynamic batches: every batch a warp runs makes one claim (lane 0's atomicAdd, in flight during the batch); claim
+// c is batch warps + c, past the last batch the warp stops. So a tile makes exactly one claim per batch, its claims
+// return 0 .. batches - 1, and the warp whose claim returns batches - 1, the tile's last, sets the counter back to
+// zero for the block's next tile, which begins after the policy's barrier.
+template <int kThreads, bool kDynamicBatches>
 static __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2,
                                                      const int* __restrict__ offsets, const int* __restrict__ cols,
                                                      const float* __restrict__ vals, const float* __restrict__ x,
@@ -109,8 +150,8 @@ static __device__ __forceinline__ void register_rows(int row0, int rows, int lan
   const int lanes = 1 << lanes_log2, groups = kThreads >> lanes_log2, step = kRowUnroll << lanes_log2;
   const int group = static_cast<int>(threadIdx.x) >> lanes_log2, lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const int warp_lane = static_cast<int>(threadIdx.x) & 31;
-  // The trip count depends only on the tile, so every lane of a warp reaches each shuffle and ballot together.
-  for (int r = group; r - group < rows; r += groups) {
+  // Row r of the tile (none where r >= rows) by this thread's group; every lane of the warp calls it together.
+  auto batch_row = [&](int r) {
     float s = 0.f;
     int rest = 0, b = 0;  // the warp takes over the row's [rest, b) where rest < b
     if (r < rows) {
@@ -135,6 +176,23 @@ static __device__ __forceinline__ void register_rows(int row0, int rows, int lan
     }
     for (int o = 1; o < lanes; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (r < rows && lane == 0) y[row0 + r] = s;
+  };
+  if constexpr (!kDynamicBatches) {
+    // The trip count depends only on the tile, so every lane of a warp reaches each shuffle and ballot together.
+    for (int r = group; r - group < rows; r += groups) batch_row(r);
+  } else {
+    constexpr int kWarps = kThreads / 32;
+    const int batch_log2 = 5 - lanes_log2, batches = (rows + (1 << batch_log2) - 1) >> batch_log2;
+    const int row_in_batch = warp_lane >> lanes_log2;
+    // The batch is the same in every lane of a warp (a shuffle of lane 0's claim).
+    for (int batch = static_cast<int>(threadIdx.x) >> 5; batch < batches;) {
+      unsigned claim = claim_batch();  // the warp's next batch, in flight during this one
+      batch_row((batch << batch_log2) + row_in_batch);
+      claim = __reduce_add_sync(0xffffffffu, claim);
+      // An atomic, as the other warps' claims are: the tile's last claim, so none follows it in this tile.
+      if (warp_lane == 0 && claim == static_cast<unsigned>(batches) - 1u) atomicExch(batch_claims(), 0u);
+      batch = kWarps + static_cast<int>(claim);
+    }
   }
 }
 
@@ -184,8 +242,10 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
 }
 
 // One tile of the lab's tile list (see the top of this file). Every thread of the block calls it. kStage:
-// the floats of the stage (kStaged only).
-template <int kThreads, ShortRows kShort, int kStage>
+// the floats of the stage (kStaged only). kDynamicBatches (kRegisters only; begin_block<true> must have run in
+// the block): the warps claim the batches of short rows from a counter in shared memory, which needs a barrier
+// between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
+template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false>
 static __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
                                                 const int2* __restrict__ splits, const int* __restrict__ offsets,
                                                 const int* __restrict__ cols, const float* __restrict__ vals,
@@ -197,7 +257,7 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
     if constexpr (kShort == ShortRows::kStaged) {
       stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
     } else {
-      register_rows<kThreads>(d.x, d.y >> 5, d.y & 31, offsets, cols, vals, x, y);
+      register_rows<kThreads, kDynamicBatches>(d.x, d.y >> 5, d.y & 31, offsets, cols, vals, x, y);
     }
   } else {
     const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x);

@@ -23,9 +23,14 @@ MIN_BLOCKS = 5  # __launch_bounds__ occupancy hint: 5 blocks of 256 threads per 
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
-BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}>(tile.index, tiles, splits, "
-        "offsets, cols, vals, x, y, partials, counts);\n")
+BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}>(tile.index, tiles, "
+        "splits, offsets, cols, vals, x, y, partials, counts);\n")
+PROLOGUE = "    cuadv_spmv::begin_block<{dynamic}>();\n"
 SHORT_ROWS = {"registers": "kRegisters", "staged": "kStaged"}  # short-row tile bodies (spmv.cuh ShortRows)
+# How the warps of a block share a tile's batches of short rows (register body): "dynamic", claimed from a counter
+# in shared memory under the policies with a barrier between tiles (static under the others, whose warps do not
+# wait for each other), or "static" (warp w takes batches w, w + warps, ...) under every policy.
+BATCHES = {"dynamic": "cuadv::ws::kBarrierBetweenTiles<cuadv_policy>", "static": "false"}
 MATRICES = ("power-law", "R-MAT", "uniform")
 
 
@@ -231,6 +236,7 @@ ROUND_INSTR = 43  # one round: per slot element its column, value and x loads an
 BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
+CLAIM_INSTR = 16  # dynamic batches (steal, clc): a batch's claim, its hand-over to the warp and the tile's reset
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
 
 
@@ -318,16 +324,21 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
-                name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None) -> TileKernel:
+                name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None,
+                batches: str = "dynamic") -> TileKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
     or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
-    ``quantum_us``: steal's time slice (TileKernel's)."""
+    ``batches`` applies to "registers" (see BATCHES); ``quantum_us``: steal's time slice (TileKernel's)."""
     if short_rows not in SHORT_ROWS:
         raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
-    suffix = "regs" if short_rows == "registers" else f"staged_{stage}"
-    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage), policy=policy,
-                      block=threads, preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
+    if batches not in BATCHES:
+        raise ValueError(f"batches must be one of {', '.join(BATCHES)}; got {batches!r}")
+    dynamic = BATCHES[batches] if short_rows == "registers" else "false"
+    suffix = f"regs_{batches}" if short_rows == "registers" else f"staged_{stage}"
+    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic),
+                      PROLOGUE.format(dynamic=dynamic), policy=policy, block=threads,
+                      preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
                       min_blocks_per_sm=min_blocks, quantum_us=quantum_us)
 
 

@@ -33,7 +33,8 @@ _TEMPLATE = r"""
 {preamble}
 extern "C" __global__ void __launch_bounds__({threads}, {min_blocks})
 {name}(const __grid_constant__ cuadv::ws::Schedule cuadv_schedule{params}) {{
-  cuadv::ws::Scheduler<cuadv::ws::{policy_type}> cuadv_scheduler(cuadv_schedule);
+  using cuadv_policy = cuadv::ws::{policy_type};
+  cuadv::ws::Scheduler<cuadv_policy> cuadv_scheduler(cuadv_schedule);
   if (!cuadv_scheduler.begin()) return;
   {{
 {prologue}
@@ -66,7 +67,10 @@ class TileKernel:
 
     ``params``: the kernel's parameters as C++ (``"float* data, int n"``), passed after the schedule.
     ``body`` sees ``tile`` (``.x .y .z .index``) and the parameters and prologue locals; a ``return``
-    in it ends the current tile. ``preamble``: code placed before the kernel (helpers, includes).
+    in it ends the current tile. Prologue and body also see the type ``cuadv_policy`` (``cuadv::ws::Steal``, ...):
+    ``cuadv::ws::kBarrierBetweenTiles<cuadv_policy>`` says whether the block's threads pass a barrier between two of
+    its tiles (steal, atomic_counter, clc), so state in shared memory may be reused from tile to tile.
+    ``preamble``: code placed before the kernel (helpers, includes).
     ``min_blocks_per_sm``: the second __launch_bounds__ argument; raising it caps registers so more
     blocks stay resident (more memory requests in flight for a long-lived block).
     ``quantum_us`` (steal): a block stops taking tiles after this long and gives its SM back, so

@@ -128,6 +128,14 @@ using Auto = ClusterLaunchControl;
 using Auto = Steal;
 #endif
 
+// Whether every thread of a block passes a block (or cluster) barrier between two tiles the block runs under
+// Policy: the request loops (Steal, ClusterLaunchControl) and AtomicCounter hand the next tile over at one.
+// FixedBlocks loops with none (its warps drift apart), FixedWork runs one tile per block. A body may then
+// keep per-tile state in shared memory, reset by its last user, without a barrier of its own.
+template <class Policy>
+constexpr bool kBarrierBetweenTiles = cuda::std::is_same_v<Policy, Steal> || cuda::std::is_same_v<Policy, AtomicCounter> ||
+                                      cuda::std::is_same_v<Policy, ClusterLaunchControl>;
+
 namespace detail {
 // Shared memory of the request protocol. Same offset in every block of a kernel, which the
 // multicast response (hardware or software) relies on.
