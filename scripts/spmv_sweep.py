@@ -1,11 +1,11 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
 non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
-32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group (non-zeros per short-row tile; long rows and slices scale with
-it), policy and, for steal, its time slice. Every result is checked against SciPy in float64 first.
+32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group
+(non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every result is checked against SciPy in float64 first.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
-    python3 scripts/spmv_sweep.py --batches dynamic static --policy steal atomic_counter fixed_work fixed_blocks
+    python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -27,6 +27,9 @@ from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, 
 from cuadv.timing import time_gpu
 
 
+FLAGS = {"model": None, "every": True}  # build_tiles' dynamic=
+
+
 def quantum(text: str) -> float:
     return math.inf if text == "inf" else float(text)
 
@@ -42,6 +45,8 @@ def main() -> None:
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
     p.add_argument("--quantum-us", type=quantum, nargs="+", default=[50.0], help="steal's time slices ('inf': none)")
+    p.add_argument("--flag-tiles", nargs="+", default=["model"], choices=list(FLAGS),
+                   help="which short-row tiles get dynamic batches: where the host's model finds them faster, or all")
     p.add_argument("--matrix", nargs="+", default=list(MATRICES), choices=list(MATRICES))
     a = p.parse_args()
     # One TileKernel per setting and tile list, so steal's learned grid comes from launches over the same tiles.
@@ -58,10 +63,13 @@ def main() -> None:
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
         ref, abs_sum, _ = reference(m, x)
         tol = tolerance(m.lengths, abs_sum)
-        devs = {group: DeviceCsr(m, x, group) for group in a.group}
+        devs = {(group, flags): DeviceCsr(m, x, group, dynamic=FLAGS[flags]) for group in a.group
+                for flags in a.flag_tiles}
         calls = {}
-        for (mb, short, batches, tiling, group, q), k in kernels.items():
-            dev = devs[group]
+        for ((mb, short, batches, tiling, group, q), k), flags in itertools.product(kernels.items(), a.flag_tiles):
+            if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
+                continue  # the flags matter only to the register body with dynamic batches
+            dev = devs[group, flags]
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
@@ -71,10 +79,10 @@ def main() -> None:
                     raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, {policy}: "
                                      "a row is wrong")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
-                body = f"{short} ({batches})" if short == "registers" else short
+                body = short if short == "staged" else f"{short} ({batches}{', ' + flags if batches == 'dynamic' else ''})"
                 calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
-        for peer_kind, _label, call in peers(devs[a.group[0]])[0]:
+        for peer_kind, _label, call in peers(devs[a.group[0], a.flag_tiles[0]])[0]:
             if peer_kind == "cusparse":
                 call()
                 calls["cuSPARSE"] = call

@@ -74,7 +74,7 @@ def emulate(m: S.Csr, x: np.ndarray, t: S.Tiles, stage: int) -> np.ndarray:
     for i, (r0, info, k0, k1) in enumerate(t.tiles.astype(np.int64)):
         covered[k0:k1] += 1
         if info > 0:
-            rows, lanes = info >> 5, 1 << (info & 31)
+            rows, lanes = info >> 5, 1 << (info & S.LANES_MASK)
             assert 1 <= rows <= stage // 2 and lanes <= 32 and k1 - k0 < stage
             assert k0 == off[r0] and k1 == off[r0 + rows]
             for r in range(r0, r0 + rows):
@@ -118,7 +118,7 @@ def test_tiles_of_the_smoke_matrix_take_every_path():
     assert whole.kinds()["long rows"] >= 2 and whole.kinds()["slices"] == 0
     assert split.kinds()["slices"] == 3 + 8 and split.splits.tolist()[1][1] == 8
     mid = S.build_tiles(m.offsets, True, 128, 512).tiles
-    assert len(set((mid[mid[:, 1] > 0, 1] & 31).tolist())) > 1  # the model picks more than one group width
+    assert len(set((mid[mid[:, 1] > 0, 1] & S.LANES_MASK).tolist())) > 1  # the model picks more than one group width
     for t in (whole, split):
         emulate(m, x, t, 64)
 
@@ -134,7 +134,7 @@ def lane_width(lens) -> int:
     """The lane width (log2) build_tiles picks for one tile of rows of these lengths."""
     t = S.build_tiles(np.concatenate(([0], np.cumsum(lens))).astype(np.int32), False, long_nnz=max(lens))
     assert t.count == 1
-    return int(t.tiles[0, 1] & 31)
+    return int(t.tiles[0, 1] & S.LANES_MASK)
 
 
 def test_lane_widths_follow_the_rows():
@@ -145,11 +145,66 @@ def test_lane_widths_follow_the_rows():
     assert lane_width([2] * 150 + [400]) == 1  # one long row among short ones: the warp takes over its rest
 
 
+def test_dynamic_batch_claims_take_every_batch_once_and_leave_the_counter_at_zero():
+    # register_rows' claims (spmv.cuh) replayed with the warps' claims in random orders: warp w runs batch w, each
+    # batch it runs claims one more (claim c is batch warps + c); the tile makes one claim per batch, and the one
+    # that returns batches - 1 is the last and zeroes the counter for the block's next tile.
+    rng = np.random.default_rng(3)
+    warps = S.THREADS // 32
+    for batches in (1, 3, warps - 1, warps, warps + 1, 37, 200):
+        for _ in range(20):
+            counter, claims, ran = 0, 0, []
+            current = {w: w for w in range(min(warps, batches))}  # each warp's batch in flight
+            while current:
+                w = int(rng.choice(list(current)))
+                claim, counter, claims = counter, counter + 1, claims + 1
+                ran.append(current.pop(w))
+                if claim == batches - 1:
+                    counter = 0
+                    assert claims == batches and not [b for b in current.values() if b >= batches]
+                if warps + claim < batches:
+                    current[w] = warps + claim
+            assert sorted(ran) == list(range(batches)) and counter == 0 and claims == batches
+
+
+def test_greedy_busiest_matches_a_heap_replay():
+    import heapq
+
+    rng = np.random.default_rng(5)
+    warps = 8
+    batches = rng.integers(1, 40, 30)
+    cost = rng.integers(50, 400, int(batches.sum())).astype(float)
+    first = np.cumsum(batches) - batches
+    got = S._greedy_busiest(cost, first, batches, warps)
+    for t in range(batches.size):
+        c = cost[first[t]:first[t] + batches[t]] + S.CLAIM_INSTR
+        heap = [(c[w], w) for w in range(min(warps, c.size))]
+        heapq.heapify(heap)
+        for b in range(warps, c.size):
+            f, w = heapq.heappop(heap)
+            heapq.heappush(heap, (f + c[b], w))
+        assert got[t] == max(f for f, _ in heap)
+
+
+def test_dynamic_batches_flag_only_short_row_tiles():
+    m = S.generate("power-law", 1 << 16, 8, seed=11)
+    model, every, none = (S.build_tiles(m.offsets, True, dynamic=d) for d in (None, True, False))
+    short = model.tiles[:, 1] > 0
+    flagged = (model.tiles[:, 1] & S.DYNAMIC_BATCHES) != 0
+    assert flagged[short].any() and not flagged[short].all()  # the model takes it where a tile's warps differ
+    assert ((every.tiles[short, 1] & S.DYNAMIC_BATCHES) != 0).all() and not (none.tiles[short, 1] & S.DYNAMIC_BATCHES).any()
+    for t in (model, every):  # the flag changes nothing else of a tile
+        assert np.array_equal(t.tiles[:, 1] & ~S.DYNAMIC_BATCHES, none.tiles[:, 1])
+        assert np.array_equal(np.delete(t.tiles, 1, axis=1), np.delete(none.tiles, 1, axis=1))
+    u = S.generate("uniform", 1 << 16, 8, seed=11)
+    assert not (S.build_tiles(u.offsets, True).tiles[:, 1] & S.DYNAMIC_BATCHES).any()  # even rows: nothing to gain
+
+
 @pytest.mark.parametrize("lanes_log2", range(6))
 def test_a_fixed_lane_width(lanes_log2):
     m = S.generate("power-law", N, 8, seed=6)
     t = S.build_tiles(m.offsets, True, lanes_log2=lanes_log2)
-    assert set((t.tiles[t.tiles[:, 1] > 0, 1] & 31).tolist()) == {lanes_log2}
+    assert set((t.tiles[t.tiles[:, 1] > 0, 1] & S.LANES_MASK).tolist()) == {lanes_log2}
     emulate(m, np.ones(m.n_cols, np.float32), t, S.STAGE)
 
 
@@ -180,7 +235,7 @@ def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
                 np.add.at(summed, idx[idx < end], 1)
 
     for r0, info, _, _ in t.tiles[t.tiles[:, 1] > 0].astype(np.int64):
-        lanes = 1 << (info & 31)
+        lanes = 1 << (info & S.LANES_MASK)
         for r in range(r0, r0 + (info >> 5)):
             slots(off[r], off[r + 1], lanes, S.OWN_ROUNDS)
             rest = off[r] + S.OWN_ROUNDS * lanes * S.ROW_UNROLL

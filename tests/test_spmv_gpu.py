@@ -28,10 +28,10 @@ def kernel(request):
     return S.spmv_kernel(short_rows=request.param)
 
 
-def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None):
+def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None, dynamic=None):
     ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
     tol = S.tolerance(m.lengths, abs_sum)
-    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2)
+    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2, dynamic=dynamic)
     for tiling in ("whole", "split"):
         for policy in policies():
             dev.y.fill(cp.nan)
@@ -51,16 +51,19 @@ def test_every_policy_and_tiling(cp, kernel, kind):
     run_checked(cp, kernel, m, x_for(m))
 
 
+@pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("lanes_log2", range(6))
-def test_every_lane_width(cp, kernel, lanes_log2):
-    # the host's model picks 2 to 32 lanes per row; each width, 1 included, must sum the same rows
+def test_every_lane_width(cp, kernel, lanes_log2, dynamic):
+    # the host's model picks 2 to 32 lanes per row; each width, 1 included, must sum the same rows, with the batches
+    # of every tile claimed by its warps (under the policies with a barrier between tiles) or of none
     for kind in ("power-law", "uniform"):
         m = S.generate(kind, 1 << 13, 8, seed=15)
-        run_checked(cp, kernel, m, x_for(m), group=256, lanes_log2=lanes_log2)
+        run_checked(cp, kernel, m, x_for(m), group=256, lanes_log2=lanes_log2, dynamic=dynamic)
 
 
+@pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("lanes_log2", range(6))
-def test_rows_the_warp_finishes(cp, kernel, lanes_log2):
+def test_rows_the_warp_finishes(cp, kernel, lanes_log2, dynamic):
     # a group gives its row OWN_ROUNDS rounds of ROW_UNROLL elements per lane, the warp sums the rest: rows just
     # short of, at and past that, and up to the longest short row, among short rows, in one tile list
     t = S.OWN_ROUNDS * S.ROW_UNROLL << lanes_log2
@@ -68,7 +71,7 @@ def test_rows_the_warp_finishes(cp, kernel, lanes_log2):
     lens = rng.integers(0, 20, 400)
     lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
     m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
-    run_checked(cp, kernel, m, x_for(m), lanes_log2=lanes_log2)
+    run_checked(cp, kernel, m, x_for(m), lanes_log2=lanes_log2, dynamic=dynamic)
 
 
 def test_cols_and_vals_are_padded(cp):
@@ -116,7 +119,8 @@ def test_back_to_back_launches_and_tile_orders(cp, kernel):
 
     m = S.generate("power-law", 1 << 14, 8, seed=13)
     x = x_for(m)
-    run_checked(cp, kernel, m, x, group=64, launches=3)  # the slice counters reset themselves between launches
+    # the slice counters and the batch claim counters reset themselves between launches
+    run_checked(cp, kernel, m, x, group=64, launches=3, dynamic=True)
     ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
     dev = S.DeviceCsr(m, x, 64)
     for tiling in ("whole", "split"):

@@ -3,16 +3,16 @@
 // The lab passes this file as the preamble of a cuadv.TileKernel; the kernel's body is one call of
 // cuadv_spmv::run_tile for the tile the scheduler hands out. The tiles are built on the host
 // (spmv_support.build_tiles); each is 16 bytes, int4 {row0, info, k0, k1}:
-//   info > 0   a run of whole short rows: info = rows << 5 | log2(lanes per row), the non-zeros [k0, k1)
-//              (fewer than kStage of them, at most kStage / 2 rows). Two bodies, chosen when the kernel is
-//              compiled (ShortRows):
+//   info > 0   a run of whole short rows: info = rows << 5 | flags | log2(lanes per row) (flags: kDynamicFlag),
+//              the non-zeros [k0, k1) (fewer than kStage of them, at most kStage / 2 rows). Two bodies, chosen
+//              when the kernel is compiled (ShortRows):
 //                kRegisters  groups of `lanes` threads each own a row: they read its two offsets from global
 //                            memory, load its columns and values and gather x (kRowUnroll elements per thread
 //                            and round, all in flight at once) for up to kOwnRounds rounds, the whole warp sums
 //                            what a longer row has left, and the lanes combine in registers with shuffles. No
-//                            barrier; a warp takes batches of rows in turn, or (dynamic batches) claims them from
-//                            a counter in shared memory. cols and vals must be readable kRowUnroll - 1 elements
-//                            past the last non-zero (see slot_sum).
+//                            barrier; a warp takes batches of rows in turn, or (dynamic batches, tiles with
+//                            kDynamicFlag) claims them from a counter in shared memory. cols and vals must be
+//                            readable kRowUnroll - 1 elements past the last non-zero (see slot_sum).
 //                kStaged     the products are staged in shared memory with coalesced loads (the row offsets
 //                            copied beside them with cp.async), then groups of `lanes` threads sum each row
 //                            from shared memory.
@@ -35,6 +35,9 @@ constexpr int kRowUnroll = 4;     // a slot of register_rows: consecutive elemen
 constexpr int kOwnRounds = 2;     // rounds a group of register_rows gives its row before the warp takes over
 constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile (kStaged)
 constexpr int kLongUnroll = 6;    // ... while streaming a long row
+constexpr int kLanesMask = 7;     // info bits of a short-row tile: log2(lanes per row), 0 to 5
+constexpr int kDynamicFlag = 8;   // info bit of a short-row tile: its warps claim its batches (register_rows), where
+                                  // the host's model finds that faster and the kernel has dynamic batches on
 
 // Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.
 template <int kThreads>
@@ -206,7 +209,7 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
   __shared__ float stage[kStage];
   __shared__ int soff[kStage / 2 + 1];
   const int n = d.w - d.z, t = threadIdx.x;
-  const int rows = d.y >> 5, lanes_log2 = d.y & 31, lanes = 1 << lanes_log2;
+  const int rows = d.y >> 5, lanes_log2 = d.y & kLanesMask, lanes = 1 << lanes_log2;
   for (int i = t; i <= rows; i += kThreads) __pipeline_memcpy_async(soff + i, offsets + d.x + i, sizeof(int));
   __pipeline_commit();
   for (int base = 0; base < n; base += kThreads * kStreamUnroll) {
@@ -243,8 +246,8 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
 
 // One tile of the lab's tile list (see the top of this file). Every thread of the block calls it. kStage:
 // the floats of the stage (kStaged only). kDynamicBatches (kRegisters only; begin_block<true> must have run in
-// the block): the warps claim the batches of short rows from a counter in shared memory, which needs a barrier
-// between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
+// the block): in the tiles flagged kDynamicFlag the warps claim the batches of short rows from a counter in shared
+// memory, which needs a barrier between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
 template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false>
 static __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
                                                 const int2* __restrict__ splits, const int* __restrict__ offsets,
@@ -257,7 +260,11 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
     if constexpr (kShort == ShortRows::kStaged) {
       stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
     } else {
-      register_rows<kThreads, kDynamicBatches>(d.x, d.y >> 5, d.y & 31, offsets, cols, vals, x, y);
+      if (kDynamicBatches && (d.y & kDynamicFlag)) {
+        register_rows<kThreads, true>(d.x, d.y >> 5, d.y & kLanesMask, offsets, cols, vals, x, y);
+      } else {
+        register_rows<kThreads, false>(d.x, d.y >> 5, d.y & kLanesMask, offsets, cols, vals, x, y);
+      }
     }
   } else {
     const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x);

@@ -237,22 +237,40 @@ BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' s
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
 CLAIM_INSTR = 16  # dynamic batches (steal, clc): a batch's claim, its hand-over to the warp and the tile's reset
+LANES_MASK = 7  # a short-row tile's info bits (spmv.cuh kLanesMask): log2 of its lanes per row
+DYNAMIC_BATCHES = 8  # a short-row tile's info bit (spmv.cuh kDynamicFlag): its warps claim its batches
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
 
 
-def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int) -> np.ndarray:
+def _greedy_busiest(cost: np.ndarray, first_batch: np.ndarray, batches: np.ndarray, warps: int) -> np.ndarray:
+    """Per tile, the busiest warp's modelled instructions with dynamic batches: warp w runs batch w, then each
+    further batch goes to the warp that finishes first, every batch costing CLAIM_INSTR more for its claim
+    (cost: per batch, the tiles' batches consecutive from first_batch)."""
+    tiles = batches.size
+    finish = np.zeros((tiles, warps))
+    for j in range(int(batches.max(initial=0))):
+        live = np.flatnonzero(batches > j)
+        c = cost[first_batch[live] + j] + CLAIM_INSTR
+        w = np.full(live.size, j) if j < warps else finish[live].argmin(axis=1)
+        finish[live, w] += c
+    return finish.max(axis=1)
+
+
+def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int) -> tuple[np.ndarray, np.ndarray]:
     """log2 of the lanes per row (MIN_LANES_LOG2 to 5) for each short-row tile (rows [first, first + rows)): the
     width whose modelled instructions, over the warps plus the busiest warp's (warp w takes batches w, w + warps,
     ...), are fewest, so both the instructions issued and the time the tile holds its block count. Many short rows
     want narrow groups (more rows per batch), rows of a few rounds wide ones; a row far longer than its batch's
     others costs the warp's rounds over its rest, not the batch's idle lanes. The staged body
-    (ShortRows::kStaged) sums with the same widths."""
+    (ShortRows::kStaged) sums with the same widths. Also, per tile, whether dynamic batches (the warps claiming
+    them, under the policies with a barrier between tiles) leave its busiest warp less to do at that width."""
     tiles = first.size
     if tiles == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, bool)
     pos = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)  # each short row's place in its tile
     length = lens[np.repeat(first, rows) + pos]
     best, best_key = np.full(tiles, MIN_LANES_LOG2, np.int64), np.full(tiles, np.inf)
+    dynamic = np.zeros(tiles, bool)
     for lanes_log2 in range(MIN_LANES_LOG2, 6):
         per_batch, step = 32 >> lanes_log2, ROW_UNROLL << lanes_log2
         batches = -(-rows // per_batch)
@@ -270,17 +288,20 @@ def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: i
         key = np.bincount(tile, cost, tiles) / warps + busiest
         better = key < best_key
         best[better], best_key[better] = lanes_log2, key[better]
-    return best
+        dynamic[better] = _greedy_busiest(cost, first_batch, batches, warps)[better] < busiest[better]
+    return best, dynamic
 
 
 def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ,
-                long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None) -> Tiles:
+                long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None,
+                dynamic: bool | None = None) -> Tiles:
     """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
     their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
     (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there). Each such
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
-    `lanes_log2` (0 to 5) where given (the tests run each width).
+    `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
+    finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
@@ -296,11 +317,12 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     end = np.append(bounds, n)[np.searchsorted(bounds, first, side="right")]  # next start or long row, or n
     rows = end - first
     k0, k1 = offsets[first], offsets[end]
-    if lanes_log2 is None:
-        lanes_log2 = _lane_widths(lens, first, rows, threads // 32)
-    elif not isinstance(lanes_log2, (int, np.integer)) or not 0 <= lanes_log2 <= 5:
+    if lanes_log2 is not None and (not isinstance(lanes_log2, (int, np.integer)) or not 0 <= lanes_log2 <= 5):
         raise ValueError(f"lanes_log2 must be 0 to 5 (1 to 32 lanes per row), got {lanes_log2!r}")
-    short = np.stack([first, (rows << 5) | lanes_log2, k0, k1], axis=1)
+    widths, modelled = _lane_widths(lens, first, rows, threads // 32)
+    widths = widths if lanes_log2 is None else lanes_log2
+    flagged = modelled if dynamic is None else np.full(first.size, bool(dynamic))
+    short = np.stack([first, (rows << 5) | np.where(flagged, DYNAMIC_BATCHES, 0) | widths, k0, k1], axis=1)
 
     long_rows = np.flatnonzero(long_)
     pieces = np.where(split & (lens[long_rows] > slice_nnz), -(-lens[long_rows] // slice_nnz), 1)
@@ -345,10 +367,11 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
 class DeviceCsr:
     """A matrix and its two tile lists on the GPU, with x, y and the split rows' scratch (partials, counts:
     zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts.
-    ``group`` and ``lanes_log2``: build_tiles' (small groups and a fixed lane width make the tests take every
-    path)."""
+    ``group``, ``lanes_log2`` and ``dynamic``: build_tiles' (small groups, a fixed lane width and dynamic batches
+    on every tile or none make the tests take every path)."""
 
-    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None):
+    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None,
+                 dynamic: bool | None = None):
         import cupy as cp
 
         self.host = m
@@ -359,7 +382,7 @@ class DeviceCsr:
         self.y = cp.empty(m.n_rows, cp.float32)
         self.tilings = {}
         for split in (False, True):
-            t = build_tiles(m.offsets, split, group, 4 * group, lanes_log2=lanes_log2)
+            t = build_tiles(m.offsets, split, group, 4 * group, lanes_log2=lanes_log2, dynamic=dynamic)
             self.tilings["split" if split else "whole"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
                                                            cp.zeros(max(t.count, 1), cp.float32),
                                                            cp.zeros(max(t.splits.shape[0], 1), cp.uint32))

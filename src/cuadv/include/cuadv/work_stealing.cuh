@@ -133,7 +133,8 @@ using Auto = Steal;
 // FixedBlocks loops with none (its warps drift apart), FixedWork runs one tile per block. A body may then
 // keep per-tile state in shared memory, reset by its last user, without a barrier of its own.
 template <class Policy>
-constexpr bool kBarrierBetweenTiles = cuda::std::is_same_v<Policy, Steal> || cuda::std::is_same_v<Policy, AtomicCounter> ||
+constexpr bool kBarrierBetweenTiles = cuda::std::is_same_v<Policy, Steal> ||
+                                      cuda::std::is_same_v<Policy, AtomicCounter> ||
                                       cuda::std::is_same_v<Policy, ClusterLaunchControl>;
 
 namespace detail {
