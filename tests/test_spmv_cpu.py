@@ -320,9 +320,10 @@ def test_tile_kernel_compiles_without_spills(arch, policies, short_rows):
 
 
 def register_body_loops(listing):
-    """register_rows' loops in a kernel's SASS, as lists of opcodes: the group's round loop and the warp's (the only
-    loops with 3 * ROW_UNROLL global loads and none inside them; the warp's is inside the loop over the rows the
-    warp finishes), that loop, the batch loop around them all and the butterfly loop beside them."""
+    """Each copy of register_rows' loops in a kernel's SASS (the kernels with dynamic batches hold two: claimed and
+    static), as lists of opcodes: the group's round loop and the warp's (the only loops with 3 * ROW_UNROLL global
+    loads and none inside them; the warp's is inside the loop over the rows the warp finishes), that loop, the batch
+    loop around them all and the butterfly loop beside them."""
     loops = sass_loops(listing)
     ops = [op for _, op, _ in listing]
 
@@ -334,15 +335,21 @@ def register_body_loops(listing):
 
     rounds = [lp for lp in loops if not inside(lp)
               and sum(op.startswith("LDG") for op in ops[lp[0]:lp[1] + 1]) == 3 * S.ROW_UNROLL]
-    assert len(rounds) == 2, rounds
-    batch = next(lp for lp in loops if all(r in inside(lp) for r in rounds))
-    assist_round = next(r for r in rounds if around(r)[0] != batch)
-    own_round = next(r for r in rounds if r != assist_round)
-    assist = around(assist_round)[0]
-    assert around(assist)[0] == batch and around(own_round)[0] == batch
-    shuffles = [lp for lp in inside(batch) if lp not in (own_round, assist_round, assist)]
-    assert len(shuffles) == 1 and "SHFL.BFLY" in ops[shuffles[0][0]:shuffles[0][1] + 1]
-    return [ops[a:b + 1] for a, b in (own_round, assist_round, assist, batch, shuffles[0])]
+    assert rounds and len(rounds) % 2 == 0, rounds
+    # A group's round sits right in its batch loop, the warp's in the loop over the rows the warp finishes.
+    batches = {around(r)[0] for r in rounds if sum(q in inside(around(r)[0]) for q in rounds) == 2}
+    copies = []
+    for batch in sorted(batches):
+        mine = [r for r in rounds if r in inside(batch)]
+        assert len(mine) == 2, (batch, mine)
+        assist_round = next(r for r in mine if around(r)[0] != batch)
+        own_round = next(r for r in mine if r != assist_round)
+        assist = around(assist_round)[0]
+        assert around(assist)[0] == batch and around(own_round)[0] == batch
+        shuffles = [lp for lp in inside(batch) if lp not in (own_round, assist_round, assist)]
+        assert len(shuffles) == 1 and "SHFL.BFLY" in ops[shuffles[0][0]:shuffles[0][1] + 1]
+        copies.append([ops[a:b + 1] for a, b in (own_round, assist_round, assist, batch, shuffles[0])])
+    return copies
 
 
 def loads_first(round_):
@@ -353,28 +360,35 @@ def loads_first(round_):
 
 @pytest.mark.parametrize("arch, policies", ARCH_POLICIES)
 def test_register_body_sass(arch, policies, tmp_path):
-    # The register body in the kernel of each policy: no barrier in a batch, and no shared memory but the batch's claim
-    # and the tile's reset of the claim counter under the policies with a barrier between tiles; the group's round
-    # issues all its loads before its first multiply (kRowUnroll slots in flight: a predicate per element made ptxas
-    # interleave them), the warp's round too in the kernel auto runs; and no more instructions than the host's model
-    # of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
+    # The register body in the kernel of each policy: no barrier in a batch, and no shared memory but a claimed
+    # batch's claim and the tile's reset of the claim counter (a second copy of the body, under the policies with a
+    # barrier between tiles: auto's); the group's round issues all its loads before its first multiply (kRowUnroll
+    # slots in flight: a predicate per element made ptxas interleave them), the warp's round too in the kernel auto
+    # runs; and no more instructions than the host's model of the body assumes (spmv_support: re-count them there if
+    # NVRTC changes its code).
     k = S.spmv_kernel()
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
-        own, warp_round, assist, batch, shuffle = register_body_loops(listing)
-        shared = [op for op in batch if op.startswith(("LDS", "STS", "BAR", "LDGSTS", "ATOMS", "SYNCS"))]
-        assert shared == (["ATOMS.ADD", "ATOMS.EXCH"] if policy in ("steal", "clc") else []), (policy, shared)
-        assert loads_first(own), policy
-        if policy in ("steal", "clc"):  # auto's
-            assert loads_first(warp_round), policy
-        assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
-        assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
-        assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))
-        # The batch's set-up also holds the scheduler's loop state, which varies by a few instructions per policy:
-        # the cost model's constant is the steal kernel's, so the others get a small allowance.
-        slack = 0 if policy == "steal" else 4
-        claim = S.CLAIM_INSTR if policy in ("steal", "clc") else 0  # dynamic batches
-        assert len(batch) - len(own) - len(assist) - len(shuffle) <= S.BATCH_INSTR + claim + slack, (policy, len(batch))
+        copies = register_body_loops(listing)
+        claimed = policy in ("steal", "clc")
+        assert len(copies) == (2 if claimed else 1), (policy, len(copies))
+        kinds = []
+        for own, warp_round, assist, batch, shuffle in copies:
+            shared = [op for op in batch if op.startswith(("LDS", "STS", "BAR", "LDGSTS", "ATOMS", "SYNCS"))]
+            assert shared in ([], ["ATOMS.ADD", "ATOMS.EXCH"]), (policy, shared)
+            kinds.append(bool(shared))
+            assert loads_first(own), policy
+            if claimed:  # auto's
+                assert loads_first(warp_round), policy
+            assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
+            assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
+            assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))
+            # The batch's set-up also holds the scheduler's loop state, which varies by a few instructions per
+            # policy: the cost model's constant is the steal kernel's, so the others get a small allowance.
+            slack = 0 if policy == "steal" else 4
+            extra = len(batch) - len(own) - len(assist) - len(shuffle)
+            assert extra <= S.BATCH_INSTR + (S.CLAIM_INSTR if shared else 0) + slack, (policy, len(batch))
+        assert sorted(kinds) == ([False, True] if claimed else [False]), (policy, kinds)
 
 
 def test_lab_is_registered_after_scheduling():

@@ -232,11 +232,11 @@ class Tiles:
 # that, ASSIST_INSTR and ROUND_INSTR per round of the whole warp (32 slots) over what the row has left.
 ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
 OWN_ROUNDS = 2  # kOwnRounds
-ROUND_INSTR = 43  # one round: per slot element its column, value and x loads and its masked add
+ROUND_INSTR = 45  # one round: per slot element its column, value and x loads and its masked add
 BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
-CLAIM_INSTR = 16  # dynamic batches (steal, clc): a batch's claim, its hand-over to the warp and the tile's reset
+CLAIM_INSTR = 29  # dynamic batches (steal, clc): a batch's claim, its hand-over to the warp and the tile's reset
 LANES_MASK = 7  # a short-row tile's info bits (spmv.cuh kLanesMask): log2 of its lanes per row
 DYNAMIC_BATCHES = 8  # a short-row tile's info bit (spmv.cuh kDynamicFlag): its warps claim its batches
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
