@@ -83,7 +83,13 @@ SPMV = (
     "out of line, for every policy (06:20: fixed_work 1.005x, steal 0.944x). Part of what a loop loses is its "
     "warps' wait for each tile's slowest warp: the same barrier in fixed_work, whose warps otherwise leave as they "
     "finish, cost it 7% on R-MAT (0.900x, below steal's 0.920x) but only 1.3 of steal's 5.4 points on power-law "
-    "(scripts/spmv_barrier_probe.py)")
+    "(scripts/spmv_barrier_probe.py). Letting a tile's warps claim its batches of rows where the host's model "
+    "finds them uneven (dynamic batches, 2026-12-03 08:52 and 09:11) took back 0.7-0.8% of it on R-MAT (steal "
+    "0.918x to 0.925x, atomic counter 0.866x to 0.875x in one sweep) and 0.2% on power-law: within a tile of "
+    "2048 non-zeros the batches are too few for claims to even the warps out (a model replay leaves the busiest "
+    "warp at 1.5x the mean). With tiles of 4096 non-zeros steal reads 0.962x / 0.943x (power-law / R-MAT) but "
+    "fixed_work loses 1-2% on power-law and uniform rows, so the lab keeps 2048 (scripts/spmv_sweep.py --group "
+    "2048 4096 --batches dynamic static)")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
