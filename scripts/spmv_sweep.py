@@ -1,7 +1,8 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
 non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
 32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group
-(non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every result is checked against SciPy in float64 first.
+(non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every
+result is checked against SciPy in float64 first.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
@@ -22,8 +23,8 @@ import numpy as np
 
 from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, peers, reference, spmv_kernel,
-                                     tolerance)
+from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, peers, reference,
+                                     spmv_kernel, tolerance)
 from cuadv.timing import time_gpu
 
 
@@ -76,10 +77,11 @@ def main() -> None:
                 for _ in range(3):  # steal learns its grid over its first launches
                     dev.run(k, tiling, policy)
                 if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
-                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, {policy}: "
-                                     "a row is wrong")
+                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, "
+                                     f"{policy}: a row is wrong")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
-                body = short if short == "staged" else f"{short} ({batches}{', ' + flags if batches == 'dynamic' else ''})"
+                flagged = f", {flags}" if batches == "dynamic" else ""
+                body = short if short == "staged" else f"{short} ({batches}{flagged})"
                 calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
         for peer_kind, _label, call in peers(devs[a.group[0], a.flag_tiles[0]])[0]:

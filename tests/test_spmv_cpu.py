@@ -192,7 +192,8 @@ def test_dynamic_batches_flag_only_short_row_tiles():
     short = model.tiles[:, 1] > 0
     flagged = (model.tiles[:, 1] & S.DYNAMIC_BATCHES) != 0
     assert flagged[short].any() and not flagged[short].all()  # the model takes it where a tile's warps differ
-    assert ((every.tiles[short, 1] & S.DYNAMIC_BATCHES) != 0).all() and not (none.tiles[short, 1] & S.DYNAMIC_BATCHES).any()
+    assert ((every.tiles[short, 1] & S.DYNAMIC_BATCHES) != 0).all()
+    assert not (none.tiles[short, 1] & S.DYNAMIC_BATCHES).any()
     for t in (model, every):  # the flag changes nothing else of a tile
         assert np.array_equal(t.tiles[:, 1] & ~S.DYNAMIC_BATCHES, none.tiles[:, 1])
         assert np.array_equal(np.delete(t.tiles, 1, axis=1), np.delete(none.tiles, 1, axis=1))

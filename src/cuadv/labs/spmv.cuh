@@ -141,8 +141,8 @@ static __device__ __forceinline__ void begin_block() {
 // after another, 32 slots a round: one row many times longer than the batch's others costs the others no idle
 // rounds. The group's lanes combine with butterfly shuffles and lane 0 writes y.
 //
-// Dynamic batches: every batch a warp runs makes one claim (lane 0's atomicAdd, in flight during the batch); claim
-// c is batch warps + c, past the last batch the warp stops. So a tile makes exactly one claim per batch, its claims
+// Dynamic batches: every batch a warp runs makes one claim (claim_batch, in flight during the batch); claim c is
+// batch warps + c, past the last batch the warp stops. So a tile makes exactly one claim per batch, its claims
 // return 0 .. batches - 1, and the warp whose claim returns batches - 1, the tile's last, sets the counter back to
 // zero for the block's next tile, which begins after the policy's barrier.
 template <int kThreads, bool kDynamicBatches>
@@ -187,7 +187,7 @@ static __device__ __forceinline__ void register_rows(int row0, int rows, int lan
     constexpr int kWarps = kThreads / 32;
     const int batch_log2 = 5 - lanes_log2, batches = (rows + (1 << batch_log2) - 1) >> batch_log2;
     const int row_in_batch = warp_lane >> lanes_log2;
-    // The batch is the same in every lane of a warp (a shuffle of lane 0's claim).
+    // The batch is the same in every lane of a warp (the warp's sum of its one claim).
     for (int batch = static_cast<int>(threadIdx.x) >> 5; batch < batches;) {
       unsigned claim = claim_batch();  // the warp's next batch, in flight during this one
       batch_row((batch << batch_log2) + row_in_batch);
