@@ -168,6 +168,8 @@ def test_dynamic_batch_claims_take_every_batch_once_and_leave_the_counter_at_zer
 
 
 def test_greedy_busiest_matches_a_heap_replay():
+    # The kernel's order: a warp claims its next batch as it starts one, so the claims go out in the order of the
+    # batches' starts (at the first, in warp order); claim c is batch warps + c, every batch costs CLAIM_INSTR more.
     import heapq
 
     rng = np.random.default_rng(5)
@@ -178,12 +180,16 @@ def test_greedy_busiest_matches_a_heap_replay():
     got = S._greedy_busiest(cost, first, batches, warps)
     for t in range(batches.size):
         c = cost[first[t]:first[t] + batches[t]] + S.CLAIM_INSTR
-        heap = [(c[w], w) for w in range(min(warps, c.size))]
-        heapq.heapify(heap)
-        for b in range(warps, c.size):
-            f, w = heapq.heappop(heap)
-            heapq.heappush(heap, (f + c[b], w))
-        assert got[t] == max(f for f, _ in heap)
+        starts = [(0.0, w, w) for w in range(min(warps, c.size))]  # (start, warp, batch)
+        heapq.heapify(starts)
+        end, claim = [0.0] * warps, 0
+        while starts:
+            start, w, b = heapq.heappop(starts)
+            end[w] = start + c[b]
+            if warps + claim < c.size:
+                heapq.heappush(starts, (end[w], w, warps + claim))
+            claim += 1
+        assert claim == c.size and got[t] == max(end)
 
 
 def test_dynamic_batches_flag_only_short_row_tiles():
@@ -300,8 +306,8 @@ def test_register_body_reads_around_the_warps_takeover(lanes_log2):
     assert np.all(summed == 1) and furthest <= m.nnz + S.ROW_UNROLL - 2
 
 
-ARCH_POLICIES = [("sm_90a", ["fixed_work", "fixed_blocks", "steal", "auto"]),
-                 ("sm_100a", ["fixed_work", "fixed_blocks", "clc", "auto"])]
+ARCH_POLICIES = [("sm_90a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto"]),
+                 ("sm_100a", ["fixed_work", "fixed_blocks", "atomic_counter", "clc", "auto"])]
 
 
 @pytest.mark.parametrize("short_rows", list(S.SHORT_ROWS))
@@ -363,7 +369,7 @@ def loads_first(round_):
 def test_register_body_sass(arch, policies, tmp_path):
     # The register body in the kernel of each policy: no barrier in a batch, and no shared memory but a claimed
     # batch's claim and the tile's reset of the claim counter (a second copy of the body, under the policies with a
-    # barrier between tiles: auto's); the group's round issues all its loads before its first multiply (kRowUnroll
+    # barrier between tiles: atomic_counter and auto's); the group's round issues all its loads before its first multiply (kRowUnroll
     # slots in flight: a predicate per element made ptxas interleave them), the warp's round too in the kernel auto
     # runs; and no more instructions than the host's model of the body assumes (spmv_support: re-count them there if
     # NVRTC changes its code).
@@ -371,7 +377,7 @@ def test_register_body_sass(arch, policies, tmp_path):
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
         copies = register_body_loops(listing)
-        claimed = policy in ("steal", "clc")
+        claimed = policy in ("steal", "atomic_counter", "clc")
         assert len(copies) == (2 if claimed else 1), (policy, len(copies))
         kinds = []
         for own, warp_round, assist, batch, shuffle in copies:
@@ -379,7 +385,7 @@ def test_register_body_sass(arch, policies, tmp_path):
             assert shared in ([], ["ATOMS.ADD", "ATOMS.EXCH"]), (policy, shared)
             kinds.append(bool(shared))
             assert loads_first(own), policy
-            if claimed:  # auto's
+            if policy in ("steal", "clc"):  # auto's
                 assert loads_first(warp_round), policy
             assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
             assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))

@@ -105,19 +105,28 @@ static __device__ __forceinline__ unsigned* batch_claims() {
 }
 
 // A warp's claim of its next batch, taken by one lane (elect.sync: ptxas then makes it no warp-aggregated atomic,
-// which costs a vote, population counts and a shuffle of the result); 0 in the warp's other lanes, so the warp's
-// sum (__reduce_add_sync) hands the claim to every lane.
+// which costs a vote, population counts and a shuffle of the result; lane 0 before sm_90); 0 in the warp's other
+// lanes. warp_claim hands it to every lane.
 static __device__ __forceinline__ unsigned claim_batch() {
   const unsigned counter = static_cast<unsigned>(__cvta_generic_to_shared(batch_claims()));
   unsigned claim;
 #if CUADV_ARCH >= 900
   asm volatile("{\n\t.reg .pred leader;\n\tmov.u32 %0, 0;\n\telect.sync _|leader, 0xffffffff;\n\t"
                "@leader atom.shared.add.u32 %0, [%1], 1;\n\t}"
-               : "=r"(claim) : "r"(counter) : "memory");
+               : "=&r"(claim) : "r"(counter) : "memory");
 #else
   claim = (threadIdx.x & 31) == 0 ? atomicAdd(batch_claims(), 1u) : 0u;
 #endif
   return claim;
+}
+
+// The warp's claim in every lane: the sum over the warp of claim_batch's values (sm_80), or lane 0's.
+static __device__ __forceinline__ unsigned warp_claim(unsigned claim) {
+#if CUADV_ARCH >= 800
+  return __reduce_add_sync(0xffffffffu, claim);
+#else
+  return __shfl_sync(0xffffffffu, claim, 0);
+#endif
 }
 
 // Once per block, before its first tile (the TileKernel prologue): with dynamic batches, the claim counter starts
@@ -191,7 +200,7 @@ static __device__ __forceinline__ void register_rows(int row0, int rows, int lan
     for (int batch = static_cast<int>(threadIdx.x) >> 5; batch < batches;) {
       unsigned claim = claim_batch();  // the warp's next batch, in flight during this one
       batch_row((batch << batch_log2) + row_in_batch);
-      claim = __reduce_add_sync(0xffffffffu, claim);
+      claim = warp_claim(claim);
       // An atomic, as the other warps' claims are: the tile's last claim, so none follows it in this tile.
       if (warp_lane == 0 && claim == static_cast<unsigned>(batches) - 1u) atomicExch(batch_claims(), 0u);
       batch = kWarps + static_cast<int>(claim);
@@ -260,10 +269,13 @@ static __device__ __forceinline__ void run_tile(unsigned long long index, const 
     if constexpr (kShort == ShortRows::kStaged) {
       stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
     } else {
-      if (kDynamicBatches && (d.y & kDynamicFlag)) {
-        register_rows<kThreads, true>(d.x, d.y >> 5, d.y & kLanesMask, offsets, cols, vals, x, y);
+      const int rows = d.y >> 5, lanes_log2 = d.y & kLanesMask;
+      // Only a kernel with dynamic batches instantiates the claimed copy.
+      if constexpr (kDynamicBatches) {
+        if (d.y & kDynamicFlag) register_rows<kThreads, true>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        else register_rows<kThreads, false>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
       } else {
-        register_rows<kThreads, false>(d.x, d.y >> 5, d.y & kLanesMask, offsets, cols, vals, x, y);
+        register_rows<kThreads, false>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
       }
     }
   } else {

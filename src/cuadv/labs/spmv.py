@@ -19,7 +19,8 @@ The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-ad
     warp); each group owns rows of the tile in turn: it reads the row's two offsets from global memory, loads
     its columns and values in slots of 4 per lane (8 loads, then 4 gathers of x through the read-only cache,
     in flight per thread) for at most 2 rounds, the whole warp sums what a longer row has left, and the
-    lanes combine in registers with warp shuffles. No shared memory and no barrier. The variant "staged short
+    lanes combine in registers with warp shuffles. No barrier; under the policies with a barrier between tiles
+    the warps of a tile the host flags claim its batches from a counter in shared memory. The variant "staged short
     rows" keeps the body this replaced: the products staged in shared memory with coalesced loads, then
     summed from there by the groups of lanes after a barrier; the lab measures it beside the default on
     split rows under auto.

@@ -5,6 +5,7 @@ CuPy, torch.sparse). Everything here is host code or benchmark-only; the schedul
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,42 +237,51 @@ ROUND_INSTR = 45  # one round: per slot element its column, value and x loads an
 BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
-CLAIM_INSTR = 29  # dynamic batches (steal, clc): a batch's claim, its hand-over to the warp and the tile's reset
+CLAIM_INSTR = 29  # dynamic batches (steal, atomic_counter, clc): a batch's claim, its hand-over, the tile's reset
 LANES_MASK = 7  # a short-row tile's info bits (spmv.cuh kLanesMask): log2 of its lanes per row
 DYNAMIC_BATCHES = 8  # a short-row tile's info bit (spmv.cuh kDynamicFlag): its warps claim its batches
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
 
 
 def _greedy_busiest(cost: np.ndarray, first_batch: np.ndarray, batches: np.ndarray, warps: int) -> np.ndarray:
-    """Per tile, the busiest warp's modelled instructions with dynamic batches: warp w runs batch w, then each
-    further batch goes to the warp that finishes first, every batch costing CLAIM_INSTR more for its claim
-    (cost: per batch, the tiles' batches consecutive from first_batch)."""
+    """Per tile, the busiest warp's modelled instructions with dynamic batches, replayed in the kernel's order: warp
+    w starts batch w, and a warp claims its next batch as it starts one (register_rows), so the claims go out in
+    the order the warps start their batches (at the first, in warp order) and claim c is batch warps + c; every
+    batch costs CLAIM_INSTR more for its claim (cost: per batch, the tiles' batches consecutive from first_batch)."""
     tiles = batches.size
-    finish = np.zeros((tiles, warps))
-    for j in range(int(batches.max(initial=0))):
-        live = np.flatnonzero(batches > j)
-        c = cost[first_batch[live] + j] + CLAIM_INSTR
-        w = np.full(live.size, j) if j < warps else finish[live].argmin(axis=1)
-        finish[live, w] += c
-    return finish.max(axis=1)
+    lane = np.arange(warps)
+    start = np.where(lane < batches[:, None], 0.0, np.inf)  # when each warp started the batch it has not claimed for
+    current = np.broadcast_to(lane, (tiles, warps)).copy()
+    end = np.zeros((tiles, warps))
+    for c in range(int(batches.max(initial=0))):  # a tile makes one claim per batch
+        live = np.flatnonzero(batches > c)
+        w = start[live].argmin(axis=1)
+        done = start[live, w] + cost[first_batch[live] + current[live, w]] + CLAIM_INSTR
+        more = warps + c < batches[live]
+        start[live, w] = np.where(more, done, np.inf)
+        current[live, w] = np.where(more, warps + c, current[live, w])
+        end[live, w] = done
+    return end.max(axis=1)
 
 
-def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int) -> tuple[np.ndarray, np.ndarray]:
+def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: int,
+                 widths: Sequence[int] = range(MIN_LANES_LOG2, 6)) -> tuple[np.ndarray, np.ndarray]:
     """log2 of the lanes per row (MIN_LANES_LOG2 to 5) for each short-row tile (rows [first, first + rows)): the
     width whose modelled instructions, over the warps plus the busiest warp's (warp w takes batches w, w + warps,
     ...), are fewest, so both the instructions issued and the time the tile holds its block count. Many short rows
     want narrow groups (more rows per batch), rows of a few rounds wide ones; a row far longer than its batch's
     others costs the warp's rounds over its rest, not the batch's idle lanes. The staged body
     (ShortRows::kStaged) sums with the same widths. Also, per tile, whether dynamic batches (the warps claiming
-    them, under the policies with a barrier between tiles) leave its busiest warp less to do at that width."""
+    them, under the policies with a barrier between tiles) leave its busiest warp less to do at that width.
+    ``widths``: the candidates (one, where build_tiles is given a width)."""
     tiles = first.size
     if tiles == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     pos = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)  # each short row's place in its tile
     length = lens[np.repeat(first, rows) + pos]
-    best, best_key = np.full(tiles, MIN_LANES_LOG2, np.int64), np.full(tiles, np.inf)
+    best, best_key = np.full(tiles, widths[0], np.int64), np.full(tiles, np.inf)
     dynamic = np.zeros(tiles, bool)
-    for lanes_log2 in range(MIN_LANES_LOG2, 6):
+    for lanes_log2 in widths:
         per_batch, step = 32 >> lanes_log2, ROW_UNROLL << lanes_log2
         batches = -(-rows // per_batch)
         first_batch = np.cumsum(batches) - batches
@@ -319,8 +329,8 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     k0, k1 = offsets[first], offsets[end]
     if lanes_log2 is not None and (not isinstance(lanes_log2, (int, np.integer)) or not 0 <= lanes_log2 <= 5):
         raise ValueError(f"lanes_log2 must be 0 to 5 (1 to 32 lanes per row), got {lanes_log2!r}")
-    widths, modelled = _lane_widths(lens, first, rows, threads // 32)
-    widths = widths if lanes_log2 is None else lanes_log2
+    candidates = range(MIN_LANES_LOG2, 6) if lanes_log2 is None else [int(lanes_log2)]
+    widths, modelled = _lane_widths(lens, first, rows, threads // 32, candidates)
     flagged = modelled if dynamic is None else np.full(first.size, bool(dynamic))
     short = np.stack([first, (rows << 5) | np.where(flagged, DYNAMIC_BATCHES, 0) | widths, k0, k1], axis=1)
 
