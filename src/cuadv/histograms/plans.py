@@ -30,6 +30,7 @@ TMA_STAGES = (2, 3, 4, 5, 6)  # chunks in flight per block of the TMA-fed shared
 TMA_VECTORS = (1, 2)  # 16-byte vectors per thread in one chunk of the ring: 16 or 32 KB per 1024-thread block
 TMA_WIDE_STAGES = (2, 3)  # rings of 2-vector chunks take at most 3 (96 KB)
 TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_STAGES)  # (stages, vectors) built
+PACKED_RING_VECTORS = 2  # 16-bit counters take rings of 2-vector chunks only (1-vector chunks read 78-81%)
 # The rings 'shared' takes without ``stages``, in order: the first of at least MIN_SHARED_RING bytes that lets two
 # blocks share an SM, else the first that fits one block (16-bit counters: 2-vector rings only). H200, 2026-12-03,
 # the ring probe in docs/results/h200-2026-12-03-0655/, % of the read-only ceiling: uint8 at 256 bins 94.2% with
@@ -288,7 +289,7 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
             continue
         exprs += [f"hist_block_tma<{ctype}, {s}, {v}, false>" for s, v in TMA_RINGS]
         if dtype == "int32":  # 16-bit counters behind 2-vector rings
-            exprs += [f"hist_block_tma<{ctype}, {s}, 2, true>" for s in TMA_WIDE_STAGES]
+            exprs += [f"hist_block_tma<{ctype}, {s}, {PACKED_RING_VECTORS}, true>" for s in TMA_WIDE_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")
@@ -400,7 +401,8 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         free = cluster is None and not aggregate and counter_bits is None
         # 16-bit counters in one block: register loads, or a 2-vector ring that fits beside them; else dsm
         packed_ok = _one_block_holds(slots, dtype, shared_limit) and (
-            not stages or (vectors == 2 and _ring_fits(_counter_bytes(slots, 16), stages, 2, shared_limit)))
+            not stages or (_ring_takes(16, vectors) and _ring_fits(_counter_bytes(slots, 16), stages, vectors,
+                                                                   shared_limit)))
         if free and (_counter_bytes(slots, 32) <= shared_limit or packed_ok):
             variant = "shared"
         else:
@@ -437,7 +439,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
                     "or 'global'")
             need, bits = _counter_bytes(slots, 16), 16
         if stages is None and tma:
-            rings = [r for r in AUTO_TMA_RINGS[dtype] if bits == 32 or r[1] == 2]
+            rings = [r for r in AUTO_TMA_RINGS[dtype] if _ring_takes(bits, r[1])]
             plans = [_plan_shared_tma(bins, dtype, need, bits, ring, shared_limit, shared_per_sm)
                      for ring in rings if _ring_fits(need, *ring, shared_limit)]
             two = [p for p in plans if 2 * (p.shared_bytes + BLOCK_RESERVED) <= shared_per_sm
@@ -479,6 +481,12 @@ def _one_block_holds(slots: int, dtype: str, shared_limit: int) -> bool:
     return _counter_bytes(slots, 32 if dtype == "uint8" else 16) <= shared_limit
 
 
+def _ring_takes(counter_bits: int, vectors: int | None) -> bool:
+    """Counters of ``counter_bits`` may be fed by a TMA ring of chunks of ``vectors``: 32-bit ones any, 16-bit
+    ones PACKED_RING_VECTORS only."""
+    return counter_bits == 32 or vectors == PACKED_RING_VECTORS
+
+
 def _ring_fits(counter_bytes: int, stages: int, vectors: int, shared_limit: int) -> bool:
     """One block holds the counters (one replica) beside a TMA ring of ``stages`` chunks of ``vectors``."""
     return tma_ring_bytes(counter_bytes, stages, vectors) <= shared_limit
@@ -490,7 +498,7 @@ def _plan_shared_tma(bins: int, dtype: str, need: int, bits: int, ring: tuple[in
     without a ring (at most 32) while two blocks still share an SM, else one; raises where 16-bit counters are
     given 1-vector chunks, or where even one replica and the ring exceed a block."""
     stages, vectors = ring
-    if bits == 16 and vectors != 2:
+    if not _ring_takes(bits, vectors):
         raise LaunchConfigError(
             f"bins = {bins} fit one block only as 16-bit counters, which take TMA rings of 2-vector chunks "
             "(vectors=2, stages 2 or 3; on the H200 1-vector chunks read 78-81% of the read-only ceiling, register "
