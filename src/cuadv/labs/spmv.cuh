@@ -45,14 +45,16 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
                                                       const float* __restrict__ vals, const float* __restrict__ x) {
   __shared__ float red[32];
   float s = 0.f;
-  for (int base = k0; base < k1; base += kThreads * kLongUnroll) {
+  // From the 128-byte line k0 is in: each warp's load of 32 consecutive elements is one line, not two.
+  for (int base = k0 & ~31; base < k1; base += kThreads * kLongUnroll) {
     int c[kLongUnroll];
     float v[kLongUnroll];
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
       const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
-      c[u] = k < k1 ? __ldg(cols + k) : 0;
-      v[u] = k < k1 ? __ldg(vals + k) : 0.f;
+      const bool in = k >= k0 && k < k1;
+      c[u] = in ? __ldg(cols + k) : 0;
+      v[u] = in ? __ldg(vals + k) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) s += v[u] * __ldg(x + c[u]);
@@ -87,14 +89,14 @@ static __device__ __forceinline__ float slot_sum(int k, int b, const int* __rest
     c[u] = __ldg(cols + k + u);
     v[u] = __ldg(vals + k + u);
   }
+  int keep[kRowUnroll];
 #pragma unroll
-  for (int u = 0; u < kRowUnroll; ++u) g[u] = __ldg(x + c[u]);
+  for (int u = 0; u < kRowUnroll; ++u) keep[u] = (u - (b - k)) >> 31;
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) g[u] = __ldg(x + (c[u] & keep[u]));
   float s = v[0] * g[0];  // element k is in the row
 #pragma unroll
-  for (int u = 1; u < kRowUnroll; ++u) {
-    const int keep = (u - (b - k)) >> 31;  // arithmetic shift: all ones while k + u < b, else zero
-    s += __int_as_float(__float_as_int(v[u] * g[u]) & keep);
-  }
+  for (int u = 1; u < kRowUnroll; ++u) s += __int_as_float(__float_as_int(v[u] * g[u]) & keep[u]);
   return s;
 }
 

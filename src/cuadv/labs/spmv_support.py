@@ -20,7 +20,7 @@ GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 2 per 
 LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build_tiles' default)
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
-MIN_BLOCKS = 5  # __launch_bounds__ occupancy hint: 5 blocks of 256 threads per SM (at most 48 registers: no spill)
+MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per SM (at most 40 registers: no spill)
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
@@ -233,11 +233,11 @@ class Tiles:
 # that, ASSIST_INSTR and ROUND_INSTR per round of the whole warp (32 slots) over what the row has left.
 ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
 OWN_ROUNDS = 2  # kOwnRounds
-ROUND_INSTR = 45  # one round: per slot element its column, value and x loads and its masked add
+ROUND_INSTR = 50  # one round: per slot element its column, value and x loads (past the row, of x[0]) and its masked add
 BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
-CLAIM_INSTR = 29  # dynamic batches (steal, atomic_counter, clc): a batch's claim, its hand-over, the tile's reset
+CLAIM_INSTR = 39  # dynamic batches (steal, atomic_counter, clc): a batch's claim, its hand-over, the tile's reset
 LANES_MASK = 7  # a short-row tile's info bits (spmv.cuh kLanesMask): log2 of its lanes per row
 DYNAMIC_BATCHES = 8  # a short-row tile's info bit (spmv.cuh kDynamicFlag): its warps claim its batches
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
