@@ -5,7 +5,7 @@ profile.
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), spmv (power-law and uniform matrices: cuadv's tilings under both policies, the staged short-row
+ceiling kernel), spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row
 body on split rows, and cuSPARSE),
 vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
@@ -80,7 +80,7 @@ def spmv() -> None:
     from cuadv.labs.spmv import MEAN, SEED, TILINGS
     from cuadv.labs.spmv_support import DeviceCsr, generate, peers, spmv_kernel
 
-    for kind in ("power-law", "uniform"):
+    for kind in ("power-law", "R-MAT", "uniform"):
         m = generate(kind, 1 << 22, MEAN, SEED)
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
         dev = DeviceCsr(m, x)
