@@ -1,5 +1,5 @@
 """What a block-wide barrier at every tile boundary, and the code ptxas makes of the body in each policy's kernel,
-cost the spmv lab's tile loop: the lab's body (split rows, the register short-row body, 5 blocks per SM) under
+cost the spmv lab's tile loop: the lab's body (split rows, the register short-row body, 6 blocks per SM) under
 fixed_work, fixed_blocks and steal, as it is, with a __syncthreads() after it, and as a call of one out-of-line
 function (compiled once, the same code under every policy), on the lab's three matrices (4M rows, seed 18),
 against cuSPARSE.

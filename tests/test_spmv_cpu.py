@@ -369,11 +369,11 @@ def loads_first(round_):
 def test_register_body_sass(arch, policies, tmp_path):
     # The register body in the kernel of each policy: no barrier in a batch, and no shared memory but a claimed
     # batch's claim and the tile's reset of the claim counter (a second copy of the body, under the policies with a
-    # barrier between tiles: atomic_counter and auto's); the group's round issues all its loads before its first multiply (kRowUnroll
-    # slots in flight: a predicate per element made ptxas interleave them; at 40 registers ptxas moves one multiply
-    # ahead of the last gathers in the atomic counter's sm_90a kernel, a scheduler of the sweeps that the lab does not
-    # run), the warp's round too in the kernel auto runs; and no more instructions than the host's model of the body assumes (spmv_support: re-count them there if
-    # NVRTC changes its code).
+    # barrier between tiles: atomic_counter and auto's); the group's round issues all its loads before its first
+    # multiply (kRowUnroll slots in flight: a predicate per element made ptxas interleave them; at 40 registers ptxas
+    # moves one multiply ahead of the last gathers in the atomic counter's sm_90a kernel, a scheduler of the sweeps
+    # that the lab does not run), the warp's round too in the kernel auto runs; and no more instructions than the
+    # host's model of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
     k = S.spmv_kernel()
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
