@@ -76,10 +76,10 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
 // One slot of register_rows: the sum of vals[j] * x[cols[j]] over j in [k, k + kRowUnroll) and j < b, given
 // k < b. The slot's columns and values are loaded, then x is gathered for all of them, so a thread has
 // 2 * kRowUnroll loads and then kRowUnroll gathers in flight. Elements past b are read too (the next rows, or
-// past the last non-zero the kRowUnroll - 1 elements of padding cols and vals must have: DeviceCsr pads them)
-// and their products masked to +0 bitwise: no predicate per element, so ptxas holds no load back behind a
-// multiply-add (with a predicate each it did, short of predicate registers in the steal kernel), and a NaN or
-// infinity read past the row cannot leak into it.
+// past the last non-zero the kRowUnroll - 1 elements of padding cols and vals must have: DeviceCsr pads them),
+// x is gathered at column 0 for them, and their products are masked to +0 bitwise: no predicate per element, so
+// ptxas holds no load back behind a multiply-add (with a predicate each it did, short of predicate registers in
+// the steal kernel), and a NaN or infinity read past the row cannot leak into it.
 static __device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
                                                  const float* __restrict__ vals, const float* __restrict__ x) {
   int c[kRowUnroll];
@@ -91,7 +91,9 @@ static __device__ __forceinline__ float slot_sum(int k, int b, const int* __rest
   }
   int keep[kRowUnroll];
 #pragma unroll
-  for (int u = 0; u < kRowUnroll; ++u) keep[u] = (u - (b - k)) >> 31;
+  for (int u = 0; u < kRowUnroll; ++u) keep[u] = (u - (b - k)) >> 31;  // arithmetic shift: all ones while k + u < b
+  // Past the row the gather reads x[0]: one line that every such lane shares and L1 keeps, where the next row's
+  // column would cost a lookup in L2, whose rate of tag lookups bounds this kernel (and cuSPARSE's).
 #pragma unroll
   for (int u = 0; u < kRowUnroll; ++u) g[u] = __ldg(x + (c[u] & keep[u]));
   float s = v[0] * g[0];  // element k is in the row
