@@ -319,7 +319,7 @@ def test_tile_kernel_compiles_without_spills(arch, policies, short_rows):
     for policy in policies:
         res = k.compile(arch, policy).resources_for(k.name)
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, (policy, res)
-        assert res.registers <= 65536 // (S.THREADS * S.MIN_BLOCKS)
+        assert res.registers <= 65536 // (S.THREADS * S.MIN_BLOCKS) & ~7  # registers are given out 8 at a time
         if short_rows == "staged":
             assert res.static_shared_bytes >= 4 * S.STAGE
         else:  # no stage: red[] of the long rows and the scheduler's slots only
@@ -359,10 +359,15 @@ def register_body_loops(listing):
     return copies
 
 
+def math_before_last_load(round_):
+    """How many floating-point operations of a round are issued before its last global load."""
+    last_load = max(i for i, op in enumerate(round_) if op.startswith("LDG"))
+    return sum(op.startswith(("FFMA", "FMUL", "FADD")) for op in round_[:last_load])
+
+
 def loads_first(round_):
     """Every global load of a round is issued before its first floating-point operation."""
-    last_load = max(i for i, op in enumerate(round_) if op.startswith("LDG"))
-    return last_load < min(i for i, op in enumerate(round_) if op.startswith(("FFMA", "FMUL", "FADD")))
+    return math_before_last_load(round_) == 0
 
 
 @pytest.mark.parametrize("arch, policies", ARCH_POLICIES)
@@ -371,8 +376,8 @@ def test_register_body_sass(arch, policies, tmp_path):
     # batch's claim and the tile's reset of the claim counter (a second copy of the body, under the policies with a
     # barrier between tiles: atomic_counter and auto's); the group's round issues all its loads before its first
     # multiply (kRowUnroll slots in flight: a predicate per element made ptxas interleave them; at 40 registers ptxas
-    # moves one multiply ahead of the last gathers in the atomic counter's sm_90a kernel, a scheduler of the sweeps
-    # that the lab does not run), the warp's round too in the kernel auto runs; and no more instructions than the
+    # moves a multiply and a multiply-add ahead of the last gathers in the atomic counter's sm_90a kernel, a scheduler
+    # of the sweeps that the lab does not run), the warp's round too in the kernel auto runs; and no more instructions than the
     # host's model of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
     k = S.spmv_kernel()
     for policy in policies[:-1]:
@@ -385,7 +390,9 @@ def test_register_body_sass(arch, policies, tmp_path):
             shared = [op for op in batch if op.startswith(("LDS", "STS", "BAR", "LDGSTS", "ATOMS", "SYNCS"))]
             assert shared in ([], ["ATOMS.ADD", "ATOMS.EXCH"]), (policy, shared)
             kinds.append(bool(shared))
-            if policy != "atomic_counter":  # see the test's comment
+            if (arch, policy) == ("sm_90a", "atomic_counter"):  # see the test's comment
+                assert math_before_last_load(own) <= 2, (policy, own)
+            else:
                 assert loads_first(own), policy
             if policy in ("steal", "clc"):  # auto's
                 assert loads_first(warp_round), policy

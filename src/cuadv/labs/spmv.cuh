@@ -57,7 +57,10 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
       v[u] = in ? __ldg(vals + k) : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kLongUnroll; ++u) s += v[u] * __ldg(x + c[u]);
+    for (int u = 0; u < kLongUnroll; ++u) {
+      const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
+      s += v[u] * (k >= k0 && k < k1 ? __ldg(x + c[u]) : 0.f);  // no gather outside the row: x[0] may not be finite
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);

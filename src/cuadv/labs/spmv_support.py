@@ -234,7 +234,7 @@ class Tiles:
 ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
 OWN_ROUNDS = 2  # kOwnRounds
 ROUND_INSTR = 50  # one round: per slot element its column, value and x loads (past the row, of x[0]) and its masked add
-BATCH_INSTR = 55  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
+BATCH_INSTR = 56  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
 CLAIM_INSTR = 39  # dynamic batches (steal, atomic_counter, clc): a batch's claim, its hand-over, the tile's reset
