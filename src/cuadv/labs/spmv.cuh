@@ -59,7 +59,10 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
       const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
-      s += v[u] * (k >= k0 && k < k1 ? __ldg(x + c[u]) : 0.f);  // no gather outside the row: x[0] may not be finite
+      // Outside the row c is 0, and x[0] may be infinite or NaN: the product is masked to +0 bitwise (a predicated
+      // gather instead cost steal 2% on power-law and R-MAT, 2026-12-03 12:20).
+      const int keep = -static_cast<int>(k >= k0 && k < k1);
+      s += __int_as_float(__float_as_int(v[u] * __ldg(x + c[u])) & keep);
     }
   }
 #pragma unroll
