@@ -73,7 +73,7 @@ SPMV = (
     "fixed_work, whose warps otherwise leave as they finish, cost it 7% on R-MAT and 1.3% on power-law "
     "(scripts/spmv_barrier_probe.py, 05:45); letting a tile's warps claim its batches of rows where the host's model "
     "finds them uneven (dynamic batches) takes back 0.6-0.8% of it on R-MAT (10:43), and tiles of 4096 non-zeros "
-    "1% more for steal but cost fixed_work as much (11:10)")
+    "1% more for steal but cost fixed_work 1-1.6% on power-law and uniform rows (11:10)")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
