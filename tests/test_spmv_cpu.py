@@ -377,8 +377,9 @@ def test_register_body_sass(arch, policies, tmp_path):
     # barrier between tiles: atomic_counter and auto's); the group's round issues all its loads before its first
     # multiply (kRowUnroll slots in flight: a predicate per element made ptxas interleave them; at 40 registers ptxas
     # moves a multiply and a multiply-add ahead of the last gathers in the atomic counter's sm_90a kernel, a scheduler
-    # of the sweeps that the lab does not run), the warp's round too in the kernel auto runs; and no more instructions than the
-    # host's model of the body assumes (spmv_support: re-count them there if NVRTC changes its code).
+    # of the sweeps that the lab does not run), the warp's round too in the kernel auto runs; and no more
+    # instructions than the host's model of the body assumes (spmv_support: re-count them there if NVRTC changes its
+    # code).
     k = S.spmv_kernel()
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
