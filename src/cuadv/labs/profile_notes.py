@@ -60,20 +60,19 @@ HISTOGRAM = {
 }
 
 SPMV = (
-    "L2 tag lookups and the loop over tiles: under ncu (2026-12-03 10:43) cuSPARSE's csrmv_v3 runs at 94-96% of the "
-    "L2's peak rate of tag lookups on all three matrices (a gather of x that misses L1 is one lookup), and the "
-    "register body then made 5-9% more lookups; its gathers past a row's end now read x[0], one line that L1 keeps, "
-    "and a long row streams from its first line, so at 6 blocks per SM fixed_work reads 1.037x / 1.010x / 1.053x "
-    "cuSPARSE on power-law / R-MAT / uniform (scripts/spmv_sweep.py --blocks-per-sm 5 6, 11:10). Steal, on the same "
-    "tiles and body, reads 0.982x / 0.942x / 1.000x: every loop with a block barrier between tiles trails fixed_work "
-    "by 3-7% whichever policy claims the tiles (the atomic counter too; sweep of 2026-12-02 21:41), and neither the "
-    "time slice (quantum_us=inf: +1% at most), nor the claims, nor the tile descriptor's latency (tile list "
-    "prefetched into L2: no gain, 05:20), nor the body's code (compiled once out of line: fixed_work unchanged, "
-    "06:20) is the cause. Part of it is the warps' wait for each tile's slowest warp: the same barrier in "
-    "fixed_work, whose warps otherwise leave as they finish, cost it 7% on R-MAT and 1.3% on power-law "
-    "(scripts/spmv_barrier_probe.py, 05:45); letting a tile's warps claim its batches of rows where the host's model "
-    "finds them uneven (dynamic batches) takes back 0.6-0.8% of it on R-MAT (10:43), and tiles of 4096 non-zeros "
-    "1% more for steal but cost fixed_work 1-1.6% on power-law and uniform rows (11:10)")
+    "L2 tag lookups, and blocks per SM: under ncu (2026-12-03 10:43) cuSPARSE's csrmv_v3 runs at 94-96% of the L2's "
+    "peak rate of tag lookups on all three matrices (a gather of x that misses L1 is one lookup); the register body "
+    "now gathers x[0] past a row's end (one line that L1 keeps) and streams a long row from its first line, so "
+    "fixed_work reads 1.03x / 1.02x / 1.05x cuSPARSE on power-law / R-MAT / uniform (13:00). Steal, on the same "
+    "tiles and body, trails it by 2-7%, as does every loop over tiles (the atomic counter too). Block traces say "
+    "why (scripts/spmv_residency_probe.py, 13:06-13:38): the warps of a fixed_work block leave as each finishes, "
+    "and the SM starts the next block on what they held, so it runs up to 10 blocks where the occupancy "
+    "calculator fits 6 (above 6 for 16.5% / 18.6% / 9.3% of SM time); a loop keeps every warp until the block's "
+    "last tile and never runs more than 6, nor does fixed_work with a barrier after each tile, which then falls "
+    "to steal's level on R-MAT (0.900x against 0.920x, 05:45) and loses 0.4-1.3% on power-law, where the rest "
+    "of the gap is not located. Neither the time slice (+1% at most without one), nor the claims, nor the body's "
+    "code (compiled once out of line, 06:20) is the cause; warps that do not wait for each other between tiles "
+    "(0.914x / 0.895x / 0.951x) and a slice's last tile without the barrier (no change) were tried and not kept")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "

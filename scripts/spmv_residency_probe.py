@@ -1,0 +1,95 @@
+"""How many blocks an SM really holds while the spmv lab's tile body runs: per SM, the most tiles whose block-trace
+intervals (thread 0's, before and after the body; each inside its block's life) overlap, and the share of SM
+time with more of them than the occupancy calculator's blocks per SM. Three ways to run the same body (split
+rows, register body, 40 registers): fixed_work (one block per tile; its warps leave as each finishes), fixed_work
+with a __syncthreads() after the tile (its warps leave together) and steal (a loop over tiles, one barrier per
+tile), at 256 threads (6 blocks per SM) and 128 threads (12 per SM), on the lab's three matrices (4M rows, seed
+18), each checked against SciPy in float64 first and timed against cuSPARSE.
+
+    PYTHONPATH=src python3 scripts/spmv_residency_probe.py > spmv_residency_probe.log
+
+More tiles in flight on an SM than its blocks fit can only mean that the SM started blocks on the registers and
+warp slots of warps that had already left, while a warp of each earlier block was still in its tile.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from cuadv import TileKernel
+from cuadv.labs.base import interleaved_rounds
+from cuadv.labs.spmv import MATRICES, MEAN, SEED
+from cuadv.labs.spmv_support import GROUP_NNZ, SLICE_NNZ, build_tiles, checked_case, peers, spmv_kernel
+from cuadv.timing import time_gpu
+
+SIZES = {256: 6, 128: 12}  # threads per block: blocks per SM (40 registers either way)
+BARRIER = "      __syncthreads();  // every warp has finished this tile before any leaves\n"
+
+
+def levels(records: np.ndarray, sm_count: int) -> tuple[int, np.ndarray]:
+    """The most tiles in flight on one SM, and SM time (ns, summed over SMs) spent at each count of them."""
+    time_at = np.zeros(1, np.int64)
+    most = 0
+    for sm in range(sm_count):
+        r = records[records["smid"] == sm]
+        times = np.concatenate([r["start_ns"], r["end_ns"]]).astype(np.int64)
+        steps = np.concatenate([np.ones(r.size, np.int64), -np.ones(r.size, np.int64)])
+        order = np.lexsort((steps, times))  # at equal times an end comes before a start
+        level = np.cumsum(steps[order])
+        spent = np.diff(times[order], append=times[order][-1:])
+        most = max(most, int(level.max(initial=0)))
+        if level.size:
+            time_at = np.pad(time_at, (0, max(0, int(level.max()) + 1 - time_at.size)))
+            np.add.at(time_at, level, spent)
+    return most, time_at
+
+
+def main() -> None:
+    kernels = {}
+    for threads, per_sm in SIZES.items():
+        lab = spmv_kernel(name=f"residency_{threads}", threads=threads, min_blocks=per_sm)
+        waits = TileKernel(lab.params, lab.body + BARRIER, lab.prologue, block=threads, preamble=lab.preamble,
+                           name=f"residency_{threads}_barrier", min_blocks_per_sm=per_sm)
+        kernels[threads] = {"fixed_work": (lab, "fixed_work"), "fixed_work, barrier after each tile":
+                            (waits, "fixed_work"), "steal": (lab, "steal")}
+    sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
+    for kind in MATRICES:
+        dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
+        calls = {}
+        for threads, variants in kernels.items():
+            t = build_tiles(dev.host.offsets, True, GROUP_NNZ, SLICE_NNZ, threads=threads)  # the model's warps
+            dev.tilings["split"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
+                                    cp.zeros(max(t.count, 1), cp.float32), cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
+            tiling = dev.tilings["split"]
+            for name, (k, policy) in variants.items():
+                label = f"{name}, {threads} threads"
+
+                def call(k=k, policy=policy, tiling=tiling, dev=dev, **launch):
+                    dev.tilings["split"] = tiling
+                    return dev.run(k, "split", policy, **launch)
+                for _ in range(3):  # steal learns its grid over its first launches
+                    dev.y.fill(np.nan)
+                    call()
+                if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
+                    raise SystemExit(f"{kind}, {label}: a row is wrong")
+                trace = call(trace=True)
+                most, time_at = levels(trace.records, sm_count)
+                fit = k.resident_units(policy) // sm_count
+                over = 100 * time_at[fit + 1:].sum() / time_at.sum()
+                print(f"{kind:10s} {label:46s} blocks per SM {fit}: most tiles in flight {most}, "
+                      f"time above {fit}: {over:5.1f}%", flush=True)
+                calls[label] = call
+        calls["cuSPARSE"] = next(fn for peer_kind, _label, fn in peers(dev)[0] if peer_kind == "cusparse")
+        calls["cuSPARSE"]()  # its first call sets it up
+        ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
+                                 for label, fn in calls.items()}, 3)
+        base = float(ms["cuSPARSE"])
+        for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
+            print(f"{kind:10s} {label:46s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
+        del dev
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
