@@ -64,15 +64,15 @@ SPMV = (
     "peak rate of tag lookups on all three matrices (a gather of x that misses L1 is one lookup); the register body "
     "now gathers x[0] past a row's end (one line that L1 keeps) and streams a long row from its first line, so "
     "fixed_work reads 1.03x / 1.02x / 1.05x cuSPARSE on power-law / R-MAT / uniform (13:00). Steal, on the same "
-    "tiles and body, trails it by 2-7%, as does every loop over tiles (the atomic counter too). Block traces say "
-    "why (13:06-13:38; the count of scripts/spmv_residency_probe.py): the warps of a fixed_work block leave as each finishes, "
-    "and the SM starts the next block on what they held, so it runs up to 10 blocks where the occupancy "
-    "calculator fits 6 (above 6 for 16.5% / 18.6% / 9.3% of SM time); a loop keeps every warp until the block's "
-    "last tile and never runs more than 6, nor does fixed_work with a barrier after each tile, which then falls "
-    "to steal's level on R-MAT (0.900x against 0.920x, 05:45) and loses 0.4-1.3% on power-law, where the rest "
-    "of the gap is not located. Neither the time slice (+1% at most without one), nor the claims, nor the body's "
-    "code (compiled once out of line, 06:20) is the cause; warps that do not wait for each other between tiles "
-    "(0.914x / 0.895x / 0.951x) and a slice's last tile without the barrier (no change) were tried and not kept")
+    "tiles and body, trails it by 5-7%, as does every loop over tiles (the atomic counter too). Block traces locate "
+    "part of it (13:06-13:38; the count of scripts/spmv_residency_probe.py): the warps of a fixed_work block leave "
+    "as each finishes, and the SM starts the next block on what they held, so it runs up to 10-11 blocks where the "
+    "occupancy calculator fits 6 (above 6 for 16.5% / 18.6% / 9.3% of SM time); steal keeps every warp until the "
+    "block's last tile and never runs more than 6, nor does fixed_work with a barrier after each tile, which then "
+    "loses 4-7% on R-MAT and 0.4-1.3% on power-law; the rest is not located. Neither the time slice (+1% at most "
+    "without one, 2026-12-02 21:41), nor the claims, nor the body's code (compiled once out of line, 06:20) is the "
+    "cause; warps that do not wait for each other between tiles (0.914x / 0.895x / 0.951x) and a slice's last "
+    "tile without the barrier (no blocks gained) were tried and not kept")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
