@@ -20,7 +20,7 @@ import numpy as np
 from cuadv import TileKernel
 from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import GROUP_NNZ, SLICE_NNZ, build_tiles, checked_case, peers, spmv_kernel
+from cuadv.labs.spmv_support import THREADS, DeviceCsr, checked_case, peers, spmv_kernel
 from cuadv.timing import time_gpu
 
 SIZES = {256: 6, 128: 12}  # threads per block: blocks per SM (40 registers either way)
@@ -56,22 +56,21 @@ def main() -> None:
     sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
     for kind in MATRICES:
         dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
+        # the same matrix and x, with tiles whose lane widths the host's model chose for each block size
+        x = cp.asnumpy(dev.x)
+        devs = {threads: dev if threads == THREADS else DeviceCsr(dev.host, x, threads=threads) for threads in SIZES}
         calls = {}
         for threads, variants in kernels.items():
-            t = build_tiles(dev.host.offsets, True, GROUP_NNZ, SLICE_NNZ, threads=threads)  # the model's warps
-            dev.tilings["split"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
-                                    cp.zeros(max(t.count, 1), cp.float32), cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
-            tiling = dev.tilings["split"]
+            csr = devs[threads]
             for name, (k, policy) in variants.items():
                 label = f"{name}, {threads} threads"
 
-                def call(k=k, policy=policy, tiling=tiling, dev=dev, **launch):
-                    dev.tilings["split"] = tiling
-                    return dev.run(k, "split", policy, **launch)
+                def call(k=k, policy=policy, csr=csr, **launch):
+                    return csr.run(k, "split", policy, **launch)
                 for _ in range(3):  # steal learns its grid over its first launches
-                    dev.y.fill(np.nan)
+                    csr.y.fill(np.nan)
                     call()
-                if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
+                if (np.abs(cp.asnumpy(csr.y) - ref) > tol).any():
                     raise SystemExit(f"{kind}, {label}: a row is wrong")
                 trace = call(trace=True)
                 most, time_at = levels(trace.records, sm_count)
@@ -87,7 +86,7 @@ def main() -> None:
         base = float(ms["cuSPARSE"])
         for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
             print(f"{kind:10s} {label:46s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
-        del dev
+        del dev, devs
         cp.get_default_memory_pool().free_all_blocks()
 
 

@@ -377,11 +377,12 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
 class DeviceCsr:
     """A matrix and its two tile lists on the GPU, with x, y and the split rows' scratch (partials, counts:
     zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts.
-    ``group``, ``lanes_log2`` and ``dynamic``: build_tiles' (small groups, a fixed lane width and dynamic batches
-    on every tile or none make the tests take every path)."""
+    ``group``, ``lanes_log2``, ``dynamic`` and ``threads`` (the block size the kernel will run, for the model's
+    warps): build_tiles' (small groups, a fixed lane width and dynamic batches on every tile or none make the tests
+    take every path)."""
 
     def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None,
-                 dynamic: bool | None = None):
+                 dynamic: bool | None = None, threads: int = THREADS):
         import cupy as cp
 
         self.host = m
@@ -392,7 +393,8 @@ class DeviceCsr:
         self.y = cp.empty(m.n_rows, cp.float32)
         self.tilings = {}
         for split in (False, True):
-            t = build_tiles(m.offsets, split, group, 4 * group, lanes_log2=lanes_log2, dynamic=dynamic)
+            t = build_tiles(m.offsets, split, group, 4 * group, threads=threads, lanes_log2=lanes_log2,
+                            dynamic=dynamic)
             self.tilings["split" if split else "whole"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
                                                            cp.zeros(max(t.count, 1), cp.float32),
                                                            cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
