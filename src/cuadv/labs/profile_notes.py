@@ -65,7 +65,7 @@ SPMV = (
     "now gathers x[0] past a row's end (one line that L1 keeps) and streams a long row from its first line, so "
     "fixed_work reads 1.03x / 1.02x / 1.05x cuSPARSE on power-law / R-MAT / uniform (13:00). Steal, on the same "
     "tiles and body, trails it by 5-7%, as does every loop over tiles (the atomic counter too). Block traces locate "
-    "part of it (13:06-13:38; the count of scripts/spmv_residency_probe.py): the warps of a fixed_work block leave "
+    "part of it (13:06-14:37; scripts/spmv_residency_probe.py): the warps of a fixed_work block leave "
     "as each finishes, and the SM starts the next block on what they held, so it runs up to 10-11 blocks where the "
     "occupancy calculator fits 6 (above 6 for 16.5% / 18.6% / 9.3% of SM time); steal keeps every warp until the "
     "block's last tile and never runs more than 6, nor does fixed_work with a barrier after each tile, which then "
