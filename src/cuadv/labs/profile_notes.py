@@ -7,7 +7,8 @@ MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longe
 committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
 at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758); feed sweeps and the
 shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the histogram's TMA ring probed, swept and
-profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655). A lab appends the
+profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655), its 64K kernel's instruction
+count tested at 14:45 (docs/results/h200-2026-12-03-1438). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
@@ -42,8 +43,11 @@ HISTOGRAM = {
         "32 KB, released by one named-barrier arrival per warp, feeds the counters: 91.3-91.8% "
         "(scripts/hist_feed_sweep.py, 07:14). Under ncu (07:18) hist_block_tma<int, 3, 2, true> issues on 70.6% of "
         "cycles, top stalls not_selected 3.23 and math_pipe_throttle 2.74 cycles per issued instruction, "
-        "long_scoreboard only 1.09: the loads in flight no longer hold it, the instructions per element do "
-        "(extract, clamp, word and half, the atomic that returns its old word, the wrap test)"),
+        "long_scoreboard only 1.09: the loads in flight no longer hold it. Nor do the instructions per element: 9 "
+        "in place of 11.6, half of the integer-ALU ones moved to the FMA pipe, read the same (92.0-92.4% against "
+        "91.8-91.9%, alternated in one call, 14:45); no unit is near its peak (ALU 76%, shared-memory wavefronts "
+        "74%, DRAM 75% at ncu's base clocks), so its 32 warps per SM wait, each on its batch's atomics returning "
+        "the old words the wrap test reads"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
