@@ -45,9 +45,10 @@ HISTOGRAM = {
         "cycles, top stalls not_selected 3.23 and math_pipe_throttle 2.74 cycles per issued instruction, "
         "long_scoreboard only 1.09: the loads in flight no longer hold it. Nor do the instructions per element: 9 "
         "in place of 11.6, half of the integer-ALU ones moved to the FMA pipe, read the same (92.0-92.4% against "
-        "91.8-91.9%, alternated in one call, 14:45); no unit is near its peak (ALU 76%, shared-memory wavefronts "
-        "74%, DRAM 75% at ncu's base clocks), so its 32 warps per SM wait, each on its batch's atomics returning "
-        "the old words the wrap test reads"),
+        "91.8-91.9%, alternated in one call, 14:45). No unit is near its peak (ALU 76%, shared-memory wavefronts "
+        "74%, DRAM 75% at ncu's base clocks) and no stall dominates (not_selected 3.23, math_pipe_throttle 2.74, "
+        "short_scoreboard 1.00 cycles per issue); one block per SM fits beside the counters, yet a ring of 2 chunks "
+        "reads as 3: what holds it is not located"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
