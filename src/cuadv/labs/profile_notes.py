@@ -74,7 +74,12 @@ SPMV = (
     "as each finishes, and the SM starts the next block on what they held, so it runs up to 10-11 blocks where the "
     "occupancy calculator fits 6 (above 6 for 16.5% / 18.6% / 9.3% of SM time); steal keeps every warp until the "
     "block's last tile and never runs more than 6, nor does fixed_work with a barrier after each tile, which then "
-    "loses 4-7% on R-MAT and 0.4-1.3% on power-law; the rest is not located. Neither the time slice (+1% at most "
+    "loses 4-7% on R-MAT and 0.4-1.3% on power-law. With steal's per-tile work (dynamic batches, a barrier after "
+    "each tile) one block per tile reads 1.011x / 0.914x / 1.052x against steal's 0.981x / 0.941x / 1.000x "
+    "(14:53): R-MAT's gap is the barrier and the batch counter, uniform rows' 5% comes with the loop itself, "
+    "though not with the ~600 ns between a block's tiles nor the claim's latency (exposing it moved the time by "
+    "2% at most); under ncu both make the same L2 lookups, fixed_work at 95.9% of the L2's peak rate and steal at "
+    "90.9%, with 26% more instructions and 8.6 stall cycles per instruction at barriers; the rest is not located. Neither the time slice (+1% at most "
     "without one, 2026-12-02 21:41), nor the claims, nor the body's code (compiled once out of line, 06:20) is the "
     "cause; warps that do not wait for each other between tiles (0.914x / 0.895x / 0.951x) and a slice's last "
     "tile without the barrier (no blocks gained) were tried and not kept")

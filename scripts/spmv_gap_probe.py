@@ -1,0 +1,84 @@
+"""Why steal's loop trails one block per tile on SpMV even where the tiles cost the same: the time each tile takes
+with its block's wait for its slowest warp included (a __syncthreads() appended to the body, so thread 0's trace
+record ends when the tile's last warp is done), and the time between tiles, from one traced launch per variant.
+
+    PYTHONPATH=src python3 scripts/spmv_gap_probe.py [WORD ...] > spmv_gap_probe.log
+
+WORD: only the variants whose label contains one of them ("steal", "fixed_work", ...).
+
+Per variant: the launch's span (first start to last end), the tiles' summed time, the mean number of tiles in flight
+per SM over the span (summed time / (span x SMs)) against the blocks per SM, the median and mean tile time, and
+(the loops: steal, atomic_counter, fixed_blocks) the time from the end of a block's tile to the start of its next.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import cupy as cp
+import numpy as np
+
+from cuadv import TileKernel
+from cuadv.compiler import kernel_source
+from cuadv.labs.spmv import MATRICES, MEAN, SEED
+from cuadv.labs.spmv_support import BODY, MIN_BLOCKS, PARAMS, PROLOGUE, STAGE, THREADS, checked_case
+from spmv_residency_probe import BARRIER  # scripts/ is on sys.path when a script there runs
+
+
+def kernel(dynamic: str, quantum_us: float | None, name: str) -> TileKernel:
+    return TileKernel(PARAMS, BODY.format(threads=THREADS, short="kRegisters", stage=STAGE, dynamic=dynamic) + BARRIER,
+                      PROLOGUE.format(dynamic=dynamic), block=THREADS, preamble=kernel_source("spmv.cuh"), name=name,
+                      min_blocks_per_sm=MIN_BLOCKS, quantum_us=quantum_us)
+
+
+def handoffs(records: np.ndarray) -> np.ndarray:
+    """ns from the end of each tile to the start of the same block's next tile (none under fixed_work)."""
+    order = np.lexsort((records["start_ns"], records["block"]))
+    r = records[order]
+    same = r["block"][1:] == r["block"][:-1]
+    return (r["start_ns"][1:].astype(np.int64) - r["end_ns"][:-1].astype(np.int64))[same]
+
+
+def main() -> None:
+    lab_batches = "cuadv::ws::kBarrierBetweenTiles<cuadv_policy>"  # dynamic under steal, static under fixed_work
+    variants = {
+        "fixed_work, static batches": (kernel(lab_batches, None, "gap_lab"), "fixed_work"),
+        "fixed_work, dynamic batches": (kernel("true", None, "gap_dyn"), "fixed_work"),
+        "steal, dynamic batches": (kernel(lab_batches, None, "gap_lab"), "steal"),
+        "steal, dynamic batches, no slice": (kernel(lab_batches, math.inf, "gap_inf"), "steal"),
+        "atomic_counter, dynamic batches": (kernel(lab_batches, None, "gap_lab"), "atomic_counter"),
+        "fixed_blocks, static batches": (kernel(lab_batches, None, "gap_lab"), "fixed_blocks"),
+    }
+    only = sys.argv[1:]  # labels containing any of these words (default: every variant)
+    variants = {label: v for label, v in variants.items() if not only or any(w in label for w in only)}
+    sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
+    for kind in MATRICES:
+        dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
+        for label, (k, policy) in variants.items():
+            for _ in range(3):  # steal learns its grid over its first launches
+                dev.y.fill(np.nan)
+                dev.run(k, "split", policy)
+            if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
+                raise SystemExit(f"{kind}, {label}: a row is wrong")
+            spans = []
+            for _ in range(3):
+                r = dev.run(k, "split", policy, trace=True).records
+                start, end = r["start_ns"].astype(np.int64), r["end_ns"].astype(np.int64)
+                span = end.max() - start.min()
+                tile = end - start
+                spans.append((span, tile.sum(), np.median(tile), tile.mean(), handoffs(r)))
+            span, busy, med, mean = (float(np.median([s[i] for s in spans])) for i in range(4))
+            fit = k.resident_units(policy) // sm_count
+            gaps = spans[-1][4]
+            gap_text = (f"  between a block's tiles: median {np.median(gaps):6.0f} ns mean {gaps.mean():6.0f} ns"
+                        f" p90 {np.percentile(gaps, 90):6.0f} ns over {gaps.size} hand-offs" if gaps.size else "")
+            print(f"{kind:10s} {label:34s} span {span / 1e3:7.1f} us  tiles in flight per SM {busy / span / sm_count:5.2f}"
+                  f" of {fit}  tile median {med / 1e3:5.2f} us mean {mean / 1e3:5.2f} us  summed {busy / 1e6:8.2f} ms"
+                  + gap_text, flush=True)
+        del dev
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
