@@ -25,7 +25,6 @@ from cuadv.timing import time_gpu
 from spmv_residency_probe import BARRIER  # scripts/ is on sys.path when a script there runs
 
 
-
 def fixed_work_kernel(dynamic: bool, barrier: bool) -> TileKernel:
     flag = "true" if dynamic else "false"
     body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE, dynamic=flag) + (BARRIER if barrier else "")

@@ -73,7 +73,8 @@ def main() -> None:
             gaps = spans[-1][4]
             gap_text = (f"  between a block's tiles: median {np.median(gaps):6.0f} ns mean {gaps.mean():6.0f} ns"
                         f" p90 {np.percentile(gaps, 90):6.0f} ns over {gaps.size} hand-offs" if gaps.size else "")
-            print(f"{kind:10s} {label:34s} span {span / 1e3:7.1f} us  tiles in flight per SM {busy / span / sm_count:5.2f}"
+            in_flight = busy / span / sm_count
+            print(f"{kind:10s} {label:34s} span {span / 1e3:7.1f} us  tiles in flight per SM {in_flight:5.2f}"
                   f" of {fit}  tile median {med / 1e3:5.2f} us mean {mean / 1e3:5.2f} us  summed {busy / 1e6:8.2f} ms"
                   + gap_text, flush=True)
         del dev

@@ -79,10 +79,11 @@ SPMV = (
     "(14:53): R-MAT's gap is the barrier and the batch counter, uniform rows' 5% comes with the loop itself, "
     "though not with the ~600 ns between a block's tiles nor the claim's latency (exposing it moved the time by "
     "2% at most); under ncu both make the same L2 lookups, fixed_work at 95.9% of the L2's peak rate and steal at "
-    "90.9%, with 26% more instructions and 8.6 stall cycles per instruction at barriers; the rest is not located. Neither the time slice (+1% at most "
-    "without one, 2026-12-02 21:41), nor the claims, nor the body's code (compiled once out of line, 06:20) is the "
-    "cause; warps that do not wait for each other between tiles (0.914x / 0.895x / 0.951x) and a slice's last "
-    "tile without the barrier (no blocks gained) were tried and not kept")
+    "90.9%, with 26% more instructions and 8.6 stall cycles per instruction at barriers; the rest is not located. "
+    "Neither the time slice (+1% at most without one, 2026-12-02 21:41), nor the claims, nor the body's code "
+    "(compiled once out of line, 06:20) is the cause; warps that do not wait for each other between tiles "
+    "(0.914x / 0.895x / 0.951x) and a slice's last tile without the barrier (no blocks gained) were tried and not "
+    "kept")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
