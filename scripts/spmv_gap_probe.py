@@ -7,7 +7,8 @@ record ends when the tile's last warp is done), and the time between tiles, from
 WORD: only the variants whose label contains one of them ("steal", "fixed_work", ...).
 
 Per variant: the launch's span (first start to last end), the tiles' summed time, the mean number of tiles in flight
-per SM over the span (summed time / (span x SMs)) against the blocks per SM, the median and mean tile time, and
+per SM over the span (summed time / (span x SMs)) against the blocks per SM and over its middle 80%, how long after
+the launch's first tile the SMs start (mean) and before its last they end, the median and mean tile time, and
 (the loops: steal, atomic_counter, fixed_blocks) the time from the end of a block's tile to the start of its next.
 """
 
@@ -40,6 +41,18 @@ def handoffs(records: np.ndarray) -> np.ndarray:
     return (r["start_ns"][1:].astype(np.int64) - r["end_ns"][:-1].astype(np.int64))[same]
 
 
+def head_tail_middle(records: np.ndarray, sm_count: int) -> tuple[float, float, float]:
+    """Mean over SMs of the time from the launch's first start to the SM's first, and from the SM's last end to the
+    launch's last (ns); and the mean tiles in flight per SM over the middle 80% of the span."""
+    start, end, sm = records["start_ns"].astype(np.int64), records["end_ns"].astype(np.int64), records["smid"]
+    t0, t1 = start.min(), end.max()
+    firsts = np.array([start[sm == i].min() for i in range(sm_count) if (sm == i).any()])
+    lasts = np.array([end[sm == i].max() for i in range(sm_count) if (sm == i).any()])
+    lo, hi = t0 + (t1 - t0) // 10, t1 - (t1 - t0) // 10
+    inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None).sum()
+    return float((firsts - t0).mean()), float((t1 - lasts).mean()), float(inside / (hi - lo) / sm_count)
+
+
 def main() -> None:
     lab_batches = "cuadv::ws::kBarrierBetweenTiles<cuadv_policy>"  # dynamic under steal, static under fixed_work
     variants = {
@@ -67,16 +80,18 @@ def main() -> None:
                 start, end = r["start_ns"].astype(np.int64), r["end_ns"].astype(np.int64)
                 span = end.max() - start.min()
                 tile = end - start
-                spans.append((span, tile.sum(), np.median(tile), tile.mean(), handoffs(r)))
+                spans.append((span, tile.sum(), np.median(tile), tile.mean(), handoffs(r),
+                              head_tail_middle(r, sm_count)))
             span, busy, med, mean = (float(np.median([s[i] for s in spans])) for i in range(4))
             fit = k.resident_units(policy) // sm_count
-            gaps = spans[-1][4]
+            gaps, (head, tail, middle) = spans[-1][4], spans[-1][5]
             gap_text = (f"  between a block's tiles: median {np.median(gaps):6.0f} ns mean {gaps.mean():6.0f} ns"
                         f" p90 {np.percentile(gaps, 90):6.0f} ns over {gaps.size} hand-offs" if gaps.size else "")
             in_flight = busy / span / sm_count
             print(f"{kind:10s} {label:34s} span {span / 1e3:7.1f} us  tiles in flight per SM {in_flight:5.2f}"
-                  f" of {fit}  tile median {med / 1e3:5.2f} us mean {mean / 1e3:5.2f} us  summed {busy / 1e6:8.2f} ms"
-                  + gap_text, flush=True)
+                  f" of {fit} ({middle:4.2f} in its middle 80%)  SMs start {head / 1e3:4.1f} us after the first, end"
+                  f" {tail / 1e3:4.1f} us before the last  tile median {med / 1e3:5.2f} us mean {mean / 1e3:5.2f} us"
+                  f"  summed {busy / 1e6:8.2f} ms" + gap_text, flush=True)
         del dev
         cp.get_default_memory_pool().free_all_blocks()
 
