@@ -22,13 +22,11 @@ import numpy as np
 
 from cuadv import TileKernel
 from cuadv.compiler import kernel_source
-from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import BODY, MIN_BLOCKS, PARAMS, STAGE, THREADS, checked_case, peers
-from cuadv.timing import time_gpu
+from cuadv.labs.spmv_support import BODY, MIN_BLOCKS, PARAMS, STAGE, THREADS, checked_case
+from spmv_probes import BARRIER, print_against_cusparse
 
 POLICIES = ("fixed_work", "fixed_blocks", "steal")
-BARRIER = "      __syncthreads();  // every warp has finished this tile before any starts the next\n"
 # The body as a call of one out-of-line function: ptxas compiles it once, the same code under every policy.
 OUT_OF_LINE = f"""
 static __device__ __noinline__ void spmv_probe_tile({PARAMS.replace("__restrict__ ", "")},
@@ -62,14 +60,7 @@ def probe(kind: str, kernels: dict[str, TileKernel]) -> None:
             if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
                 raise SystemExit(f"{kind}, {policy}{suffix}: a row is wrong")
             calls[policy + suffix] = lambda k=k, policy=policy: dev.run(k, "split", policy)
-    calls["cuSPARSE"] = next(call for peer_kind, _label, call in peers(dev)[0] if peer_kind == "cusparse")
-    calls["cuSPARSE"]()  # its first call sets it up
-    ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
-                             for label, fn in calls.items()}, 5)
-    base = float(ms["cuSPARSE"])
-    for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
-        print(f"{kind:10s} {label:46s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
-
+    print_against_cusparse(kind, dev, calls, 5)
 
 def main() -> None:
     kernels = {suffix: kernel(variant) for suffix, variant in VARIANTS.items()}

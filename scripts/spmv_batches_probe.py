@@ -15,30 +15,17 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from cuadv import TileKernel
-from cuadv.compiler import kernel_source
-from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (BODY, MIN_BLOCKS, PARAMS, PROLOGUE, STAGE, THREADS, checked_case, peers,
-                                     spmv_kernel)
-from cuadv.timing import time_gpu
-from spmv_residency_probe import BARRIER  # scripts/ is on sys.path when a script there runs
-
-
-def fixed_work_kernel(dynamic: bool, barrier: bool) -> TileKernel:
-    flag = "true" if dynamic else "false"
-    body = BODY.format(threads=THREADS, short="kRegisters", stage=STAGE, dynamic=flag) + (BARRIER if barrier else "")
-    return TileKernel(PARAMS, body, PROLOGUE.format(dynamic=flag), policy="fixed_work", block=THREADS,
-                      preamble=kernel_source("spmv.cuh"), name=f"batches_fw_{flag}_{int(barrier)}",
-                      min_blocks_per_sm=MIN_BLOCKS)
+from cuadv.labs.spmv_support import checked_case, spmv_kernel
+from spmv_probes import body_kernel, print_against_cusparse
 
 
 def main() -> None:
     variants = {
-        "fixed_work, static batches": (fixed_work_kernel(False, False), "fixed_work"),
-        "fixed_work, static batches, barrier": (fixed_work_kernel(False, True), "fixed_work"),
-        "fixed_work, dynamic batches": (fixed_work_kernel(True, False), "fixed_work"),
-        "fixed_work, dynamic batches, barrier": (fixed_work_kernel(True, True), "fixed_work"),
+        "fixed_work, static batches": (body_kernel("false", "batches_fw_false_0"), "fixed_work"),
+        "fixed_work, static batches, barrier": (body_kernel("false", "batches_fw_false_1", barrier=True), "fixed_work"),
+        "fixed_work, dynamic batches": (body_kernel("true", "batches_fw_true_0"), "fixed_work"),
+        "fixed_work, dynamic batches, barrier": (body_kernel("true", "batches_fw_true_1", barrier=True), "fixed_work"),
         "steal, dynamic batches (the lab)": (spmv_kernel(name="batches_steal_dyn"), "steal"),
         "steal, static batches": (spmv_kernel(name="batches_steal_static", batches="static"), "steal"),
     }
@@ -54,13 +41,7 @@ def main() -> None:
             if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
                 raise SystemExit(f"{kind}, {label}: a row is wrong")
             calls[label] = call
-        calls["cuSPARSE"] = next(fn for peer_kind, _label, fn in peers(dev)[0] if peer_kind == "cusparse")
-        calls["cuSPARSE"]()  # its first call sets it up
-        ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
-                                 for label, fn in calls.items()}, 5)
-        base = float(ms["cuSPARSE"])
-        for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
-            print(f"{kind:10s} {label:40s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
+        print_against_cusparse(kind, dev, calls, 5, width=40)
         del dev
         cp.get_default_memory_pool().free_all_blocks()
 

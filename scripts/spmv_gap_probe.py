@@ -20,17 +20,9 @@ import sys
 import cupy as cp
 import numpy as np
 
-from cuadv import TileKernel
-from cuadv.compiler import kernel_source
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import BODY, MIN_BLOCKS, PARAMS, PROLOGUE, STAGE, THREADS, checked_case
-from spmv_residency_probe import BARRIER  # scripts/ is on sys.path when a script there runs
-
-
-def kernel(dynamic: str, quantum_us: float | None, name: str) -> TileKernel:
-    return TileKernel(PARAMS, BODY.format(threads=THREADS, short="kRegisters", stage=STAGE, dynamic=dynamic) + BARRIER,
-                      PROLOGUE.format(dynamic=dynamic), block=THREADS, preamble=kernel_source("spmv.cuh"), name=name,
-                      min_blocks_per_sm=MIN_BLOCKS, quantum_us=quantum_us)
+from cuadv.labs.spmv_support import BATCHES, checked_case
+from spmv_probes import body_kernel
 
 
 def handoffs(records: np.ndarray) -> np.ndarray:
@@ -54,14 +46,16 @@ def head_tail_middle(records: np.ndarray, sm_count: int) -> tuple[float, float, 
 
 
 def main() -> None:
-    lab_batches = "cuadv::ws::kBarrierBetweenTiles<cuadv_policy>"  # dynamic under steal, static under fixed_work
+    lab_batches = BATCHES["dynamic"]  # the lab's: dynamic under steal, static under fixed_work
+    lab = body_kernel(lab_batches, "gap_lab", barrier=True)  # any policy at launch
     variants = {
-        "fixed_work, static batches": (kernel(lab_batches, None, "gap_lab"), "fixed_work"),
-        "fixed_work, dynamic batches": (kernel("true", None, "gap_dyn"), "fixed_work"),
-        "steal, dynamic batches": (kernel(lab_batches, None, "gap_lab"), "steal"),
-        "steal, dynamic batches, no slice": (kernel(lab_batches, math.inf, "gap_inf"), "steal"),
-        "atomic_counter, dynamic batches": (kernel(lab_batches, None, "gap_lab"), "atomic_counter"),
-        "fixed_blocks, static batches": (kernel(lab_batches, None, "gap_lab"), "fixed_blocks"),
+        "fixed_work, static batches": (lab, "fixed_work"),
+        "fixed_work, dynamic batches": (body_kernel("true", "gap_dyn", barrier=True), "fixed_work"),
+        "steal, dynamic batches": (lab, "steal"),
+        "steal, dynamic batches, no slice": (body_kernel(lab_batches, "gap_inf", barrier=True, quantum_us=math.inf),
+                                             "steal"),
+        "atomic_counter, dynamic batches": (lab, "atomic_counter"),
+        "fixed_blocks, static batches": (lab, "fixed_blocks"),
     }
     only = sys.argv[1:]  # labels containing any of these words (default: every variant)
     variants = {label: v for label, v in variants.items() if not only or any(w in label for w in only)}

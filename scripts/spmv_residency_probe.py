@@ -18,13 +18,11 @@ import cupy as cp
 import numpy as np
 
 from cuadv import TileKernel
-from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import THREADS, DeviceCsr, checked_case, peers, spmv_kernel
-from cuadv.timing import time_gpu
+from cuadv.labs.spmv_support import THREADS, DeviceCsr, checked_case, spmv_kernel
+from spmv_probes import BARRIER, print_against_cusparse
 
 SIZES = {256: 6, 128: 12}  # threads per block: blocks per SM (40 registers either way)
-BARRIER = "      __syncthreads();  // every warp has finished this tile before any leaves\n"
 
 
 def levels(records: np.ndarray, sm_count: int) -> tuple[int, np.ndarray]:
@@ -79,13 +77,7 @@ def main() -> None:
                 print(f"{kind:10s} {label:46s} blocks per SM {fit}: most tiles in flight {most}, "
                       f"time above {fit}: {over:5.1f}%", flush=True)
                 calls[label] = call
-        calls["cuSPARSE"] = next(fn for peer_kind, _label, fn in peers(dev)[0] if peer_kind == "cusparse")
-        calls["cuSPARSE"]()  # its first call sets it up
-        ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
-                                 for label, fn in calls.items()}, 3)
-        base = float(ms["cuSPARSE"])
-        for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
-            print(f"{kind:10s} {label:46s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
+        print_against_cusparse(kind, dev, calls, 3)
         del dev, devs
         cp.get_default_memory_pool().free_all_blocks()
 

@@ -21,11 +21,10 @@ import math
 import cupy as cp
 import numpy as np
 
-from cuadv.labs.base import interleaved_rounds
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, peers, reference,
-                                     spmv_kernel, tolerance)
-from cuadv.timing import time_gpu
+from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, reference, spmv_kernel,
+                                     tolerance)
+from spmv_probes import print_against_cusparse
 
 
 FLAGS = {"model": None, "every": True}  # build_tiles' dynamic=
@@ -84,15 +83,7 @@ def main() -> None:
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
                 calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = (
                     lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
-        for peer_kind, _label, call in peers(devs[a.group[0], a.flag_tiles[0]])[0]:
-            if peer_kind == "cusparse":
-                call()
-                calls["cuSPARSE"] = call
-        ms = interleaved_rounds({label: (lambda fn=fn: [time_gpu(fn, repeats=10).median_ms])
-                                 for label, fn in calls.items()}, 3)
-        base = float(ms["cuSPARSE"])
-        for label, t in sorted(ms.items(), key=lambda kv: kv[1]):
-            print(f"{kind:10s} {label:76s} {float(t) * 1e3:8.1f} us  x cuSPARSE {base / float(t):.3f}", flush=True)
+        print_against_cusparse(kind, devs[a.group[0], a.flag_tiles[0]], calls, 3, width=76)
         del devs
         cp.get_default_memory_pool().free_all_blocks()
 
