@@ -5,7 +5,7 @@ profile.
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row
+ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, its shared atomics alone, the read-only ceiling kernel), spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row
 body on split rows, and cuSPARSE),
 vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
@@ -43,11 +43,8 @@ class _case:
 def hist() -> None:
     import cupy as cp
 
-    from cuadv.compiler import compile_source
     from cuadv.device import current_device
     from cuadv.labs.histogram_peers import CUADV_PREPARED, Case, _data, _providers, start_cub
-    from cuadv.launch import LaunchConfig, launch
-    from cuadv.timing import _READ_SOURCE
 
     caps = current_device().caps
     cc = caps.compute_capability
@@ -64,13 +61,56 @@ def hist() -> None:
                     call()
         del data, calls
         cp.get_default_memory_pool().free_all_blocks()
+    _read_only()
+
+
+def _read_only() -> None:
+    """The read-only ceiling's kernel over 1 GiB, profiled."""
+    import cupy as cp
+
+    from cuadv.compiler import compile_source
+    from cuadv.device import current_device
+    from cuadv.launch import LaunchConfig, launch
+    from cuadv.timing import _READ_SOURCE
+
+    sms = current_device().caps.sm_count
     kernel = compile_source(_READ_SOURCE, name="cuadv_read_only").kernel("cuadv_read_only")
     src = cp.empty(GIB, dtype=cp.uint8)
-    out = cp.empty(2 * caps.sm_count, dtype=cp.uint32)
-    config = LaunchConfig(grid=2 * caps.sm_count, block=1024)
+    out = cp.empty(2 * sms, dtype=cp.uint32)
+    config = LaunchConfig(grid=2 * sms, block=1024)
     launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
     with _case("read-only ceiling (1 GiB)"):
         launch(kernel, config, src.data.ptr, GIB // 16, out.data.ptr)
+
+
+def uint8() -> None:
+    """What shares an SM's shared-memory data path in the uint8 histogram at 256 bins: cuadv's prepared call (a TMA
+    ring filled in shared memory, read back, one shared atomic per byte), the same atomics with no input read
+    (scripts/atoms_rate.py's lanes256), and the read-only ceiling's kernel."""
+    import cupy as cp
+
+    import cuadv
+    from atoms_rate import SOURCE
+    from cuadv.compiler import compile_source
+    from cuadv.device import current_device
+    from cuadv.launch import LaunchConfig, launch
+
+    data = cp.random.randint(0, 256, GIB, dtype=cp.uint8)
+    prepared = cuadv.prepare_histogram(data, bins=256, range=(0, 256))
+    prepared(data)
+    with _case("uint8 uniform 256 bins: cuadv.prepare_histogram (auto)"):
+        prepared(data)
+    del data
+    sms = current_device().caps.sm_count
+    grid = 2 * sms
+    kernel = compile_source(SOURCE, name="atoms_rate").kernel("lanes256")
+    out = cp.zeros(grid * 1024, dtype=cp.uint32)
+    iters = -(-(GIB // 4) // (grid * 1024))  # 4 increments per step: one per byte of a 1 GiB input
+    config = LaunchConfig(grid=grid, block=1024, shared_mem=256 * 32 * 4)
+    launch(kernel, config, iters, out.data.ptr)
+    with _case("uint8 256 bins, shared atomics alone (atoms_rate lanes256)"):
+        launch(kernel, config, iters, out.data.ptr)
+    _read_only()
 
 
 def spmv() -> None:

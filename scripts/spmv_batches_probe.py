@@ -4,13 +4,17 @@ takes batches w, w + 8, ...) or claimed by the warps from a counter in shared me
 __syncthreads() after each tile (fixed_work only; steal's loop has its own). Every variant is checked against SciPy
 in float64, then timed against cuSPARSE in interleaved rounds, on the lab's three matrices (4M rows, seed 18).
 
-    PYTHONPATH=src python3 scripts/spmv_batches_probe.py > spmv_batches_probe.log
+    PYTHONPATH=src python3 scripts/spmv_batches_probe.py [WORD ...] > spmv_batches_probe.log
+
+WORD: only the variants whose label contains one of them ("steal", "fixed_work, static", ...).
 
 fixed_work with dynamic batches zeroes the block's counter in its prologue (once per tile, as each block runs one),
 and the tile's last claim resets it, as under steal.
 """
 
 from __future__ import annotations
+
+import sys
 
 import cupy as cp
 import numpy as np
@@ -29,6 +33,8 @@ def main() -> None:
         "steal, dynamic batches (the lab)": (spmv_kernel(name="batches_steal_dyn"), "steal"),
         "steal, static batches": (spmv_kernel(name="batches_steal_static", batches="static"), "steal"),
     }
+    only = sys.argv[1:]  # labels containing any of these words (default: every variant)
+    variants = {label: v for label, v in variants.items() if not only or any(w in label for w in only)}
     for kind in MATRICES:
         dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
         calls = {}

@@ -8,7 +8,8 @@ committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for
 at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026-12-02-0758); feed sweeps and the
 shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the histogram's TMA ring probed, swept and
 profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655), its 64K kernel's instruction
-count tested at 14:45 (docs/results/h200-2026-12-03-1438). A lab appends the
+count tested at 14:45 (docs/results/h200-2026-12-03-1438), the uint8 kernel's shared-memory pipe at 16:15 and
+steal's first claim at 16:10-17:08 (docs/results/h200-2026-12-03-1600). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
@@ -61,7 +62,13 @@ HISTOGRAM = {
         "14:20: 1 GiB of bytes counted with bins drawn in registers, no input read) take 0.212 ms, 89% of the "
         "read-only kernel's 0.238 ms; 2x CUB's 0.50 ms allows 0.249 ms. Fewer waits and releases per byte (chunks "
         "of 2 vectors, one release per warp) took it from 90.3% to 94.2-94.6% of the read-only ceiling alone; "
-        "blocks of 768 or 512 threads read less (91.8-93.7%)"),
+        "blocks of 768 or 512 threads read less (91.8-93.7%). Under ncu again (2026-12-03 16:15, scripts/"
+        "profile_cases.py uint8) the SM's L1 / shared-memory data pipe is at 91.2% of its peak over the kernel's "
+        "time (93.8% of its active cycles): 53.5 M wavefronts, of which 33.6 M are the atomics (one per warp "
+        "instruction), 9.2 M more are counted as those atomics' bank conflicts (the same atomics with no input read "
+        "count none, so they come from the ring's traffic in the same banks: the TMA unit's writes and the reads) and 10.6 M read the "
+        "ring. So the pipe, not DRAM, sets the pace (at ncu's base clocks the kernel takes 303 us against the "
+        "read-only kernel's 234 us); 2x CUB needs fewer wavefronts per byte"),
 }
 
 SPMV = (
@@ -83,7 +90,10 @@ SPMV = (
     "Neither the time slice (+1% at most without one, 2026-12-02 21:41), nor the claims, nor the body's code "
     "(compiled once out of line, 06:20) is the cause; warps that do not wait for each other between tiles "
     "(0.914x / 0.895x / 0.951x) and a slice's last tile without the barrier (no blocks gained) were tried and not "
-    "kept")
+    "kept. The loss is not at the launch's ends (every SM starts within 0.2 us; 5.28-5.40 tiles in flight per SM over "
+    "its middle 80% against fixed_work's 5.66-5.75, 16:14); blocks that start on their own tile with no claim first "
+    "read 0.995-1.000x / 0.938-0.942x / 1.015-1.020x against steal's 0.981-0.985x / 0.946-0.953x / 0.997-1.006x "
+    "(16:10-17:08), not kept")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
