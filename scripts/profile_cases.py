@@ -5,9 +5,9 @@ profile.
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, its shared atomics alone, the read-only ceiling kernel), spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row
-body on split rows, and cuSPARSE),
-vecscale (1 GiB: steal and fixed_work).
+ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, its shared atomics alone, the read-only ceiling kernel),
+spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row body on split
+rows, and cuSPARSE), vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
 """
