@@ -66,7 +66,7 @@ HISTOGRAM = {
         "profile_cases.py uint8) the SM's L1 / shared-memory data pipe is at 91.2% of its peak over the kernel's "
         "time (93.8% of its active cycles): 53.5 M wavefronts, of which 33.6 M are the atomics (one per warp "
         "instruction), 9.2 M more are counted as those atomics' bank conflicts (the same atomics with no input read "
-        "count none, so they come from the ring's traffic in the same banks: the TMA unit's writes and the reads) "
+        "count none, which suggests the ring's traffic in the same banks: the TMA unit's writes and the reads) "
         "and 10.6 M read the ring. So the pipe, not DRAM, sets the pace (at ncu's base clocks the kernel takes "
         "303 us against the read-only kernel's 234 us); 2x CUB needs fewer wavefronts per byte"),
 }
