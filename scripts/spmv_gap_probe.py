@@ -6,10 +6,11 @@ record ends when the tile's last warp is done), and the time between tiles, from
 
 WORD: only the variants whose label contains one of them ("steal", "fixed_work", ...).
 
-Per variant: the launch's span (first start to last end), the tiles' summed time, the mean number of tiles in flight
-per SM over the span (summed time / (span x SMs)) against the blocks per SM and over its middle 80%, how long after
-the launch's first tile the SMs start (mean) and before its last they end, the median and mean tile time, and
-(the loops: steal, atomic_counter, fixed_blocks) the time from the end of a block's tile to the start of its next.
+Per variant: the launch's span (first start to last end), the blocks that ran tiles in it (under steal, at most the
+grid it learned) and tiles per block, the tiles' summed time, the mean number of tiles in flight per SM over the span
+(summed time / (span x SMs)) against the blocks per SM and over its middle 80%, how long after the launch's first
+tile the SMs start (mean) and before its last they end, the median and mean tile time, and (the loops: steal,
+atomic_counter, fixed_blocks) the time from the end of a block's tile to the start of its next.
 """
 
 from __future__ import annotations
@@ -79,13 +80,16 @@ def main() -> None:
             span, busy, med, mean = (float(np.median([s[i] for s in spans])) for i in range(4))
             fit = k.resident_units(policy) // sm_count
             gaps, (head, tail, middle) = spans[-1][4], spans[-1][5]
+            ran = np.unique(r["block"])  # the last traced launch's blocks that ran a tile (steal: at most its grid)
+            blocks_text = (f"  blocks with tiles {ran.size} (highest index {ran.max()}),"
+                           f" {r.size / ran.size:5.2f} tiles each")
             gap_text = (f"  between a block's tiles: median {np.median(gaps):6.0f} ns mean {gaps.mean():6.0f} ns"
                         f" p90 {np.percentile(gaps, 90):6.0f} ns over {gaps.size} hand-offs" if gaps.size else "")
             in_flight = busy / span / sm_count
             print(f"{kind:10s} {label:34s} span {span / 1e3:7.1f} us  tiles in flight per SM {in_flight:5.2f}"
                   f" of {fit} ({middle:4.2f} in its middle 80%)  SMs start {head / 1e3:4.1f} us after the first, end"
                   f" {tail / 1e3:4.1f} us before the last  tile median {med / 1e3:5.2f} us mean {mean / 1e3:5.2f} us"
-                  f"  summed {busy / 1e6:8.2f} ms" + gap_text, flush=True)
+                  f"  summed {busy / 1e6:8.2f} ms" + blocks_text + gap_text, flush=True)
         del dev
         cp.get_default_memory_pool().free_all_blocks()
 
