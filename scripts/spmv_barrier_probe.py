@@ -18,13 +18,12 @@ CUDA-event timings) with its ratio to cuSPARSE.
 from __future__ import annotations
 
 import cupy as cp
-import numpy as np
 
 from cuadv import TileKernel
 from cuadv.compiler import kernel_source
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
 from cuadv.labs.spmv_support import BODY, MIN_BLOCKS, PARAMS, STAGE, THREADS, checked_case
-from spmv_probes import BARRIER, print_against_cusparse
+from spmv_probes import BARRIER, print_against_cusparse, warmed_and_checked
 
 POLICIES = ("fixed_work", "fixed_blocks", "steal")
 # The body as a call of one out-of-line function: ptxas compiles it once, the same code under every policy.
@@ -55,12 +54,10 @@ def probe(kind: str, kernels: dict[str, TileKernel]) -> None:
     calls = {}
     for suffix, k in kernels.items():
         for policy in POLICIES:
-            for _ in range(3):  # steal learns its grid over its first launches
-                dev.run(k, "split", policy)
-            if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
-                raise SystemExit(f"{kind}, {policy}{suffix}: a row is wrong")
-            calls[policy + suffix] = lambda k=k, policy=policy: dev.run(k, "split", policy)
+            call = calls[policy + suffix] = lambda k=k, policy=policy: dev.run(k, "split", policy)
+            warmed_and_checked(dev, call, ref, tol, f"{kind}, {policy}{suffix}")
     print_against_cusparse(kind, dev, calls, 5)
+
 
 def main() -> None:
     kernels = {suffix: kernel(variant) for suffix, variant in VARIANTS.items()}

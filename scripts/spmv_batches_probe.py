@@ -17,11 +17,10 @@ from __future__ import annotations
 import sys
 
 import cupy as cp
-import numpy as np
 
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
 from cuadv.labs.spmv_support import checked_case, spmv_kernel
-from spmv_probes import body_kernel, print_against_cusparse
+from spmv_probes import body_kernel, print_against_cusparse, warmed_and_checked
 
 
 def main() -> None:
@@ -41,11 +40,7 @@ def main() -> None:
         for label, (k, policy) in variants.items():
             def call(k=k, policy=policy, dev=dev):
                 return dev.run(k, "split", policy)
-            for _ in range(3):  # steal learns its grid over its first launches
-                dev.y.fill(np.nan)
-                call()
-            if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
-                raise SystemExit(f"{kind}, {label}: a row is wrong")
+            warmed_and_checked(dev, call, ref, tol, f"{kind}, {label}")
             calls[label] = call
         print_against_cusparse(kind, dev, calls, 5, width=40)
         del dev

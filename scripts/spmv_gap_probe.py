@@ -23,7 +23,7 @@ import numpy as np
 
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
 from cuadv.labs.spmv_support import BATCHES, checked_case
-from spmv_probes import body_kernel
+from spmv_probes import body_kernel, warmed_and_checked
 
 
 def handoffs(records: np.ndarray) -> np.ndarray:
@@ -64,11 +64,8 @@ def main() -> None:
     for kind in MATRICES:
         dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
         for label, (k, policy) in variants.items():
-            for _ in range(3):  # steal learns its grid over its first launches
-                dev.y.fill(np.nan)
-                dev.run(k, "split", policy)
-            if (np.abs(cp.asnumpy(dev.y) - ref) > tol).any():
-                raise SystemExit(f"{kind}, {label}: a row is wrong")
+            warmed_and_checked(dev, lambda k=k, policy=policy, dev=dev: dev.run(k, "split", policy), ref, tol,
+                               f"{kind}, {label}")
             spans = []
             for _ in range(3):
                 r = dev.run(k, "split", policy, trace=True).records

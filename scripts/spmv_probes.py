@@ -1,9 +1,13 @@
 """What the spmv probe scripts share (run from the repository root: scripts/ is then on sys.path): the barrier they
-append to the lab's body, a TileKernel of that body, and the timing of labelled calls against cuSPARSE."""
+append to the lab's body, a TileKernel of that body, the warm-up and check of a call against the reference, and the
+timing of labelled calls against cuSPARSE."""
 
 from __future__ import annotations
 
 from typing import Callable
+
+import cupy as cp
+import numpy as np
 
 from cuadv import TileKernel
 from cuadv.compiler import kernel_source
@@ -22,6 +26,16 @@ def body_kernel(dynamic: str, name: str, *, barrier: bool = False, policy: str =
     return TileKernel(PARAMS, body, PROLOGUE.format(dynamic=dynamic), policy=policy, block=THREADS,
                       preamble=kernel_source("spmv.cuh"), name=name, min_blocks_per_sm=MIN_BLOCKS,
                       quantum_us=quantum_us)
+
+
+def warmed_and_checked(dev: DeviceCsr, run: Callable[[], object], ref: np.ndarray, tol: np.ndarray, what: str) -> None:
+    """Runs `run` three times (steal learns its grid over its first launches), y poisoned with NaN before each, then
+    stops the script if a row of y is out of tolerance of the float64 reference or was never written."""
+    for _ in range(3):
+        dev.y.fill(np.nan)
+        run()
+    if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
+        raise SystemExit(f"{what}: a row is wrong")
 
 
 def print_against_cusparse(kind: str, dev: DeviceCsr, calls: dict[str, Callable[[], object]], rounds: int,

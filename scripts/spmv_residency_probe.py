@@ -20,7 +20,7 @@ import numpy as np
 from cuadv import TileKernel
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
 from cuadv.labs.spmv_support import THREADS, DeviceCsr, checked_case, spmv_kernel
-from spmv_probes import BARRIER, print_against_cusparse
+from spmv_probes import BARRIER, print_against_cusparse, warmed_and_checked
 
 SIZES = {256: 6, 128: 12}  # threads per block: blocks per SM (40 registers either way)
 
@@ -65,11 +65,7 @@ def main() -> None:
 
                 def call(k=k, policy=policy, csr=csr, **launch):
                     return csr.run(k, "split", policy, **launch)
-                for _ in range(3):  # steal learns its grid over its first launches
-                    csr.y.fill(np.nan)
-                    call()
-                if (np.abs(cp.asnumpy(csr.y) - ref) > tol).any():
-                    raise SystemExit(f"{kind}, {label}: a row is wrong")
+                warmed_and_checked(csr, call, ref, tol, f"{kind}, {label}")
                 trace = call(trace=True)
                 most, time_at = levels(trace.records, sm_count)
                 fit = k.resident_units(policy) // sm_count

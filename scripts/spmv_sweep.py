@@ -24,7 +24,7 @@ import numpy as np
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
 from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, reference, spmv_kernel,
                                      tolerance)
-from spmv_probes import print_against_cusparse
+from spmv_probes import print_against_cusparse, warmed_and_checked
 
 
 FLAGS = {"model": None, "every": True}  # build_tiles' dynamic=
@@ -73,11 +73,9 @@ def main() -> None:
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
-                for _ in range(3):  # steal learns its grid over its first launches
-                    dev.run(k, tiling, policy)
-                if not (np.abs(cp.asnumpy(dev.y) - ref) <= tol).all():
-                    raise SystemExit(f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, "
-                                     f"{policy}: a row is wrong")
+                warmed_and_checked(dev, lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy),
+                                   ref, tol, f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, "
+                                   f"{policy}")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
