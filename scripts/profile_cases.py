@@ -5,9 +5,11 @@ profile.
     python3 scripts/profile_cases.py --summary prof.ncu-rep ncu.log   (a compact table of the counters that say why)
 
 Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEven, torch.bincount; the read-only
-ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, its shared atomics alone, the read-only ceiling kernel),
-spmv (power-law, R-MAT and uniform matrices: cuadv's tilings under both policies, the staged short-row body on split
-rows, and cuSPARSE), vecscale (1 GiB: steal and fixed_work).
+ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, the same fed by register loads, its shared atomics alone,
+the read-only ceiling kernel), one_block (int32 at 33,000 bins with 32-bit counters behind two rings and at 64K bins
+with 16-bit ones, one block per SM; the read-only ceiling kernel), spmv (power-law, R-MAT and uniform matrices:
+cuadv's tilings under both policies, the staged short-row body on split rows, and cuSPARSE), vecscale (1 GiB: steal
+and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
 """
@@ -85,8 +87,9 @@ def _read_only() -> None:
 
 def uint8() -> None:
     """What shares an SM's shared-memory data path in the uint8 histogram at 256 bins: cuadv's prepared call (a TMA
-    ring filled in shared memory, read back, one shared atomic per byte), the same atomics with no input read
-    (scripts/atoms_rate.py's lanes256), and the read-only ceiling's kernel."""
+    ring filled in shared memory, read back, one shared atomic per byte), the same counting fed by register loads
+    instead of the ring (variant 'shared', stages=0: no ring traffic in shared memory), the same atomics with no
+    input read (scripts/atoms_rate.py's lanes256), and the read-only ceiling's kernel."""
     import cupy as cp
 
     import cuadv
@@ -100,7 +103,13 @@ def uint8() -> None:
     prepared(data)
     with _case("uint8 uniform 256 bins: cuadv.prepare_histogram (auto)"):
         prepared(data)
-    del data
+    from cuadv.histograms.launcher import count_bins
+
+    out = cp.zeros(256, dtype=cp.uint32)
+    count_bins(data, 256, variant="shared", stages=0, out=out)
+    with _case("uint8 uniform 256 bins: count_bins(variant='shared', stages=0), register loads"):
+        count_bins(data, 256, variant="shared", stages=0, out=out)
+    del data, out
     sms = current_device().caps.sm_count
     grid = 2 * sms
     kernel = compile_source(SOURCE, name="atoms_rate").kernel("lanes256")
@@ -110,6 +119,26 @@ def uint8() -> None:
     launch(kernel, config, iters, out.data.ptr)
     with _case("uint8 256 bins, shared atomics alone (atoms_rate lanes256)"):
         launch(kernel, config, iters, out.data.ptr)
+    _read_only()
+
+
+def one_block() -> None:
+    """Int32 bins that one block per SM holds, 1 GiB uniform: 32-bit counters at 33,000 bins behind a ring of 6 x 16
+    KB and behind auto's (3 x 32 KB), and 16-bit counters at 64K bins behind 3 x 32 KB (auto's), to tell what the
+    16-bit kernel does differently (it reads about 3 points less of the read-only ceiling than the 32-bit one behind
+    the same ring) and why 6 x 16 KB is not auto's; then the read-only ceiling's kernel."""
+    import cupy as cp
+
+    from cuadv.histograms.launcher import count_bins
+
+    for bins, ring in ((33_000, {"stages": 6, "vectors": 1}), (33_000, {}), (65_536, {})):
+        data = cp.random.randint(0, bins, GIB // 4, dtype=cp.int32)
+        out = cp.zeros(bins, dtype=cp.uint32)
+        options = {"variant": "shared", **ring} if ring else {}
+        count_bins(data, bins, out=out, **options)
+        with _case(f"int32 uniform {bins} bins: count_bins({options or 'auto'})"):
+            count_bins(data, bins, out=out, **options)
+        del data, out
     _read_only()
 
 

@@ -9,7 +9,8 @@ at 07:58-08:31 with ``scripts/sched_trace_breakdown.py`` (docs/results/h200-2026
 shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the histogram's TMA ring probed, swept and
 profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655), its 64K kernel's instruction
 count tested at 14:45 (docs/results/h200-2026-12-03-1438), the uint8 kernel's shared-memory pipe at 16:15 and
-steal's first claim at 16:10-17:08 (docs/results/h200-2026-12-03-1600). A lab appends the
+steal's first claim at 16:10-17:08 (docs/results/h200-2026-12-03-1600), the 64K kernel's flush and atomics and the
+uint8 kernel's feed at 18:22-18:50 (docs/results/h200-2026-12-03-1820). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
@@ -49,7 +50,13 @@ HISTOGRAM = {
         "91.8-91.9%, alternated in one call, 14:45). No unit is near its peak (ALU 76%, shared-memory wavefronts "
         "74%, DRAM 75% at ncu's base clocks) and no stall dominates (not_selected 3.23, math_pipe_throttle 2.74, "
         "short_scoreboard 1.00 cycles per issue); one block per SM fits beside the counters, yet a ring of 2 chunks "
-        "reads as 3: what holds it is not located"),
+        "reads as 3. Ruled out at 18:22-18:40 (docs/results/h200-2026-12-03-1820): the flush of 64K global atomics "
+        "per block (0.7 points: 92.2% without it against 91.5%; summing a cluster's counters through distributed "
+        "shared memory first gained nothing), and the atomics' returned words (red in place of atom, no wrap test: "
+        "91.4% either way). What separates it from 32-bit counters in one block per SM (33,000 bins behind the same "
+        "ring: 93.6-94.8%) is SM-side: under ncu it executes 155.8 M warp instructions against their 78.5 M and takes "
+        "291 us against 254 us at ncu's 1.47 GHz, 2.5-3.0% longer at 1.98 GHz. Yet cutting its integer-ALU "
+        "instructions (14:45) or its wrap test (18:25), each alone, did not move it at 1.98 GHz"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
@@ -66,9 +73,12 @@ HISTOGRAM = {
         "profile_cases.py uint8) the SM's L1 / shared-memory data pipe is at 91.2% of its peak over the kernel's "
         "time (93.8% of its active cycles): 53.5 M wavefronts, of which 33.6 M are the atomics (one per warp "
         "instruction), 9.2 M more are counted as those atomics' bank conflicts (the same atomics with no input read "
-        "count none, which suggests the ring's traffic in the same banks: the TMA unit's writes and the reads) "
-        "and 10.6 M read the ring. So the pipe, not DRAM, sets the pace (at ncu's base clocks the kernel takes "
-        "303 us against the read-only kernel's 234 us); 2x CUB needs fewer wavefronts per byte"),
+        "count none) and 10.6 M read the ring. So the pipe, not DRAM, sets the pace (at ncu's base clocks the kernel "
+        "takes 303 us against the read-only kernel's 234 us); 2x CUB needs fewer wavefronts per byte. The 9.2 M are "
+        "the ring's (18:44): fed by register loads instead, the same counting makes 1,792 such conflicts, and 35.8 M "
+        "shared-memory wavefronts in all; but those loads pass through the same data pipe (89.0% of its peak) and "
+        "keep fewer bytes in flight, 91.4% of the read-only ceiling against the ring's 96.0% at 1.98 GHz. Half of "
+        "each chunk by register loads, half through the ring, read 94.8-94.9% against 95.9-96.0% (18:50), not kept"),
 }
 
 SPMV = (
