@@ -277,3 +277,47 @@ def test_zeroed_counts_are_taken_per_stream_and_slots_and_refused_past_the_cap(m
     assert pool.give(big, 1000, 3)  # the pool is full now: b and big
     assert not pool.give(SimpleNamespace(nbytes=16), 3, 4) and len(pool) == 2  # refused, the caller frees it
     assert pool.take(1000, 3) is big and pool.give(SimpleNamespace(nbytes=16), 3, 4) and len(pool) == 2
+
+
+def test_counts_kept_for_a_stream_are_never_freed_on_it(monkeypatch):
+    """A one-shot call's counts given to the pool of zeroed counts stop naming their stream: the pool may let them
+    go after the stream is destroyed, and a free enqueued on a destroyed stream's handle crashes the process. Counts
+    the pool does not take are freed on the call's stream, and any other scratch on its own (the driver faked)."""
+    frees = []
+
+    class Driver:
+        def cuMemAllocAsync(self, nbytes, stream):
+            return 0, 0x1000 + len(frees)
+
+        def cuMemFreeAsync(self, ptr, stream):
+            frees.append((ptr, stream))
+            return (0,)
+
+    class Pool:
+        def __init__(self, takes):
+            self.takes, self.kept = takes, []
+
+        def give(self, buf, slots, stream):
+            assert buf.stream is None  # already: another thread may take it from the pool at once
+            if self.takes:
+                self.kept.append(buf)
+            return self.takes
+
+    monkeypatch.setattr(api, "driver", Driver)
+    for takes in (True, False):
+        pool = Pool(takes)
+        monkeypatch.setattr(api, "ZEROED", pool)
+        counter = api._Counter(eng=None, bins=300, index_dtype="int32", variant="auto", keep=False)
+        counter._counts, counter._pooled, counter._zeroed = api.Scratch(1208, 7, keep=False), True, True
+        counter.release(9)
+        assert counter._counts is None
+        if takes:
+            (kept,) = pool.kept
+            assert kept.ptr and kept.stream is None
+            del kept, pool
+            assert frees == []  # the kept buffer went without a free
+        else:
+            assert frees == [(0x1000, 9)]  # freed on the stream of the call that gave it back
+    scratch = api.Scratch(16, 5, keep=False)
+    del scratch
+    assert frees[-1] == (0x1001, 5)  # any other scratch: freed on its own stream when it goes

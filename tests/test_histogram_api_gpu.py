@@ -266,6 +266,40 @@ def test_prepared_in_place_calls_find_their_counts_zeroed(cp, monkeypatch, bins,
     assert len(memsets) == 1
 
 
+def test_kept_counts_outlive_their_stream(cp, monkeypatch):
+    """Counts a one-shot call leaves in the pool are never freed on their stream, which may be destroyed before the
+    pool lets them go (the test below released its pool after its streams, and the free each kept buffer then
+    enqueued on a destroyed stream's handle crashed its worker on the H200, 2026-12-03). Taken again, a buffer is its
+    new call's, freed on that call's stream if the call raises."""
+    import gc
+
+    from cuadv.histograms import api, zeroed
+
+    pool = zeroed.ZeroedCounts()
+    monkeypatch.setattr(api, "ZEROED", pool)
+    x = cp.arange(10_000, dtype=cp.int32) % 300
+    cp.cuda.Device().synchronize()  # x is made on CuPy's default stream, which the streams below do not wait for
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        hist, _ = histogram(x, 300, range=(0, 300))
+    s.synchronize()
+    assert len(pool) == 1 and np.array_equal(cp.asnumpy(hist), np.full(300, 10_000 // 300) + (np.arange(300) < 100))
+    (kept,) = [buf for bufs in pool._kept.values() for buf in bufs]
+    assert kept.ptr and kept.stream is None
+    del s
+    gc.collect()  # the stream is destroyed
+    monkeypatch.setattr(api, "ZEROED", zeroed.ZeroedCounts())
+    del pool, kept
+    gc.collect()  # the kept buffer goes: nothing is enqueued on the destroyed stream
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        histogram(x, 300, range=(0, 300))
+        histogram(x, 300, range=(0, 300))  # takes the first call's buffer back: it is this stream's again
+    s.synchronize()
+    (kept,) = [buf for bufs in api.ZEROED._kept.values() for buf in bufs]
+    assert kept.stream is None
+
+
 def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     """A one-shot call's counts outlive it, zeroed by its widening pass: the next one-shot call on the same stream
     takes them without a memset, another stream has its own; a call being captured into a graph takes none (a

@@ -174,7 +174,9 @@ class Scratch:
             self.ptr = 0
 
     def __del__(self):  # also what frees a one-shot call's scratch when the call raised half-way
-        if getattr(self, "ptr", 0):
+        # stream None: kept by ZEROED for its stream's next call, and never freed (that stream may be gone by now, and
+        # a free enqueued on a destroyed stream's handle crashed the process; the driver frees it with the context).
+        if getattr(self, "ptr", 0) and (self.keep or self.stream is not None):
             try:
                 if self.keep:
                     free(self.ptr)
@@ -285,6 +287,8 @@ class _Counter:
             nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
             self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
             kept = ZEROED.take(self.bins, stream) if self._pooled else None
+            if kept is not None:
+                kept.stream = stream  # this call's again: freed on it if the call raises half-way
             self._counts = kept or Scratch(nbytes, stream, self.keep)  # a kept buffer is zero already: no memset
             self._zeroed = kept is not None
         counts = self._counts.ptr
@@ -311,8 +315,12 @@ class _Counter:
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
-            if not (self._pooled and self._zeroed and ZEROED.give(self._counts, self.bins, stream)):
-                self._counts.release(stream)  # stream-ordered, after the call's last use of it
+            if self._pooled and self._zeroed:
+                self._counts.stream = None  # before give: another thread may take it at once and set its own
+                if ZEROED.give(self._counts, self.bins, stream):
+                    self._counts = None
+                    return
+            self._counts.release(stream)  # stream-ordered, after the call's last use of it
             self._counts = None
 
 

@@ -24,8 +24,9 @@ class ZeroedCounts:
     work queued so far on the stream they were given back on, by (stream, slots): the widening pass zeroes exactly
     those, and the word after them (the skew sample's verdict) is not zero, so a buffer is only taken for as many
     slots as it was given back with. Not while the stream is being captured into a graph: a replay may run beside
-    later work on that stream. Nothing kept is ever freed here (a free would have to wait for a stream that may be
-    gone): at MAX_KEPT_BYTES the pool is full, and a call frees its own buffer on its stream, as before the pool."""
+    later work on that stream. Nothing kept is ever freed here, nor by the buffer itself (api.Scratch: a free would
+    have to be enqueued on a stream that may be gone): at MAX_KEPT_BYTES the pool is full, and a call frees its own
+    buffer on its stream, as before the pool."""
 
     def __init__(self) -> None:
         self._kept: dict[tuple[tuple[int, int], int], list[Any]] = {}
