@@ -39,8 +39,8 @@ def test_every_variant_matches_bincount(cp, dtype, bins, dist):
 def test_tma_fed_shared_histogram_over_many_turns_of_its_ring(cp, stages, vectors, dtype, bins):
     """One block takes hundreds of chunks (the ring wraps, the barriers' parity flips and every named barrier
     completes many times), a few blocks, and the persistent grid; data 0 or 1 element past a 16-byte boundary,
-    with a tail. At 33,000 bins one block per SM holds 32-bit counters (one replica), at
-    65,536 bins 16-bit halves, which Zipf data's hot bins wrap many times."""
+    with a tail. At 33,000 bins one block per SM holds 32-bit counters (one replica), at 65,536 bins 16-bit halves,
+    which Zipf data's hot bins wrap many times."""
     if not current_device().caps.tma:
         pytest.skip("the TMA-fed histogram needs compute capability 9.0")
     try:
