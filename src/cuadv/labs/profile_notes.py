@@ -53,10 +53,10 @@ HISTOGRAM = {
         "reads as 3. Ruled out at 18:22-18:40 (docs/results/h200-2026-12-03-1820): the flush of 64K global atomics "
         "per block (0.7 points: 92.2% without it against 91.5%; summing a cluster's counters through distributed "
         "shared memory first gained nothing), and the atomics' returned words (red in place of atom, no wrap test: "
-        "91.4% either way). What separates it from 32-bit counters in one block per SM (33,000 bins behind the same "
+        "91.3-91.4% either way). What separates it from 32-bit counters in one block per SM (33,000 bins behind the same "
         "ring: 93.6-94.8%) is SM-side: under ncu it executes 155.8 M warp instructions against their 78.5 M and takes "
-        "291 us against 254 us at ncu's 1.47 GHz, 2.5-3.0% longer at 1.98 GHz. Yet cutting its integer-ALU "
-        "instructions (14:45) or its wrap test (18:25), each alone, did not move it at 1.98 GHz"),
+        "291 us against 254 us at ncu's locked 1.47 GHz, 2.5-3.0% longer unlocked. Yet cutting its integer-ALU "
+        "instructions (14:45) or its wrap test (18:25), each alone, did not move it unlocked"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
@@ -77,8 +77,9 @@ HISTOGRAM = {
         "takes 303 us against the read-only kernel's 234 us); 2x CUB needs fewer wavefronts per byte. The 9.2 M are "
         "the ring's (18:44): fed by register loads instead, the same counting makes 1,792 such conflicts, and 35.8 M "
         "shared-memory wavefronts in all; but those loads pass through the same data pipe (89.0% of its peak) and "
-        "keep fewer bytes in flight, 91.4% of the read-only ceiling against the ring's 96.0% at 1.98 GHz. Half of "
-        "each chunk by register loads, half through the ring, read 94.8-94.9% against 95.9-96.0% (18:50), not kept"),
+        "read 91.4-91.5% of the read-only ceiling against the ring's 95.9-96.0% unlocked (18:50; likely fewer bytes "
+        "in flight, not measured). Half of each chunk by register loads, half through the ring, read 94.8-94.9% "
+        "against 95.9-96.0% (18:50), not kept"),
 }
 
 SPMV = (
