@@ -96,6 +96,7 @@ def uint8() -> None:
     from atoms_rate import SOURCE
     from cuadv.compiler import compile_source
     from cuadv.device import current_device
+    from cuadv.histograms.launcher import count_bins
     from cuadv.launch import LaunchConfig, launch
 
     data = cp.random.randint(0, 256, GIB, dtype=cp.uint8)
@@ -103,8 +104,6 @@ def uint8() -> None:
     prepared(data)
     with _case("uint8 uniform 256 bins: cuadv.prepare_histogram (auto)"):
         prepared(data)
-    from cuadv.histograms.launcher import count_bins
-
     out = cp.zeros(256, dtype=cp.uint32)
     count_bins(data, 256, variant="shared", stages=0, out=out)
     with _case("uint8 uniform 256 bins: count_bins(variant='shared', stages=0), register loads"):
