@@ -4,7 +4,7 @@ non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ reg
 (non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every
 result is checked against SciPy in float64 first.
 
-    python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole
+    python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole --windows fixed
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
     python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
 
@@ -42,6 +42,9 @@ def main() -> None:
     p.add_argument("--batches", nargs="+", default=["dynamic"], choices=list(BATCHES),
                    help="how a tile's warps share its batches of short rows (register body)")
     p.add_argument("--group", type=int, nargs="+", default=[GROUP_NNZ])
+    p.add_argument("--windows", default="guided", choices=["guided", "fixed"],
+                   help="short-row tiles in guided windows (group to 4 x group, the lab's) or fixed ones (the staged "
+                        "body's stage holds only these)")
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
     p.add_argument("--quantum-us", type=quantum, nargs="+", default=[50.0], help="steal's time slices ('inf': none)")
@@ -63,7 +66,7 @@ def main() -> None:
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
         ref, abs_sum, _ = reference(m, x)
         tol = tolerance(m.lengths, abs_sum)
-        devs = {(group, flags): DeviceCsr(m, x, group, dynamic=FLAGS[flags]) for group in a.group
+        devs = {(group, flags): DeviceCsr(m, x, group, dynamic=FLAGS[flags], guided=a.windows == "guided") for group in a.group
                 for flags in a.flag_tiles}
         calls = {}
         for ((mb, short, batches, tiling, group, q), k), flags in itertools.product(kernels.items(), a.flag_tiles):

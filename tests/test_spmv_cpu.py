@@ -111,6 +111,37 @@ def test_tiles_cover_every_nonzero_once(kind, split, group):
     assert t.kinds()["slices"] == (0 if not split else t.kinds()["slices"])
 
 
+@pytest.mark.parametrize("kind", S.MATRICES)
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("group, slots", [(32, 4), (S.GROUP_NNZ, 4), (S.GROUP_NNZ, 792)])
+def test_guided_windows_shrink_toward_the_end(kind, split, group, slots):
+    # windows from 4 x group down to group as the weight left falls below two per slot: the tile invariants hold
+    # with the widest window's stage, the first short-row tiles are wider than fixed windows make, the last are not
+    m = S.generate(kind, N, 8, seed=5)
+    x = np.random.default_rng(0).uniform(-1, 1, m.n_cols).astype(np.float32)
+    widest = 4 * group
+    t = S.build_tiles(m.offsets, split, group, 4 * group, widest=widest, slots=slots)
+    fixed = S.build_tiles(m.offsets, split, group, 4 * group)
+    ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
+    assert np.allclose(emulate(m, x, t, 2 * widest), ref, rtol=0, atol=1e-9)
+    nnz, rows = t.short_extent()
+    assert nnz < 2 * widest and rows <= widest // 2
+    short = t.tiles[t.tiles[:, 1] > 0]
+    weight = (short[:, 3] - short[:, 2]) + 2 * (short[:, 1] >> 5)
+    total = int(m.offsets[-1]) + 2 * m.n_rows
+    if total > 2 * slots * group * 8:  # work enough for wide windows at the start
+        assert t.kinds()["short-row tiles"] < fixed.kinds()["short-row tiles"]
+        if group == S.GROUP_NNZ:  # (at 32, long rows of 9 or more cut most tiles short)
+            assert weight[: len(weight) // 8].mean() > 1.5 * group
+    # a tile's rows after its first weigh less than its window, the first at most a short row (group // 4 + 2)
+    assert weight.max() < widest + group // 4 + 2
+    start = m.offsets[short[:, 0]] + 2 * short[:, 0]
+    end = start >= total - 2 * slots * group  # where the weight left is under two windows per slot: width group
+    assert end.any() and weight[end].max() < group + group // 4 + 2
+    # windows as wide as group are fixed windows
+    assert np.array_equal(S.build_tiles(m.offsets, split, group, 4 * group, widest=group).tiles, fixed.tiles)
+
+
 def test_tiles_of_the_smoke_matrix_take_every_path():
     m, x = smoke_matrix()
     assert m.lengths[5] == 0

@@ -29,10 +29,13 @@ def kernel(request):
 
 
 def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None, dynamic=None):
+    # slots=4: guided windows widen even on these small matrices; every tile list the kernel's body holds
     ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
     tol = S.tolerance(m.lengths, abs_sum)
-    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2, dynamic=dynamic)
-    for tiling in ("whole", "split"):
+    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2, dynamic=dynamic, slots=4)
+    for tiling in dev.tilings:
+        if not dev.holds(kernel, tiling):
+            continue
         for policy in policies():
             dev.y.fill(cp.nan)
             for _ in range(launches):
@@ -151,6 +154,18 @@ def test_empty_matrix(cp, kernel, rows):
     m = S.Csr("empty", np.zeros(rows + 1, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32), 3)
     dev = run_checked(cp, kernel, m, np.ones(3, np.float32))
     assert dev.y.size == rows
+
+
+def test_staged_body_refuses_wider_tiles_than_its_stage(cp):
+    m = S.generate("uniform", 1 << 15, 8, seed=19)
+    dev = S.DeviceCsr(m, x_for(m), slots=4)
+    staged, registers = S.spmv_kernel(short_rows="staged"), S.spmv_kernel()
+    assert dev.tilings["split"][0].short_extent()[0] >= S.STAGE  # guided windows past the stage
+    assert not dev.holds(staged, "split") and dev.holds(staged, "split_fixed") and dev.holds(registers, "split")
+    dev.y.fill(cp.nan)
+    with pytest.raises(ValueError, match="staged short-row body holds tiles of fewer than 4096"):
+        dev.run(staged, "split", "fixed_work")
+    assert cp.isnan(dev.y).all()  # nothing ran
 
 
 def test_lab_smoke(cp):

@@ -14,16 +14,18 @@ unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
   - Short rows (at most 512 non-zeros) are grouped into tiles by their running weight (non-zeros + 2 per
-    row), about 2048 per tile. The block is groups of 2 to 32 lanes, a power of two the host picks per tile
-    from a model of the kernel's SASS (the width with the fewest instructions over the block and its busiest
-    warp); each group owns rows of the tile in turn: it reads the row's two offsets from global memory, loads
+    row) in guided windows: 8192 wide while the weight left is more than two such windows per resident block,
+    then narrowing to 2048 at the end of the list, so a block that loops over tiles pays a tile's costs (its
+    claim, the wait for its slowest warp) on fewer tiles and the last tiles still even out the blocks. The
+    block is groups of 2 to 32 lanes, a power of two the host picks per tile from a model of the kernel's SASS
+    (the width with the fewest instructions over the block and its busiest warp); each group owns rows of the tile in turn: it reads the row's two offsets from global memory, loads
     its columns and values in slots of 4 per lane (8 loads, then 4 gathers of x through the read-only cache,
     in flight per thread) for at most 2 rounds, the whole warp sums what a longer row has left, and the
     lanes combine in registers with warp shuffles. No barrier; under the policies with a barrier between tiles
     the warps of a tile the host flags claim its batches from a counter in shared memory. The variant "staged short
     rows" keeps the body this replaced: the products staged in shared memory with coalesced loads, then
     summed from there by the groups of lanes after a barrier; the lab measures it beside the default on
-    split rows under auto.
+    split rows in fixed windows of 2048 under auto (its stage holds no wider tiles).
   - A row longer than 512 is a tile of its own, streamed by the whole block (6 loads in flight per thread
     and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
   - "whole rows": such a row is one tile however long, so tile weights span 512 to hundreds of thousands
@@ -52,8 +54,8 @@ from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import TileOrder, resolve_policy
 from .base import RunContext, gb_per_s, interleaved_rounds
 from .profile_notes import PROFILED, SPMV
-from .spmv_support import (GROUP_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, Csr, DeviceCsr, check, generate,
-                           peers, reference, spmv_kernel, to_host, tolerance)
+from .spmv_support import (GROUP_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, WIDEST_NNZ, Csr, DeviceCsr, check,
+                           generate, peers, reference, spmv_kernel, to_host, tolerance)
 
 MEAN = 8  # non-zeros per row
 SEED = 18
@@ -61,22 +63,24 @@ REPEATS = 10
 QUEUE_AHEAD_US = 500.0  # hides the host side of each call (cupyx and torch build descriptors per call)
 TARGETS = {"power-law": 1.0, "R-MAT": 1.0, "uniform": 0.9}  # x cuSPARSE for cuadv with split rows and 'auto'
 POLICIES = ("fixed_work", "fixed_blocks", "auto")
-TILINGS = {"whole": "whole rows", "split": "split rows"}
+TILINGS = {"whole": "whole rows", "split": "split rows"}  # every policy runs both (guided windows)
+LISTS = {**TILINGS, "split_fixed": "split rows in fixed windows"}  # and auto this one too, with both short-row bodies
 DEFAULT_SHORT = "registers"  # the short-row body of every variant but the one that measures the other beside it
 
 
 def _variants() -> list[tuple[str, str, bool, str]]:
-    """(tiling, policy, heaviest first, short-row body) of every cuadv variant measured: each policy on both tile
-    lists, auto on whole rows heaviest first, and the staged short-row body on split rows under auto."""
+    """(tile list, policy, heaviest first, short-row body) of every cuadv variant measured: each policy on both
+    tile lists, auto on whole rows heaviest first, and both short-row bodies under auto on split rows in fixed
+    windows (the staged body's stage holds no wider tiles)."""
     out = [(t, p, False, DEFAULT_SHORT) for t in TILINGS for p in POLICIES]
     out.insert(3, ("whole", "auto", True, DEFAULT_SHORT))
-    out.append(("split", "auto", False, "staged"))
+    out += [("split_fixed", "auto", False, short) for short in (DEFAULT_SHORT, "staged")]
     return out
 
 
 def _label(tiling: str, policy: str, heaviest: bool, short: str, cc) -> str:
     name = f"auto ({resolve_policy('auto', cc)})" if policy == "auto" else policy
-    return (f"{TILINGS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
+    return (f"{LISTS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
             + ("" if short == DEFAULT_SHORT else f", {short} short rows"))
 
 
@@ -107,10 +111,12 @@ class SpmvLab:
         tol = tolerance(m.lengths, abs_sum)
         kernels = {short: spmv_kernel(short_rows=short) for short in SHORT_ROWS}
         for group in (32, GROUP_NNZ):
-            dev = DeviceCsr(m, x, group)
-            for tiling in TILINGS:
+            dev = DeviceCsr(m, x, group, slots=2)  # 2 slots: guided windows widen even on this matrix
+            for tiling in dev.tilings:
                 for policy in ("fixed_work", "fixed_blocks", "steal"):
                     for short, k in kernels.items():
+                        if not dev.holds(k, tiling):
+                            continue
                         dev.y.fill(np.nan)
                         dev.run(k, tiling, policy)
                         check(f"smoke, {tiling} rows of {group}, {policy}, {short}", to_host(dev.y), ref, tol)
@@ -155,8 +161,9 @@ class SpmvLab:
         result.tables.append(Table(
             "the matrices", ["matrix", "rows", "nnz", "longest row", "max / mean", "Gini", "empty rows",
                              "tiles, whole rows", "tiles, split rows", "ideal ms", "generated in s"], mat_rows,
-            note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped about {GROUP_NNZ} non-zeros per "
-                 "tile, "
+            note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped by weight (non-zeros + 2 per row) "
+                 f"in guided windows, {WIDEST_NNZ} wide while the weight left is more than two such windows per "
+                 f"resident block, then narrowing to {GROUP_NNZ}; "
                  f"rows longer than {LONG_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
                  f"ideal: the bytes below at the copy ceiling measured in this run ({ctx.ceiling.tb_per_s:.2f} TB/s)"))
         result.tables.append(Table(
@@ -168,8 +175,10 @@ class SpmvLab:
                  f"{QUEUE_AHEAD_US:.0f} us kernel queued ahead so host set-up is not timed; bytes = 8 per non-zero "
                  "+ 4 per row offset + 4 per x element + 4 per y element; x cuSPARSE / x torch / x fixed_blocks = "
                  "their time / this time (above 1: this is faster), fixed_blocks of the same tiling; cuSPARSE: "
-                 "cusparseSpMV with descriptors and workspace made once; staged short rows: the short-row tiles "
-                 "summed by the body the register body replaced (products staged in shared memory), same tiles"))
+                 "cusparseSpMV with descriptors and workspace made once; split rows in fixed windows: short rows in "
+                 f"windows of {GROUP_NNZ} throughout, under auto with the register body and with the staged body "
+                 "(products staged in shared memory, the body the register body replaced; its stage holds no wider "
+                 "tiles)"))
         result.tables.append(Table(
             "targets: cuadv with split rows and policy auto against cuSPARSE",
             ["matrix", "x cuSPARSE", "target", "met", "by", "best cuadv variant", "its x cuSPARSE"], targets,
@@ -231,25 +240,30 @@ class SpmvLab:
                  if labels[l][0] == "cuadv" and labels[l][1][1:] == ("fixed_blocks", False, DEFAULT_SHORT)}
         for label, ms in times.items():
             what, key = labels[label]
-            fb = fixed[key[0]] / ms if what == "cuadv" and key[3] == DEFAULT_SHORT else math.nan
+            fb = fixed[key[0]] / ms if what == "cuadv" and key[0] in fixed and key[3] == DEFAULT_SHORT else math.nan
             pct = spread_map(lambda t: 100 * ideal_ms / t, ms)
             rows.append([kind, label, ms, gb_per_s(ms, nbytes), pct, cus / ms, torch_ms / ms, fb])
             if what == "cuadv":
                 slug = (f"spmv_{_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
                         + ("" if key[3] == DEFAULT_SHORT else f"_{key[3]}"))
                 result.figures[f"{slug}_x_cusparse"] = cus / ms
-                if key[3] == DEFAULT_SHORT:
+                if not math.isnan(fb):
                     result.figures[f"{slug}_x_fixed_blocks"] = fb
                 result.figures[f"{slug}_pct_ceiling"] = pct
                 if not math.isnan(torch_ms):
                     result.figures[f"{slug}_x_torch"] = torch_ms / ms
         for name, why in missing.items():
             rows.append([kind, f"{name}: skipped ({why})", math.nan, math.nan, math.nan, math.nan, math.nan, math.nan])
-        head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False, DEFAULT_SHORT)))
-        staged = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto", False, "staged")))
-        result.figures[f"spmv_{_slug(kind)}_split_auto_x_staged"] = staged / head
+        ms_of = {labels[l][1]: ms for l, ms in times.items() if labels[l][0] == "cuadv"}
+        head = ms_of["split", "auto", False, DEFAULT_SHORT]
+        fixed_windows = ms_of["split_fixed", "auto", False, DEFAULT_SHORT]
+        staged = ms_of["split_fixed", "auto", False, "staged"]
+        result.figures[f"spmv_{_slug(kind)}_split_fixed_auto_x_staged"] = staged / fixed_windows
+        result.figures[f"spmv_{_slug(kind)}_split_auto_x_fixed_windows"] = fixed_windows / head
         result.notes.append(f"{kind}, split rows, auto: the register short-row body against the staged one "
-                            f"(same tiles): {staged / head:.2f}x (their time / its time; above 1: registers faster)")
+                            f"(same tiles, fixed windows): {staged / fixed_windows:.2f}x; guided windows against "
+                            f"fixed ones (register body): {fixed_windows / head:.3f}x (their time / its time; above "
+                            "1: the first faster)")
         best = min((ms, l) for l, ms in times.items() if labels[l][0] == "cuadv")
         target = TARGETS[kind]
         ratio = cus / head

@@ -20,6 +20,7 @@ GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 2 per 
 LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build_tiles' default)
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
+WIDEST_NNZ = 4 * GROUP_NNZ  # guided windows (build_tiles): the widest, where the work left is many windows per slot
 MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per SM (at most 40 registers: no spill)
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
@@ -219,6 +220,13 @@ class Tiles:
     def nnz(self) -> np.ndarray:
         return (self.tiles[:, 3] - self.tiles[:, 2]).astype(np.int64)
 
+    def short_extent(self) -> tuple[int, int]:
+        """The most non-zeros and the most rows of any short-row tile (0, 0 where there is none)."""
+        short = self.tiles[self.tiles[:, 1] > 0]
+        if not short.size:
+            return 0, 0
+        return int((short[:, 3] - short[:, 2]).max()), int((short[:, 1] >> 5).max())
+
     def kinds(self) -> dict[str, int]:
         info = self.tiles[:, 1]
         return {"short-row tiles": int((info > 0).sum()), "long rows": int((info == 0).sum()),
@@ -304,11 +312,18 @@ def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: i
 
 def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ,
                 long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None,
-                dynamic: bool | None = None) -> Tiles:
+                dynamic: bool | None = None, widest: int | None = None,
+                slots: int = 132 * MIN_BLOCKS) -> Tiles:
     """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
     their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
-    (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there). Each such
+    (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
+    Guided windows (`widest` > group): a window is as wide as the weight left after it over 2 * `slots` (the
+    blocks the kernel keeps resident), between group and widest, so the list begins with tiles of up to 2 * widest
+    non-zeros and widest // 2 rows and ends with tiles of group: a block that loops over tiles pays its per-tile
+    costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles still even out the slots
+    (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with the halved chunks of
+    factoring). Long rows and slices are cut as with fixed windows. Each short-row
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
     `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
     finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
@@ -318,7 +333,11 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     lens = np.diff(offsets)
     long_ = lens > (group // 4 if long_nnz is None else long_nnz)
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
-    key = weight_end // group
+    if widest is None or widest <= group:
+        key = weight_end // group
+    else:  # each row advances the window count by its weight over the width where it ends
+        width = np.clip((weight_end[-1] - weight_end) / (2 * slots), group, widest)
+        key = np.floor(np.cumsum(np.diff(weight_end, prepend=0) / width)).astype(np.int64)
     prev_key = np.concatenate(([-1], key[:-1]))
     prev_long = np.concatenate(([True], long_[:-1]))
     start = ~long_ & (prev_long | (key != prev_key))
@@ -368,40 +387,78 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
         raise ValueError(f"batches must be one of {', '.join(BATCHES)}; got {batches!r}")
     dynamic = BATCHES[batches] if short_rows == "registers" else "false"
     suffix = f"regs_{batches}" if short_rows == "registers" else f"staged_{stage}"
-    return TileKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic),
+    return SpmvKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic),
                       PROLOGUE.format(dynamic=dynamic), policy=policy, block=threads,
                       preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
-                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us)
+                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us,
+                      stage=stage if short_rows == "staged" else None)
+
+
+class SpmvKernel(TileKernel):
+    """The SpMV TileKernel, with the stage of its staged short-row body (None: the register body, which takes
+    tiles of any size), which DeviceCsr.run checks a tile list against before the launch."""
+
+    def __init__(self, *args, stage: int | None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stage = stage
 
 
 class DeviceCsr:
-    """A matrix and its two tile lists on the GPU, with x, y and the split rows' scratch (partials, counts:
-    zeroed once, reset by the kernel). One launch at a time per DeviceCsr: launches share the counts.
+    """A matrix and its tile lists on the GPU, with x, y and the split rows' scratch (partials, counts: zeroed
+    once, reset by the kernel). One launch at a time per DeviceCsr: launches share y and a list's counts.
+    Tile lists: "whole" and "split" rows (build_tiles), in guided windows from ``group`` to 4 x group (``guided``)
+    or fixed windows of ``group``, and with guided windows also "split_fixed", split rows in fixed windows, whose
+    tiles the staged body's stage holds. ``slots``: the blocks the kernel keeps resident, which sets where the
+    windows narrow (default: this GPU's SMs x MIN_BLOCKS x THREADS / threads).
     ``group``, ``lanes_log2``, ``dynamic`` and ``threads`` (the block size the kernel will run, for the model's
     warps): build_tiles' (small groups, a fixed lane width and dynamic batches on every tile or none make the tests
     take every path)."""
 
     def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None,
-                 dynamic: bool | None = None, threads: int = THREADS):
+                 dynamic: bool | None = None, threads: int = THREADS, guided: bool = True,
+                 slots: int | None = None):
         import cupy as cp
 
+        from ..device import current_device
+
+        widest = WIDEST_NNZ * group // GROUP_NNZ if guided else None
+        if slots is None:
+            slots = current_device().caps.sm_count * max(1, MIN_BLOCKS * THREADS // threads)
         self.host = m
         self.offsets = cp.asarray(m.offsets)
         # register_rows reads up to ROW_UNROLL - 1 elements past a row (and masks them): past the last row, zeros
         self.cols, self.vals = (_padded(cp, a, ROW_UNROLL - 1) for a in (m.cols, m.vals))
         self.x = cp.asarray(x)
         self.y = cp.empty(m.n_rows, cp.float32)
+        lists = {"whole": (False, widest), "split": (True, widest)}
+        if guided:
+            lists["split_fixed"] = (True, None)
         self.tilings = {}
-        for split in (False, True):
+        for name, (split, wide) in lists.items():
             t = build_tiles(m.offsets, split, group, 4 * group, threads=threads, lanes_log2=lanes_log2,
-                            dynamic=dynamic)
-            self.tilings["split" if split else "whole"] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
-                                                           cp.zeros(max(t.count, 1), cp.float32),
-                                                           cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
+                            dynamic=dynamic, widest=wide, slots=slots)
+            self.tilings[name] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
+                                  cp.zeros(max(t.count, 1), cp.float32), cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
+
+    def holds(self, kernel: TileKernel, tiling: str) -> bool:
+        """Whether the kernel's short-row body takes every tile of the list (a staged body only fewer non-zeros
+        than its stage, and at most half as many rows)."""
+        stage = getattr(kernel, "stage", None)
+        if stage is None:
+            return True
+        nnz, rows = self.tilings[tiling][0].short_extent()
+        return nnz < stage and rows <= stage // 2
 
     def run(self, kernel: TileKernel, tiling: str, policy: str | None = None, **launch):
-        """y = A x with the tile list `tiling` ("whole" or "split"); launch: TileKernel's (order=, trace=, ...)."""
+        """y = A x with the tile list `tiling` (a key of ``tilings``); launch: TileKernel's (order=, trace=, ...).
+        Raises ValueError, before any launch, where the kernel's staged body cannot hold the list's short-row tiles."""
         t, tiles, splits, partials, counts = self.tilings[tiling]
+        if not self.holds(kernel, tiling):
+            stage = kernel.stage
+            nnz, rows = t.short_extent()
+            raise ValueError(f"the staged short-row body holds tiles of fewer than {stage} non-zeros and at most "
+                             f"{stage // 2} rows; tile list {tiling!r} has one of {nnz} non-zeros and one of {rows} "
+                             "rows: take a list of fixed windows ('split_fixed', or DeviceCsr(..., guided=False))")
         return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
                       policy=policy, **launch)
 
