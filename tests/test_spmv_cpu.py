@@ -138,7 +138,8 @@ def test_guided_windows_shrink_toward_the_end(kind, split, group, slots):
     start = m.offsets[short[:, 0]] + 2 * short[:, 0]
     end = start >= total - 2 * slots * group  # where the weight left is under two windows per slot: width group
     assert end.any() and weight[end].max() < group + group // 4 + 2
-    # windows as wide as group are fixed windows
+    # windows as wide as group are fixed windows; an empty matrix has no tiles either way
+    assert S.build_tiles(np.zeros(1, np.int32), split, group, 4 * group, widest=widest, slots=slots).count == 0
     assert np.array_equal(S.build_tiles(m.offsets, split, group, 4 * group, widest=group).tiles, fixed.tiles)
 
 

@@ -333,7 +333,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     lens = np.diff(offsets)
     long_ = lens > (group // 4 if long_nnz is None else long_nnz)
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
-    if widest is None or widest <= group:
+    if widest is None or widest <= group or n == 0:
         key = weight_end // group
     else:  # each row advances the window count by its weight over the width where it ends
         width = np.clip((weight_end[-1] - weight_end) / (2 * slots), group, widest)
@@ -439,6 +439,8 @@ class DeviceCsr:
                             dynamic=dynamic, widest=wide, slots=slots)
             self.tilings[name] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
                                   cp.zeros(max(t.count, 1), cp.float32), cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
+        # once here, not per launch: a scan of the tile list per call would hold timed launches back on the host
+        self._short_extent = {name: t[0].short_extent() for name, t in self.tilings.items()}
 
     def holds(self, kernel: TileKernel, tiling: str) -> bool:
         """Whether the kernel's short-row body takes every tile of the list (a staged body only fewer non-zeros
@@ -446,7 +448,7 @@ class DeviceCsr:
         stage = getattr(kernel, "stage", None)
         if stage is None:
             return True
-        nnz, rows = self.tilings[tiling][0].short_extent()
+        nnz, rows = self._short_extent[tiling]
         return nnz < stage and rows <= stage // 2
 
     def run(self, kernel: TileKernel, tiling: str, policy: str | None = None, **launch):
@@ -455,7 +457,7 @@ class DeviceCsr:
         t, tiles, splits, partials, counts = self.tilings[tiling]
         if not self.holds(kernel, tiling):
             stage = kernel.stage
-            nnz, rows = t.short_extent()
+            nnz, rows = self._short_extent[tiling]
             raise ValueError(f"the staged short-row body holds tiles of fewer than {stage} non-zeros and at most "
                              f"{stage // 2} rows; tile list {tiling!r} has one of {nnz} non-zeros and one of {rows} "
                              "rows: take a list of fixed windows ('split_fixed', or DeviceCsr(..., guided=False))")
