@@ -56,7 +56,9 @@ HISTOGRAM = {
         "91.3-91.4% either way). What separates it from 32-bit counters in one block per SM (33,000 bins behind the same "
         "ring: 93.6-94.8%) is SM-side: under ncu it executes 155.8 M warp instructions against their 78.5 M and takes "
         "291 us against 254 us at ncu's locked 1.47 GHz, 2.5-3.0% longer unlocked. Yet cutting its integer-ALU "
-        "instructions (14:45) or its wrap test (18:25), each alone, did not move it unlocked"),
+        "instructions (14:45) or its wrap test (18:25), each alone, did not move it unlocked, and both together "
+        "gained 0.4-0.5 points (91.8-91.9% against 91.4%, alternated in one call, 20:22): an exact scheme without a "
+        "per-element test would still be 3 points short"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
@@ -83,6 +85,12 @@ HISTOGRAM = {
 }
 
 SPMV = (
+    "the loop over tiles, narrowed by guided windows: short-row tiles up to 8192 wide while the work left is more "
+    "than two windows per resident block, narrowing to 2048 (2026-12-03 20:47), halve steal's tiles on power-law "
+    "rows (12,862 against 24,065), and with them its claims and its waits for each tile's slowest warp; steal "
+    "then read 1.003-1.004x / 0.988-0.996x / 1.015-1.019x cuSPARSE on power-law / R-MAT / uniform against "
+    "0.979-0.984x / 0.926-0.943x / 0.995-1.004x with fixed windows of 2048 (20:26-20:33, same runs); R-MAT's "
+    "last 0.6% is not located. Before them, with fixed windows: "
     "L2 tag lookups, and blocks per SM: under ncu (2026-12-03 10:43) cuSPARSE's csrmv_v3 runs at 94-96% of the L2's "
     "peak rate of tag lookups on all three matrices (a gather of x that misses L1 is one lookup); the register body "
     "now gathers x[0] past a row's end (one line that L1 keeps) and streams a long row from its first line, so "
