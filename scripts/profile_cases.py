@@ -8,8 +8,8 @@ Groups: hist (int32 256 / 64K / 1M bins, uint8: cuadv prepared, CUB HistogramEve
 ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, the same fed by register loads, its shared atomics alone,
 the read-only ceiling kernel), one_block (int32 at 33,000 bins with 32-bit counters behind two rings and at 64K bins
 with 16-bit ones, one block per SM; the read-only ceiling kernel), spmv (power-law, R-MAT and uniform matrices:
-cuadv's tilings under both policies, the staged short-row body on split rows in fixed windows, and cuSPARSE), vecscale (1 GiB: steal
-and fixed_work).
+cuadv's tilings under both policies, the staged short-row body on split rows in fixed windows, and cuSPARSE),
+vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
 """

@@ -319,15 +319,17 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
     (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
     Guided windows (`widest` > group): a window is as wide as the weight left after it over 2 * `slots` (the
-    blocks the kernel keeps resident), between group and widest, so the list begins with tiles of up to 2 * widest
-    non-zeros and widest // 2 rows and ends with tiles of group: a block that loops over tiles pays its per-tile
-    costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles still even out the slots
-    (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with the halved chunks of
-    factoring). Long rows and slices are cut as with fixed windows. Each short-row
+    blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
+    than widest + long_nnz non-zeros and at most widest // 2 rows and ends with tiles of group: a block that loops
+    over tiles pays its per-tile costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles
+    still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
+    the halved chunks of factoring). Long rows and slices are cut as with fixed windows. Each short-row
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
     `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
     finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
+    if widest is not None and slots < 1:
+        raise ValueError(f"slots (the blocks the kernel keeps resident) must be at least 1, got {slots}")
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
     lens = np.diff(offsets)
@@ -376,7 +378,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
                 name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None,
-                batches: str = "dynamic") -> TileKernel:
+                batches: str = "dynamic") -> SpmvKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
     or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
