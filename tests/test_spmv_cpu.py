@@ -131,14 +131,13 @@ def test_guided_windows_shrink_toward_the_end(kind, split, group, slots):
     total = int(m.offsets[-1]) + 2 * m.n_rows
     if total > 2 * slots * group * 8:  # work enough for wide windows at the start
         assert t.kinds()["short-row tiles"] < fixed.kinds()["short-row tiles"]
-        if group == S.GROUP_NNZ:  # (at 32, long rows of 13 or more cut most tiles short)
+        if group == S.GROUP_NNZ:  # (at 32, long rows of 9 or more cut most tiles short)
             assert weight[: len(weight) // 8].mean() > 1.5 * group
-    # a tile's rows after its first weigh less than its window, the first at most a short row (long + 2)
-    long = S.LONG_NNZ * group // S.GROUP_NNZ
-    assert weight.max() < widest + long + 2
+    # a tile's rows after its first weigh less than its window, the first at most a short row (group // 4 + 2)
+    assert weight.max() < widest + group // 4 + 2
     start = m.offsets[short[:, 0]] + 2 * short[:, 0]
     end = start >= total - 2 * slots * group  # where the weight left is under two windows per slot: width group
-    assert end.any() and weight[end].max() < group + long + 2
+    assert end.any() and weight[end].max() < group + group // 4 + 2
     # windows as wide as group are fixed windows; an empty matrix has no tiles either way
     assert S.build_tiles(np.zeros(1, np.int32), split, group, 4 * group, widest=widest, slots=slots).count == 0
     assert np.array_equal(S.build_tiles(m.offsets, split, group, 4 * group, widest=group).tiles, fixed.tiles)
@@ -156,11 +155,11 @@ def test_tiles_of_the_smoke_matrix_take_every_path():
         emulate(m, x, t, 64)
 
 
-def test_long_rows_are_those_past_three_eighths_of_a_group():
+def test_long_rows_are_those_past_a_quarter_group():
     lens = np.array([3, S.LONG_NNZ, S.LONG_NNZ + 1, 0, 7])
     t = S.build_tiles(np.concatenate(([0], np.cumsum(lens))).astype(np.int32), False)
     assert t.tiles[t.tiles[:, 1] == 0, 0].tolist() == [2]  # only the row longer than LONG_NNZ
-    assert S.LONG_NNZ == 3 * S.GROUP_NNZ // 8
+    assert S.LONG_NNZ == S.GROUP_NNZ // 4
 
 
 def lane_width(lens) -> int:

@@ -13,7 +13,7 @@ and a uniform one (every row the mean +- 25%), all with mean 8 non-zeros per row
 unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
-  - Short rows (at most 768 non-zeros) are grouped into tiles by their running weight (non-zeros + 2 per
+  - Short rows (at most 512 non-zeros) are grouped into tiles by their running weight (non-zeros + 2 per
     row) in guided windows: 8192 wide while the weight left is more than two such windows per resident block,
     then narrowing to 2048 at the end of the list, so a block that loops over tiles pays a tile's costs (its
     claim, the wait for its slowest warp) on fewer tiles and the last tiles still even out the blocks. The
@@ -27,9 +27,9 @@ The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-ad
     rows" keeps the body this replaced: the products staged in shared memory with coalesced loads, then
     summed from there by the groups of lanes after a barrier; the lab measures it beside the default on
     split rows in fixed windows of 2048 under auto (its stage holds no wider tiles).
-  - A row longer than 768 is a tile of its own, streamed by the whole block (6 loads in flight per thread
+  - A row longer than 512 is a tile of its own, streamed by the whole block (6 loads in flight per thread
     and array) and reduced with shuffles and shared memory, so one long row is never serialised on a warp.
-  - "whole rows": such a row is one tile however long, so tile weights span 768 to hundreds of thousands
+  - "whole rows": such a row is one tile however long, so tile weights span 512 to hundreds of thousands
     of non-zeros: the imbalance the scheduling policies face. "split rows": a row longer than 8192 is cut
     into slices of 8192; each slice writes its sum to a scratch slot and the last slice to finish (an
     acq_rel counter, reset by that slice) adds the slots in slice order and writes y. So y needs no memset,

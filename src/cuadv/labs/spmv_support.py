@@ -17,11 +17,7 @@ from ..work_stealing import TileKernel
 
 THREADS = 256
 GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 2 per row) ends in one window this wide
-# Rows longer than this are tiles of their own (build_tiles' default, scaled with the group). 768 is half of one round
-# of block_row_sum (256 threads x 6 loads): a shorter row there leaves most of the block's lanes idle over a round trip,
-# where in a short-row tile one warp sums it in at most 6 rounds while the other warps take other rows. Against a
-# quarter group (512) it read R-MAT +1.5-2.3% under steal and +0.5% under fixed_work, power-law the same (2026-12-03).
-LONG_NNZ = 3 * GROUP_NNZ // 8
+LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build_tiles' default)
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
 WIDEST_NNZ = 4 * GROUP_NNZ  # guided windows (build_tiles): the widest, where the work left is many windows per slot
@@ -318,11 +314,10 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
                 long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None,
                 dynamic: bool | None = None, widest: int | None = None,
                 slots: int = 132 * MIN_BLOCKS) -> Tiles:
-    """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default LONG_NNZ scaled with the group: 3 / 8
-    of it) are grouped by where their weight (non-zeros plus two per row, for its offsets, its y and its turn in the
-    sums) ends: the rows whose running weight ends in the same window of `group` form a tile, so a tile holds less
-    than 2 * group non-zeros (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its
-    offsets there).
+    """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
+    their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
+    running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
+    (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
     Guided windows (`widest` > group): a window is as wide as the weight left after it over 2 * `slots` (the
     blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
     than widest + long_nnz non-zeros and at most widest // 2 rows and ends with tiles of group: a block that loops
@@ -338,7 +333,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
     lens = np.diff(offsets)
-    long_ = lens > (LONG_NNZ * group // GROUP_NNZ if long_nnz is None else long_nnz)
+    long_ = lens > (group // 4 if long_nnz is None else long_nnz)
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
     if widest is None or widest <= group or n == 0:
         key = weight_end // group
