@@ -19,7 +19,7 @@ import numpy as np
 
 from cuadv import TileKernel
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import THREADS, DeviceCsr, checked_case, spmv_kernel
+from cuadv.labs.spmv_support import WIDEST_NNZ, build_tiles, checked_case, spmv_kernel
 from spmv_probes import BARRIER, print_against_cusparse, warmed_and_checked
 
 SIZES = {256: 6, 128: 12}  # threads per block: blocks per SM (40 registers either way)
@@ -54,18 +54,18 @@ def main() -> None:
     sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
     for kind in MATRICES:
         dev, ref, tol = checked_case(kind, 1 << 22, MEAN, SEED)
-        # the same matrix and x, with tiles whose lane widths the host's model chose for each block size
-        x = cp.asnumpy(dev.x)
-        devs = {threads: dev if threads == THREADS else DeviceCsr(dev.host, x, threads=threads) for threads in SIZES}
+        # the same arrays, with tiles whose lane widths and windows the host's model chose for each block size
+        for threads, per_sm in SIZES.items():
+            dev.add_tiling(f"split {threads}", build_tiles(dev.host.offsets, True, threads=threads, widest=WIDEST_NNZ,
+                                                            slots=sm_count * per_sm))
         calls = {}
         for threads, variants in kernels.items():
-            csr = devs[threads]
             for name, (k, policy) in variants.items():
                 label = f"{name}, {threads} threads"
 
-                def call(k=k, policy=policy, csr=csr, **launch):
-                    return csr.run(k, "split", policy, **launch)
-                warmed_and_checked(csr, call, ref, tol, f"{kind}, {label}")
+                def call(k=k, policy=policy, dev=dev, tiles=f"split {threads}", **launch):
+                    return dev.run(k, tiles, policy, **launch)
+                warmed_and_checked(dev, call, ref, tol, f"{kind}, {label}")
                 trace = call(trace=True)
                 most, time_at = levels(trace.records, sm_count)
                 fit = k.resident_units(policy) // sm_count
@@ -74,7 +74,7 @@ def main() -> None:
                       f"time above {fit}: {over:5.1f}%", flush=True)
                 calls[label] = call
         print_against_cusparse(kind, dev, calls, 3)
-        del dev, devs
+        del dev
         cp.get_default_memory_pool().free_all_blocks()
 
 

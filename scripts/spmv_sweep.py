@@ -21,9 +21,10 @@ import math
 import cupy as cp
 import numpy as np
 
+from cuadv.device import current_device
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, DeviceCsr, generate, reference, spmv_kernel,
-                                     tolerance)
+from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, WIDEST_NNZ, DeviceCsr, build_tiles, generate,
+                                     reference, spmv_kernel, tolerance)
 from spmv_probes import print_against_cusparse, warmed_and_checked
 
 
@@ -66,30 +67,35 @@ def main() -> None:
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
         ref, abs_sum, _ = reference(m, x)
         tol = tolerance(m.lengths, abs_sum)
-        devs = {(group, flags): DeviceCsr(m, x, group, dynamic=FLAGS[flags], guided=a.windows == "guided")
-                for group in a.group for flags in a.flag_tiles}
+        # every list on one copy of the arrays (DeviceCsr.add_tiling), its guided windows sized for the blocks per
+        # SM of the kernels that run it
+        dev = DeviceCsr(m, x)
+        slots = current_device().caps.sm_count
+        for group, flags, mb, tiling in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm, a.tiling):
+            widest = WIDEST_NNZ * group // GROUP_NNZ if a.windows == "guided" else None
+            dev.add_tiling(f"{tiling} {group} {flags} {mb}", build_tiles(
+                m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest, slots=slots * mb))
         calls = {}
         for ((mb, short, batches, tiling, group, q), k), flags in itertools.product(kernels.items(), a.flag_tiles):
             if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
                 continue  # the flags matter only to the register body with dynamic batches
-            dev = devs[group, flags]
-            if not dev.holds(k, tiling):
+            tiles = f"{tiling} {group} {flags} {mb}"
+            if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)
                 continue
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
-                warmed_and_checked(dev, lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy),
-                                   ref, tol, f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, "
-                                   f"{policy}")
+                run = lambda k=k, dev=dev, tiles=tiles, policy=policy: dev.run(k, tiles, policy)
+                warmed_and_checked(dev, run, ref, tol,
+                                   f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, {policy}")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
-                calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = (
-                    lambda k=k, dev=dev, tiling=tiling, policy=policy: dev.run(k, tiling, policy))
-        print_against_cusparse(kind, devs[a.group[0], a.flag_tiles[0]], calls, 3, width=76)
-        del devs
+                calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = run
+        print_against_cusparse(kind, dev, calls, 3, width=76)
+        del dev
         cp.get_default_memory_pool().free_all_blocks()
 
 
