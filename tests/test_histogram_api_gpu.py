@@ -300,6 +300,49 @@ def test_kept_counts_outlive_their_stream(cp, monkeypatch):
     assert kept.stream is None
 
 
+@pytest.mark.parametrize("call", ["histogram", "bincount"])
+def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, call):
+    """A one-shot call that raises half-way (here its widening pass) frees every scratch buffer it made at once, on
+    its own stream, which is alive then: none is left for the garbage collector to free on a stream its owner may
+    have destroyed since. The next call is exact."""
+    import gc
+
+    from cuadv.histograms import api, zeroed
+
+    monkeypatch.setattr(api, "ZEROED", zeroed.ZeroedCounts())
+    made = []
+
+    class Recorded(api.Scratch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(api, "Scratch", Recorded)
+    real = api._aux_launch
+
+    def widening_fails(name, *args, **kwargs):
+        if name.startswith("hist_widen"):
+            raise RuntimeError("injected failure")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(api, "_aux_launch", widening_fails)
+    # binned or narrowed first: an index buffer beside the counts
+    x = (cp.arange(10_000) % 300).astype(cp.float32 if call == "histogram" else cp.int64)
+    cp.cuda.Device().synchronize()
+    fn = (lambda: histogram(x, 300, range=(0, 300))) if call == "histogram" else (lambda: bincount(x))
+    s = cp.cuda.Stream(non_blocking=True)
+    with s, pytest.raises(RuntimeError, match="injected failure"):
+        fn()
+    assert len(made) >= 2 and all(buf.ptr == 0 for buf in made)
+    s.synchronize()
+    del s
+    gc.collect()
+    monkeypatch.setattr(api, "_aux_launch", real)
+    got = fn()
+    got = got[0] if call == "histogram" else got
+    assert np.array_equal(cp.asnumpy(got), np.full(300, 10_000 // 300) + (np.arange(300) < 100))
+
+
 def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     """A one-shot call's counts outlive it, zeroed by its widening pass: the next one-shot call on the same stream
     takes them without a memset, another stream has its own; a call being captured into a graph takes none (a

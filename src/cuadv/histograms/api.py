@@ -186,6 +186,18 @@ class Scratch:
                 pass
 
 
+def _free_after_failure(holders: tuple, stream: int) -> None:
+    """Frees what a one-shot call that raised still holds (Scratch buffers, _Counters; None skipped) on the call's
+    stream, at once: that stream is alive now, where Scratch.__del__ would free on it whenever the garbage collector
+    runs, perhaps after its owner destroyed it."""
+    for holder in holders:
+        if holder is not None:
+            try:
+                holder.release(stream)
+            except Exception:  # the call's own error is the one to report
+                pass
+
+
 def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, sm_count: int,
                 grid: int | None = None) -> None:
     from ..launch import LaunchConfig, launch
@@ -261,8 +273,12 @@ class _Counter:
                 self.skewed = skewed
             else:
                 verdict = Scratch(4, stream, keep=False)
-                self._sample(idx_ptr, n, skewed.hot, verdict.ptr, stream)
-                skew = copy_to_host(verdict.ptr, 4, np.uint32, stream, "the histogram's skew sample (hist_sample)")
+                try:
+                    self._sample(idx_ptr, n, skewed.hot, verdict.ptr, stream)
+                    skew = copy_to_host(verdict.ptr, 4, np.uint32, stream, "the histogram's skew sample (hist_sample)")
+                except BaseException:
+                    _free_after_failure((verdict,), stream)
+                    raise
                 verdict.release(stream)
                 if skew[0]:
                     plan = skewed
@@ -328,10 +344,14 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
     """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy."""
     blocks = max(1, min(-(-src.size // AUX_THREADS), 4 * sm_count))
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
-    _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
-                arch, sm_count, grid=blocks)
-    host = copy_to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
-                        "the histogram's min/max pass (hist_minmax)")
+    try:
+        _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
+                    arch, sm_count, grid=blocks)
+        host = copy_to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
+                            "the histogram's min/max pass (hist_minmax)")
+    except BaseException:
+        _free_after_failure((part,), stream)
+        raise
     part.release(stream)
     lo, hi = host[0::2], host[1::2]
     return lo.min(), hi.max()  # NumPy's min/max propagate NaN as the kernel does
@@ -446,6 +466,15 @@ class PreparedHistogram:
                              f"{self.src.size} of {self.src.dtype}")
         dst = None if out is None else check_out(out, self.bins, src)
         h = self._stream_of(self.stream, x)
+        try:
+            return self._count(src, x, out, dst, h)
+        except BaseException:
+            if not self.keep:
+                _free_after_failure((self._index, self.counter, self.unit), h)
+                self._index = None
+            raise
+
+    def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> tuple[Any, Any]:
         _order_after_producer(x, h)
         caps = self.eng.caps
         in_place = src.size > 0 and (self.direct or (
@@ -635,6 +664,15 @@ class PreparedBincount:
         if out is not None:
             check_out(out, None, src)  # type and library before any GPU work; the length below
         h = self._stream_of(self.stream, x)
+        try:
+            return self._count(src, x, out, h)
+        except BaseException:
+            if not self.keep:
+                _free_after_failure((self._index, *self._counters.values()), h)
+                self._index = None
+            raise
+
+    def _count(self, src: DeviceArray, x: Any, out: Any, h: int) -> Any:
         _order_after_producer(x, h)
         caps = self.eng.caps
         length = self.minlength
