@@ -2,7 +2,8 @@
 non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
 32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group
 (non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every
-result is checked against SciPy in float64 first.
+result is checked against SciPy in float64 first. Every tile list lies on one copy of the arrays, cuSPARSE's too
+(copies alone moved R-MAT by up to 1.3%, docs/spmv.md); guided windows are sized for each --blocks-per-sm.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole --windows fixed
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
@@ -62,6 +63,11 @@ def main() -> None:
         name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}"
         kernels[mb, short, batches, tiling, group, q] = spmv_kernel(min_blocks=mb, short_rows=short, name=name,
                                                                     quantum_us=q, batches=batches, stage=2 * group)
+    guided = a.windows == "guided"
+
+    def list_name(tiling: str, group: int, flags: str, mb: int) -> str:  # fixed windows: one list for every mb
+        return f"{tiling} {group} {flags} {mb if guided else 'any'}"
+
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
         x = np.random.default_rng(SEED + 1).uniform(-1, 1, m.n_cols).astype(np.float32)
@@ -72,14 +78,16 @@ def main() -> None:
         dev = DeviceCsr(m, x)
         slots = current_device().caps.sm_count
         for group, flags, mb, tiling in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm, a.tiling):
-            widest = WIDEST_NNZ * group // GROUP_NNZ if a.windows == "guided" else None
-            dev.add_tiling(f"{tiling} {group} {flags} {mb}", build_tiles(
-                m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest, slots=slots * mb))
+            if list_name(tiling, group, flags, mb) not in dev.tilings:
+                widest = WIDEST_NNZ * group // GROUP_NNZ if guided else None
+                dev.add_tiling(list_name(tiling, group, flags, mb), build_tiles(
+                    m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
+                    slots=slots * mb))
         calls = {}
         for ((mb, short, batches, tiling, group, q), k), flags in itertools.product(kernels.items(), a.flag_tiles):
             if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
                 continue  # the flags matter only to the register body with dynamic batches
-            tiles = f"{tiling} {group} {flags} {mb}"
+            tiles = list_name(tiling, group, flags, mb)
             if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)

@@ -305,17 +305,20 @@ def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, 
     """A one-shot call that raises half-way (here its widening pass) frees every scratch buffer it made at once, on
     its own stream, which is alive then: none is left for the garbage collector to free on a stream its owner may
     have destroyed since. The next call is exact."""
-    import gc
-
     from cuadv.histograms import api, zeroed
 
     monkeypatch.setattr(api, "ZEROED", zeroed.ZeroedCounts())
-    made = []
+    made, freed_on = [], []
 
     class Recorded(api.Scratch):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
+
+        def release(self, stream):
+            if self.ptr:
+                freed_on.append(stream)
+            super().release(stream)
 
     monkeypatch.setattr(api, "Scratch", Recorded)
     real = api._aux_launch
@@ -334,9 +337,8 @@ def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, 
     with s, pytest.raises(RuntimeError, match="injected failure"):
         fn()
     assert len(made) >= 2 and all(buf.ptr == 0 for buf in made)
+    assert freed_on == [s.ptr] * len(made)
     s.synchronize()
-    del s
-    gc.collect()
     monkeypatch.setattr(api, "_aux_launch", real)
     got = fn()
     got = got[0] if call == "histogram" else got

@@ -173,7 +173,7 @@ class Scratch:
             check(driver().cuMemFreeAsync(self.ptr, stream), "cuMemFreeAsync")
             self.ptr = 0
 
-    def __del__(self):  # also what frees a one-shot call's scratch when the call raised half-way
+    def __del__(self):  # a fallback: a one-shot call that raised has freed its scratch already (_free_after_failure)
         # stream None: kept by ZEROED for its stream's next call, and never freed (that stream may be gone by now, and
         # a free enqueued on a destroyed stream's handle crashed the process; the driver frees it with the context).
         if getattr(self, "ptr", 0) and (self.keep or self.stream is not None):
@@ -187,9 +187,10 @@ class Scratch:
 
 
 def _free_after_failure(holders: tuple, stream: int) -> None:
-    """Frees what a one-shot call that raised still holds (Scratch buffers, _Counters; None skipped) on the call's
-    stream, at once: that stream is alive now, where Scratch.__del__ would free on it whenever the garbage collector
-    runs, perhaps after its owner destroyed it."""
+    """Releases what a one-shot call that raised still holds (Scratch buffers, _Counters; None skipped) on the
+    call's stream, at once: freed, or (a counter's counts its widening pass zeroed) given back to ZEROED. That stream
+    is alive now, where Scratch.__del__ would free on it whenever the garbage collector runs, perhaps after its owner
+    destroyed it."""
     for holder in holders:
         if holder is not None:
             try:

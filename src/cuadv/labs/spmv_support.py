@@ -444,7 +444,8 @@ class DeviceCsr:
     def add_tiling(self, name: str, t: Tiles) -> None:
         """Adds (or replaces) the tile list `name`, built by build_tiles for this matrix. Tile lists meant to be
         compared belong on one DeviceCsr, so that they read the same x, columns and values at the same addresses:
-        on copies of their own, lists read up to 2% apart that read within 0.5% on one copy (docs/spmv.md)."""
+        under steal on R-MAT, two lists read 2.3 points apart on copies of their own and 0.3 points apart, the
+        other way, on one copy (docs/spmv.md)."""
         import cupy as cp
 
         self.tilings[name] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
