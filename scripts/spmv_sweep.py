@@ -56,13 +56,15 @@ def main() -> None:
     a = p.parse_args()
     # One TileKernel per setting and tile list, so steal's learned grid comes from launches over the same tiles.
     kernels = {}
-    for mb, short, batches, tiling, group, q in itertools.product(a.blocks_per_sm, a.short, a.batches, a.tiling,
-                                                                  a.group, a.quantum_us):
+    for mb, short, batches, tiling, group, q, flags in itertools.product(a.blocks_per_sm, a.short, a.batches, a.tiling,
+                                                                         a.group, a.quantum_us, a.flag_tiles):
         if short == "staged" and batches != a.batches[0]:
             continue  # batches are the register body's
-        name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}"
-        kernels[mb, short, batches, tiling, group, q] = spmv_kernel(min_blocks=mb, short_rows=short, name=name,
-                                                                    quantum_us=q, batches=batches, stage=2 * group)
+        if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
+            continue  # the flags matter only to the register body with dynamic batches
+        name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}_{flags}"
+        kernels[mb, short, batches, tiling, group, q, flags] = spmv_kernel(
+            min_blocks=mb, short_rows=short, name=name, quantum_us=q, batches=batches, stage=2 * group)
     guided = a.windows == "guided"
 
     def list_name(tiling: str, group: int, flags: str, mb: int) -> str:  # fixed windows: one list for every mb
@@ -84,9 +86,7 @@ def main() -> None:
                     m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
                     slots=slots * mb))
         calls = {}
-        for ((mb, short, batches, tiling, group, q), k), flags in itertools.product(kernels.items(), a.flag_tiles):
-            if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
-                continue  # the flags matter only to the register body with dynamic batches
+        for (mb, short, batches, tiling, group, q, flags), k in kernels.items():
             tiles = list_name(tiling, group, flags, mb)
             if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
