@@ -80,9 +80,10 @@ def main() -> None:
         dev = DeviceCsr(m, x)
         slots = current_device().caps.sm_count
         for group, flags, mb, tiling in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm, a.tiling):
-            if list_name(tiling, group, flags, mb) not in dev.tilings:
+            name = list_name(tiling, group, flags, mb)
+            if name not in dev.tilings:
                 widest = WIDEST_NNZ * group // GROUP_NNZ if guided else None
-                dev.add_tiling(list_name(tiling, group, flags, mb), build_tiles(
+                dev.add_tiling(name, build_tiles(
                     m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
                     slots=slots * mb))
         calls = {}
