@@ -120,6 +120,27 @@ def test_struct_argument_packs_fields_by_name_and_nests_raw_bytes():
     assert data == (0x1122).to_bytes(8, "little") + (-3).to_bytes(4, "little", signed=True) + bytes(4) + bytes(range(16))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 1e39 into a float field: inf, both ways
+def test_pack_struct_writes_numpys_bytes_and_takes_its_conversions_where_struct_refuses():
+    from cuadv.params import _pack_with_numpy, pack_struct
+
+    layout = c_struct("Q", [("tiles", "<u4", (3,)), ("q", "<u8"), ("i", "<i4"), ("f", "<f4"), ("d", "<f8"),
+                            ("h", "<u2")], size=48)
+    cases = [
+        {"tiles": (1, 2, 3), "q": 2**64 - 1, "i": -5, "f": 1.5, "d": -2.25, "h": 7},
+        {"tiles": np.array([4, 5, 6], np.uint32), "q": np.uint64(9), "i": np.int32(-1), "f": np.float32(0.1)},
+        {"tiles": None, "q": None, "i": True, "f": 3, "d": 1e39},  # absent or None: zero; an int for a float
+        {"q": 7.9, "i": np.int64(3), "f": 1e39},  # struct refuses the float and the overflow: NumPy converts them
+    ]
+    for values in cases:
+        assert pack_struct(layout, values) == _pack_with_numpy(layout, values)
+    for bad in ({"q": -1}, {"tiles": (1, 2)}):  # what NumPy refuses still raises
+        with pytest.raises((OverflowError, ValueError)):
+            pack_struct(layout, bad)
+    nested = c_struct("N", [("ptr", "<u8"), ("inner", "V16")], size=24)
+    assert pack_struct(nested, {"ptr": 1, "inner": np.zeros((), "V16")}) == (1).to_bytes(8, "little") + bytes(16)
+
+
 def test_feature_registry_says_why_not_and_the_fallback():
     hopper = {"compute_capability": (9, 0), "clc": False, "cluster_launch": True, "cooperative_launch": True,
               "persisting_l2_max_bytes": 0, "mem_sync_domain_count": 4, "tma": True, "pdl": True,

@@ -383,6 +383,21 @@ def test_state_pool_gives_a_new_stream_the_slot_whose_launches_finished(monkeypa
         pool.slot_for(-1)
 
 
+class _FakeLauncher:
+    """What tile_kernel.prepare returns, without the device checks: calling it calls ``launch`` with its kernel and
+    configuration (as cuadv.launch.launch is called)."""
+
+    def __init__(self, kernel, config, launch):
+        self.kernel, self.config, self._launch = kernel, config, launch
+
+    def __call__(self, *args, stream):
+        self._launch(self.kernel, self.config, *args, stream=stream)
+
+
+def _launcher_calling(launch):
+    return lambda kernel, config: _FakeLauncher(kernel, config, launch)
+
+
 def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_occupancy, monkeypatch):
     """Each stream's steal launches alternate between the two states of its slot (the second with the kPhase1
     flag), other policies' launches leave the phase alone, and a captured launch counts exits in the first."""
@@ -391,9 +406,8 @@ def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_oc
     kernels, _ = fake_occupancy
     pool, flags = _HostPool(), []
     monkeypatch.setattr(tile_kernel, "_pool", pool)
-    monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, schedule, *args, stream:
-                        flags.append((stream, schedule.flags, schedule.state)))
-    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, schedule, *args, stream:
+                                                                  flags.append((stream, schedule.flags, schedule.state))))
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
     for stream in (1, 1, 2, 1):
@@ -414,8 +428,8 @@ def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypat
     kernels, _ = fake_occupancy
     launched = []
     monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
-    monkeypatch.setattr(tile_kernel, "launch", lambda kernel, config, *args, stream: launched.append((kernel, config)))
-    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)  # the device checks
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, *args, stream:
+                                                                  launched.append((kernel, config))))
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
     for policy, per_sm in (("steal", 8), ("fixed_blocks", 3), ("steal", 8)):
@@ -472,8 +486,7 @@ def test_atomic_counter_launch_is_preceded_by_a_memset_on_its_stream(fake_occupa
     monkeypatch.setattr(tile_kernel, "_counters", _HostPool())
     monkeypatch.setattr(tile_kernel, "driver", lambda: Driver())
     monkeypatch.setattr(tile_kernel, "check", lambda result, call: result)
-    monkeypatch.setattr(tile_kernel, "launch", fake_launch)
-    monkeypatch.setattr(tile_kernel, "prepare", lambda kernel, config: None)
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(fake_launch))
     k = TileKernel("int* x", "", policy="atomic_counter", block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks"], policy or "atomic_counter"))
     for stream in (7, 7, 9):

@@ -399,6 +399,17 @@ class ArgumentPacker:
                     write(buf, offset, value)  # integers through __index__, floats exactly through __float__
                 return pack
             return checked
+        if hasattr(kind, "kernel_param_bytes") and not issubclass(kind, _BEFORE_PARAM_BYTES):  # cuadv structs
+
+            def pack(value: Any) -> None:
+                if type(value) is not kind:
+                    raise _TypeChanged
+                data = value.kernel_param_bytes()
+                if len(data) == size:
+                    buf[offset:end] = data
+                else:
+                    slow(value)  # the canonical error
+            return pack
         if size == 8 and _is_cupy_ndarray(kind) and (param is None or pointer or param.ctype is None):
             # dtype objects, not names: dtype.name is a costly property (bfloat16, not in NumPy, takes the slow path)
             elements = frozenset(np.dtype(n) for n in param.ctype.elements if n != "bfloat16") \
@@ -410,11 +421,14 @@ class ArgumentPacker:
                 if type(value) is not kind:
                     raise _TypeChanged
                 data = value.data
-                ptr = data.ptr  # == __cuda_array_interface__["data"][0], without the dict
-                if not value.size or device is not None and data.device_id != device or ptr % alignment or (
-                        dense and not value.flags.c_contiguous) or (
+                if value.size:
+                    ptr = data.ptr  # == __cuda_array_interface__["data"][0], without the dict
+                    strided = dense and not value.flags.c_contiguous
+                else:  # whatever its interface says (CuPy: 0), and any strides: nothing is read
+                    ptr, strided = int(value.__cuda_array_interface__["data"][0]), False
+                if device is not None and data.device_id != device or ptr % alignment or strided or (
                         elements is not None and value.dtype not in elements):
-                    slow(value)  # an empty array (whatever its interface says), or the canonical error
+                    slow(value)  # the canonical error
                 else:
                     _U64(buf, offset, ptr)
             return pack
@@ -444,12 +458,16 @@ class ArgumentPacker:
         return checked
 
 
+# Types pack_argument takes before it asks for kernel_param_bytes (their own rules come first).
+_BEFORE_PARAM_BYTES = (bool, np.bool_, np.ndarray, bytes, bytearray, memoryview, ctypes.Structure)
+
+
 def _is_cupy_ndarray(kind: type) -> bool:
     return kind.__name__ == "ndarray" and kind.__module__.split(".")[0] == "cupy"
 
 
 def _plain_device_array(kind: type) -> bool:
     """True when pack_argument would take this type's pointer from __cuda_array_interface__ (nothing earlier matches)."""
-    early = (bool, np.bool_, np.ndarray, bytes, bytearray, memoryview, ctypes.Structure, np.generic, int, float)
+    early = _BEFORE_PARAM_BYTES + (np.generic, int, float)
     return (not issubclass(kind, early) and not hasattr(kind, "kernel_param_bytes")
             and hasattr(kind, "__cuda_array_interface__"))

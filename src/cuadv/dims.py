@@ -20,6 +20,8 @@ STATIC_SHARED_LIMIT = 48 * 1024
 def as_dim3(value: int | Sequence[int], name: str = "dimension") -> Dim3:
     """``value`` as (x, y, z): an int (NumPy integers too) or a sequence of 1 to 3 of them, missing ones 1.
     Only the form is checked here; each caller checks the range its ``name`` allows."""
+    if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):  # already a Dim3: as is
+        return value  # type: ignore[return-value]
     if is_int(value):
         return (int(value), 1, 1)  # type: ignore[arg-type]
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
@@ -35,6 +37,8 @@ def as_dim3(value: int | Sequence[int], name: str = "dimension") -> Dim3:
 
 def is_int(value: object) -> bool:
     """An int or a NumPy integer; bool is no size."""
+    if type(value) is int:  # the common case, before the isinstance checks
+        return True
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 

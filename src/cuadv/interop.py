@@ -69,11 +69,7 @@ class DeviceArray:
     @property
     def dtype(self) -> np.dtype | None:
         """The NumPy dtype, or None for a type NumPy does not have (bfloat16)."""
-        try:
-            dt = np.dtype(self.typestr)
-        except TypeError:
-            return None
-        return None if dt.kind == "V" else dt
+        return _typestr_info(self.typestr)[0]
 
     @property
     def contiguous(self) -> bool:
@@ -215,10 +211,25 @@ def stream_key(stream: int) -> tuple[int, int]:
 
 
 def _type_name(typestr: str) -> str:
-    try:
-        return np.dtype(typestr).name
-    except TypeError:
-        return typestr
+    return _typestr_info(typestr)[1]
+
+
+def _typestr_info(typestr: str) -> tuple[np.dtype | None, str]:
+    """NumPy's dtype of an array-interface type string (None for a type NumPy does not have: bfloat16 as '<V2')
+    and NumPy's name for it, made once per typestr: np.dtype() and dtype.name cost microseconds on every launch."""
+    known = _TYPES.get(typestr)
+    if known is None:
+        try:
+            dt = np.dtype(typestr)
+            known = (None if dt.kind == "V" else dt), dt.name
+        except TypeError:
+            known = None, typestr
+        if len(_TYPES) < 256:  # the typestrs a process meets: a handful
+            _TYPES[typestr] = known
+    return known
+
+
+_TYPES: dict[str, tuple[np.dtype | None, str]] = {}  # typestr -> (dtype or None, its name)
 
 
 def device_pointer(obj: Any) -> int | None:

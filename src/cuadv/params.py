@@ -22,6 +22,7 @@ layout field being ``"V<size>"``.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -47,6 +48,54 @@ class StructArgument:
 
 
 def pack_struct(layout: np.dtype, values: dict[str, Any]) -> bytes:
+    """The bytes of ``layout`` with ``values`` by field name (absent or None: zero). A layout of numbers and
+    arrays of numbers packs through a ``struct.Struct`` made once (a launch packs its scheduler's struct every
+    call); a value that form refuses (out of range, a float for an integer) takes NumPy's assignment, which
+    converts or raises as it always did, as does a layout with nested structs."""
+    compiled = _compiled(layout)
+    if compiled is not None:
+        packer, plan = compiled
+        flat: list[Any] = []
+        try:
+            for name, count in plan:
+                value = values.get(name)
+                if count:
+                    flat.extend((0,) * count if value is None else tuple(value))
+                else:
+                    flat.append(0 if value is None else value)
+            return packer.pack(*flat)
+        except (struct.error, TypeError, ValueError, OverflowError):
+            pass
+    return _pack_with_numpy(layout, values)
+
+
+_STRUCT_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
+                 ("u", 4): "I", ("u", 8): "Q", ("f", 4): "f", ("f", 8): "d"}
+_COMPILED: dict[np.dtype, tuple[struct.Struct, tuple[tuple[str, int], ...]] | None] = {}
+
+
+def _compiled(layout: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int], ...]] | None:
+    """A little-endian ``struct.Struct`` of the layout, padding included, and per field its name and element
+    count (0: a scalar); None where a field is no number or array of numbers (a nested struct's bytes)."""
+    if layout in _COMPILED:
+        return _COMPILED[layout]
+    fmt, plan, end = "<", [], 0
+    for name, (dt, offset, *_title) in sorted(layout.fields.items(), key=lambda kv: kv[1][1]):
+        base, shape = dt.subdtype if dt.subdtype else (dt, ())
+        code = _STRUCT_CODES.get((base.kind, base.itemsize)) if base.byteorder in "<=|" else None
+        if code is None or offset < end:
+            _COMPILED[layout] = None
+            return None
+        count = int(np.prod(shape)) if shape else 0
+        fmt += "x" * (offset - end) + (f"{count}{code}" if count else code)
+        plan.append((name, count))
+        end = offset + dt.itemsize
+    packer = struct.Struct(fmt + "x" * (layout.itemsize - end))
+    compiled = _COMPILED[layout] = (packer, tuple(plan)) if packer.size == layout.itemsize else None
+    return compiled
+
+
+def _pack_with_numpy(layout: np.dtype, values: dict[str, Any]) -> bytes:
     rec = np.zeros((), dtype=layout)
     for name, value in values.items():
         if value is None:

@@ -201,10 +201,21 @@ def _free_after_failure(holders: tuple, stream: int) -> None:
 
 def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, sm_count: int,
                 grid: int | None = None) -> None:
-    from ..launch import LaunchConfig, launch
-
     blocks = grid or max(1, min(-(-n // AUX_THREADS), 8 * sm_count))
-    launch(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS), *args, stream=stream)
+    key = (kernel_name, blocks, arch)
+    launcher = _aux_launchers.get(key)
+    if launcher is None:  # the kernel, its configuration and the device checks: once per key
+        from ..launch import LaunchConfig, prepare
+
+        launcher = prepare(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS))
+        if len(_aux_launchers) >= AUX_LAUNCHERS:
+            del _aux_launchers[next(iter(_aux_launchers))]
+        _aux_launchers[key] = launcher
+    launcher(*args, stream=stream)
+
+
+AUX_LAUNCHERS = 1024  # (kernel, grid, target) launchers _aux_launch keeps; past this the oldest is dropped
+_aux_launchers: dict[tuple[str, int, str], Any] = {}
 
 
 def _to_device(dst_ptr: int, host: np.ndarray, stream: int) -> None:

@@ -75,6 +75,7 @@ class HistogramEngine:
         self._module = None
         self._resident: dict[HistogramPlan, int] = {}
         self._plans: dict[tuple, HistogramPlan] = {}  # plan()'s arguments, each with its type -> its plan
+        self._configs: dict[tuple, Any] = {}  # (plan, grid) -> its LaunchConfig: the same object, so launch() skips lookups
 
     @property
     def module(self):
@@ -223,9 +224,12 @@ class HistogramEngine:
         """The kernel and the LaunchConfig of ``plan`` for ``n`` elements (the persistent grid)."""
         from ..launch import LaunchConfig
 
-        cluster = plan.cluster if plan.clustered else None
-        config = LaunchConfig(grid=self._grid(plan, n, units), block=plan.threads, cluster=cluster,
-                              shared_mem=plan.shared_bytes)
+        grid = self._grid(plan, n, units)
+        config = self._configs.get((plan, grid))
+        if config is None:
+            cluster = plan.cluster if plan.clustered else None
+            config = _remember(self._configs, (plan, grid), LaunchConfig(grid=grid, block=plan.threads,
+                                                                          cluster=cluster, shared_mem=plan.shared_bytes))
         return self.kernel(plan), config
 
     def _grid(self, plan: HistogramPlan, n: int, units: int | None) -> int:

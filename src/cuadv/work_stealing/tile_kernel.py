@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launch import LaunchConfig, check_shared_memory, launch, prepare
+from ..launch import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, prepare
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
@@ -138,6 +138,7 @@ class TileKernel:
         # Blocks (clusters) resident at once, per compiled kernel: each (target, policy) has its own kernel,
         # registers and so occupancy; one count per TileKernel sized fixed_blocks from steal's kernel.
         self._resident: dict[Kernel, int] = {}
+        self._launchers: dict[tuple, Launcher] = {}  # _launcher's
         self.last_launch: LaunchRecord | None = None
 
     # -- code -------------------------------------------------------------------------------------
@@ -225,6 +226,19 @@ class TileKernel:
             self._resident[kernel] = n
         return n
 
+    def _launcher(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None, min_units: int) -> Launcher:
+        """The checked launcher of ``launch_config(kernel, policy, tiles, priority, min_units)``, which depends on
+        nothing else: made (and its device checks run) once per such key, so a repeated launch builds no
+        configuration."""
+        key = (kernel, policy, tiles, priority, min_units)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = prepare(kernel, self.launch_config(kernel, policy, tiles, priority, min_units))
+            if len(self._launchers) >= MAX_LAUNCHERS:  # many tile counts: forget the oldest
+                del self._launchers[next(iter(self._launchers))]
+            self._launchers[key] = launcher
+        return launcher
+
     # -- launch -----------------------------------------------------------------------------------
     def __call__(self, tiles: int | Sequence[int], *args: Any, stream: Any = None, trace: bool = False,
                  priority: int | None = None, policy: str | None = None,
@@ -254,8 +268,8 @@ class TileKernel:
             return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         handle = stream_handle(stream, *args)
         min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
-        config = self.launch_config(kernel, concrete, t, priority, min_units)
-        prepare(kernel, config)  # the device checks, before a trace buffer or a state slot is taken
+        launcher = self._launcher(kernel, concrete, t, priority, min_units)  # before a trace buffer or a state slot
+        config = launcher.config
         trace_buf = None
         if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
             trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
@@ -274,7 +288,7 @@ class TileKernel:
                                     trace_ptr=trace_buf.ptr if trace_buf else 0,
                                     order_ptr=order.buffer.ptr if order else 0, count_exits=captured, phase=phase,
                                     min_units=min_units, report_ptr=self._report_ptr if quantum else 0)
-                launch(kernel, config, schedule, *args, stream=handle)
+                launcher(schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
 
