@@ -59,7 +59,7 @@ def check_input(x: Any, *, integer_only: bool = False, what: str = "x") -> Devic
     """The device array ``x`` after every check: a device array (not host), C-contiguous, aligned, of a
     supported element type."""
     src = device_array(x, what)
-    check_dtype(src.dtype.name, integer_only=integer_only, what=what)
+    check_dtype(src.type_name, integer_only=integer_only, what=what)
     return src
 
 
@@ -357,7 +357,7 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
     blocks = max(1, min(-(-src.size // AUX_THREADS), 4 * sm_count))
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     try:
-        _aux_launch(f"hist_minmax<{INPUT_TYPES[src.dtype.name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
+        _aux_launch(f"hist_minmax<{INPUT_TYPES[src.type_name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
                     arch, sm_count, grid=blocks)
         host = copy_to_host(part.ptr, 2 * blocks * src.dtype.itemsize, src.dtype, stream,
                             "the histogram's min/max pass (hist_minmax)")
@@ -411,12 +411,12 @@ class PreparedHistogram:
         # Unit-width integer bins starting at 0 (range=(0, bins)): the bin of v is v itself, so the
         # input is counted in place, without a binning pass.
         unit = self.range is not None and float(self.range[0]) == 0.0 and float(self.range[1]) == float(self.bins)
-        self.direct = (unit and self.src.dtype.name == "uint8" and self.bins == 256
+        self.direct = (unit and self.src.type_name == "uint8" and self.bins == 256
                        and self.variant not in ("hot", "exchange"))
         self.counter = _Counter(self.eng, self.bins, "uint8" if self.direct else "int32", self.variant, keep)
         if self.variant != "auto":
             self.counter.plan = self.eng.plan(self.bins, self.counter.index_dtype, self.variant)
-        self.unit = self._unit_counter() if unit and self.src.dtype.name == "int32" else None
+        self.unit = self._unit_counter() if unit and self.src.type_name == "int32" else None
         self._unit_ok: bool | None = None if self.unit is not None else False
         self._index: Scratch | None = None
         self._stream_of = interop.stream_handle
@@ -509,7 +509,7 @@ class PreparedHistogram:
             if self._index is None or self._index.ptr == 0:
                 self._index = Scratch(4 * chunk, h, self.keep)
             etype = "float" if first.dtype == np.float32 else "double"
-            ctype = INPUT_TYPES[src.dtype.name]
+            ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
             lo, span = first, first.dtype.type(last - first)
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
@@ -700,7 +700,7 @@ class PreparedBincount:
         out_ptr = dst.ptr if dst is not None else device_array(result, "out").ptr
         if length == 0:
             return result
-        name = src.dtype.name
+        name = src.type_name
         if src.size == 0:
             check(driver().cuMemsetD8Async(out_ptr, 0, 8 * length, h), "cuMemsetD8Async")
         elif name == "int32" or (name == "uint8" and self.variant not in ("hot", "exchange")):
