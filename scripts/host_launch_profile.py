@@ -106,7 +106,7 @@ def main() -> None:
     data = cp.random.randint(0, 4096, 1 << 20, dtype=cp.int32)
     host_us(lambda: cuadv.histogram(data, bins=4096, range=(0, 4096)), args.calls, args.top, "histogram 1M int32 one-shot")
     prepared = cuadv.prepare_histogram(data, bins=4096, range=(0, 4096))
-    host_us(lambda: prepared(data), args.calls, 0, "histogram 1M int32 prepared")
+    host_us(lambda: prepared(data), args.calls, args.top, "histogram 1M int32 prepared")
 
     if args.host_only:
         return
