@@ -78,6 +78,34 @@ def host_us(fn, calls: int, top: int, label: str) -> None:
         print(s.getvalue(), flush=True)
 
 
+def ops_host_times(calls: int, top: int) -> None:
+    """Each public op, one-shot and prepared, on small inputs (host-bound), beside what a CuPy user calls instead."""
+    from cuadv import cooperative, pipeline, tma
+
+    ints = cp.random.randint(0, 4096, 1 << 16, dtype=cp.int32)
+    floats = cp.random.random(1 << 16, dtype=cp.float32)
+    grid = cp.random.random((256, 256), dtype=cp.float32)
+    out = cp.empty_like(grid)
+    cases = {
+        "cupy.bincount": lambda: cp.bincount(ints, minlength=4096),
+        "cuadv.bincount": lambda: cuadv.bincount(ints, minlength=4096),
+        "cuadv.prepare_bincount(...)()": cuadv.prepare_bincount(ints, minlength=4096),
+        "cupy.histogram": lambda: cp.histogram(ints, bins=4096, range=(0, 4096)),
+        "cuadv.histogram": lambda: cuadv.histogram(ints, bins=4096, range=(0, 4096)),
+        "cupy.sum(reshape)": lambda: floats.reshape(-1, 256).sum(axis=1),
+        "cuadv.block_sum": lambda: cooperative.block_sum(floats),
+        "cuadv.prepare_block_sum(...)()": (lambda bs=cooperative.prepare_block_sum(floats): bs(floats)),
+        "cupy.copyto 256x256": lambda: cp.copyto(out, grid),
+        "cuadv.tma.copy": lambda: tma.copy(grid, out),
+        "cuadv.tma.prepare_copy(...)()": tma.prepare_copy(grid, out),
+        "cuadv.pipeline.stencil": lambda: pipeline.stencil(grid, out, c_center=0.5, c_neighbour=0.125),
+        "cuadv.pipeline.prepare_stencil(...)()": (lambda st=pipeline.prepare_stencil(
+            grid, out, c_center=0.5, c_neighbour=0.125): st(grid, out)),
+    }
+    for label, fn in cases.items():
+        host_us(fn, calls, top if label.startswith("cuadv") else 0, label)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=lambda s: int(eval(s, {})), default=1 << 16)
@@ -85,6 +113,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--host-only", action="store_true", help="only the host times (no clock, no learned grids)")
+    ap.add_argument("--ops-profile", action="store_true", help="profile each public op too")
     args = ap.parse_args()
     if not args.host_only:
         print(f"SM clock before: {sm_clock_mhz():.0f} MHz", flush=True)
@@ -108,6 +137,7 @@ def main() -> None:
     prepared = cuadv.prepare_histogram(data, bins=4096, range=(0, 4096))
     host_us(lambda: prepared(data), args.calls, args.top, "histogram 1M int32 prepared")
 
+    ops_host_times(args.calls, args.top if args.ops_profile else 0)
     if args.host_only:
         return
     # The grid each steal launch learns, on the lab's R-MAT matrix, launch after launch.

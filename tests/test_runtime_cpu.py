@@ -140,6 +140,18 @@ def test_pack_struct_writes_numpys_bytes_and_takes_its_conversions_where_struct_
     nested = c_struct("N", [("ptr", "<u8"), ("inner", "V16")], size=24)
     assert pack_struct(nested, {"ptr": 1, "inner": np.zeros((), "V16")}) == (1).to_bytes(8, "little") + bytes(16)
 
+    class Raw:  # a nested struct or a tensor map: its own bytes
+        def __init__(self, data):
+            self.data = data
+
+        def kernel_param_bytes(self):
+            return self.data
+
+    for values in ({"ptr": 2, "inner": Raw(bytes(range(16)))}, {"ptr": 3}):
+        assert pack_struct(nested, values) == _pack_with_numpy(nested, values)
+    with pytest.raises(ValueError):  # bytes of another length: refused, never padded or cut
+        pack_struct(nested, {"inner": Raw(bytes(15))})
+
 
 def test_feature_registry_says_why_not_and_the_fallback():
     hopper = {"compute_capability": (9, 0), "clc": False, "cluster_launch": True, "cooperative_launch": True,

@@ -64,7 +64,13 @@ class DeviceCaps:
         require(feature, self.as_dict())
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The capabilities by name: a new dict each call (callers may change it), copied from one made once, as
+        launches check features through it (``dataclasses.asdict`` recurses through every field, every call)."""
+        made = self.__dict__.get("_as_dict")
+        if made is None:
+            made = asdict(self)
+            object.__setattr__(self, "_as_dict", made)  # frozen: set once, not a field (equality and hash unchanged)
+        return dict(made)
 
 
 class Device:

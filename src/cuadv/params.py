@@ -48,10 +48,11 @@ class StructArgument:
 
 
 def pack_struct(layout: np.dtype, values: dict[str, Any]) -> bytes:
-    """The bytes of ``layout`` with ``values`` by field name (absent or None: zero). A layout of numbers and
-    arrays of numbers packs through a ``struct.Struct`` made once (a launch packs its scheduler's struct every
-    call); a value that form refuses (out of range, a float for an integer) takes NumPy's assignment, which
-    converts or raises as it always did, as does a layout with nested structs."""
+    """The bytes of ``layout`` with ``values`` by field name (absent or None: zero). A layout of numbers, arrays
+    of numbers and raw bytes (nested structs, tensor maps) packs through a ``struct.Struct`` made once (a launch
+    packs its parameter struct every call); a value that form refuses (out of range, a float for an integer,
+    raw bytes that are no ``kernel_param_bytes()``) takes NumPy's assignment, which converts or raises as it
+    always did."""
     compiled = _compiled(layout)
     if compiled is not None:
         packer, plan = compiled
@@ -59,12 +60,17 @@ def pack_struct(layout: np.dtype, values: dict[str, Any]) -> bytes:
         try:
             for name, count in plan:
                 value = values.get(name)
-                if count:
+                if count > 0:
                     flat.extend((0,) * count if value is None else tuple(value))
+                elif count < 0:  # raw bytes: a nested struct's or a tensor map's, exactly as long as the field
+                    data = bytes(-count) if value is None else value.kernel_param_bytes()
+                    if len(data) != -count:
+                        raise ValueError("raw bytes of another length")
+                    flat.append(data)
                 else:
                     flat.append(0 if value is None else value)
             return packer.pack(*flat)
-        except (struct.error, TypeError, ValueError, OverflowError):
+        except (struct.error, TypeError, ValueError, OverflowError, AttributeError):
             pass
     return _pack_with_numpy(layout, values)
 
@@ -76,18 +82,20 @@ _COMPILED: dict[np.dtype, tuple[struct.Struct, tuple[tuple[str, int], ...]] | No
 
 def _compiled(layout: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int], ...]] | None:
     """A little-endian ``struct.Struct`` of the layout, padding included, and per field its name and element
-    count (0: a scalar); None where a field is no number or array of numbers (a nested struct's bytes)."""
+    count (0: a scalar, -n: n raw bytes); None where a field is none of these (a structured or wide field)."""
     if layout in _COMPILED:
         return _COMPILED[layout]
     fmt, plan, end = "<", [], 0
     for name, (dt, offset, *_title) in sorted(layout.fields.items(), key=lambda kv: kv[1][1]):
         base, shape = dt.subdtype if dt.subdtype else (dt, ())
-        code = _STRUCT_CODES.get((base.kind, base.itemsize)) if base.byteorder in "<=|" else None
+        raw = base.kind == "V" and base.names is None and not shape
+        code = f"{base.itemsize}s" if raw else (
+            _STRUCT_CODES.get((base.kind, base.itemsize)) if base.byteorder in "<=|" else None)
         if code is None or offset < end:
             _COMPILED[layout] = None
             return None
-        count = int(np.prod(shape)) if shape else 0
-        fmt += "x" * (offset - end) + (f"{count}{code}" if count else code)
+        count = -base.itemsize if raw else int(np.prod(shape)) if shape else 0
+        fmt += "x" * (offset - end) + (f"{count}{code}" if count > 0 else code)
         plan.append((name, count))
         end = offset + dt.itemsize
     packer = struct.Struct(fmt + "x" * (layout.itemsize - end))

@@ -357,6 +357,7 @@ class Stencil:
         self.module = shipped("pipeline.cu", arch=arch, name_expressions=stencil_expressions(arch), name="pipeline")
         self.variants = variants_for(arch)
         self._fit: dict[tuple[Variant, int], int] = {}
+        self._pieces: dict[tuple[Variant, Grid2D, Grid2D], tuple] = {}  # _launch_pieces'
 
     @staticmethod
     def tickets(stream: Any = None) -> int:
@@ -426,10 +427,8 @@ class Stencil:
         if variant.layout == "strip" and max(src.rows, -(-src.cols // variant.width)) >= 1 << 31:
             raise LaunchConfigError(f"the strip kernels index rows and strips with 32 bits: {src.rows} rows x "
                                     f"{src.cols} columns needs more than {(1 << 31) - 1}; use a tile variant")
-        layout = tma_layout(variant, src) if variant.kind == "tma" else None
-        out_layout = tma_store_layout(variant, dst) if variant.tma_store else None
-        align = src.copy_alignment
-        grid = self.grid(variant, align, src.rows, src.cols)
+        kernel, config, maps = self._launch_pieces(variant, src, dst)
+        grid = config.grid[0]
         trace_ptr = capacity = 0
         if trace is not None:  # with tickets any block may run any number of tiles
             capacity = (tile_count(src.rows, src.cols, variant.rows_per_stage) if variant.tickets
@@ -445,17 +444,34 @@ class Stencil:
         params = StencilParams(src.address, dst.address, src.rows, src.cols, src.pitch, dst.pitch,
                                float(c_center), float(c_neighbour), trace_ptr, capacity,
                                OUT_VEC16 if dst.copy_alignment == 16 else 0)
-        config = LaunchConfig(grid=grid, block=variant.threads, shared_mem=variant.shared_bytes)
-        kernel = self.kernel(variant, align)
         handle = stream_handle(stream)
         with _TICKETS.use(handle) if variant.tickets else nullcontext((0, False)) as (tickets, _captured):
-            args = params if layout is None else StencilTmaParams(
-                params, TensorMap(layout, owner=x), TensorMap(out_layout, owner=out) if out_layout else None,
-                variant.chunk, tickets)
+            args = params if maps is None else StencilTmaParams(params, *maps, variant.chunk, tickets)
             launch(kernel, config, args, stream=handle)
         return grid
 
+    def _launch_pieces(self, variant: Variant, src: Grid2D, dst: Grid2D) -> tuple[Any, LaunchConfig, tuple | None]:
+        """The kernel, the launch configuration and (tma variants) the input's and output's tensor maps of a launch
+        over these arrays, every rule checked: made once per (variant, arrays' addresses and layouts), so that a
+        repeated call encodes no tensor map and builds no configuration. A map holds only the address, sizes and
+        box, so a map made for an array that was freed is right for another array at the same address."""
+        key = (variant, src, dst)
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            layout = tma_layout(variant, src) if variant.kind == "tma" else None
+            out_layout = tma_store_layout(variant, dst) if variant.tma_store else None
+            align = src.copy_alignment
+            config = LaunchConfig(grid=self.grid(variant, align, src.rows, src.cols), block=variant.threads,
+                                  shared_mem=variant.shared_bytes)
+            maps = None if layout is None else (TensorMap(layout), TensorMap(out_layout) if out_layout else None)
+            pieces = (self.kernel(variant, align), config, maps)
+            if len(self._pieces) >= PIECES_MEMO:
+                del self._pieces[next(iter(self._pieces))]
+            self._pieces[key] = pieces
+        return pieces
 
+
+PIECES_MEMO = 256  # (variant, arrays) whose kernel, configuration and tensor maps a Stencil keeps; then the oldest go
 # The stencil's own counters: never shared with steal's, whose launches alternate between two words.
 _TICKETS = StatePool("the stencil's ticket claims")
 

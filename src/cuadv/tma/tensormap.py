@@ -151,6 +151,8 @@ class TiledLayout:
 
 def _integers(name: str, values: Any) -> tuple[int, ...]:
     """``values`` as a tuple of ints; TensorMapError for anything else (2.5 would otherwise be cut to 2)."""
+    if type(values) is tuple and all(type(v) is int for v in values):  # already one: as is
+        return values
     try:
         items = tuple(values)
     except TypeError:
