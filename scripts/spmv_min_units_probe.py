@@ -1,10 +1,11 @@
-"""Does the grid steal learns move its time? The lab's R-MAT matrix (4M rows, seed 18, split rows in guided windows,
-one copy of the arrays), steal with the grid it learns from its slice reports (the lab's default, whose min_units
-read 5 to 13 over 60 launches of this matrix on 2026-12-03 23:40) against steal with min_units fixed at 5, 9, 13
-and at the slots' share (every block runs its share: the resident grid, no block yields before the work is gone),
-and without a time slice; each checked against SciPy in float64, then timed against cuSPARSE in interleaved rounds.
+"""Does the grid steal learns move its time? The lab's R-MAT matrix (4M rows by default, seed 18, split rows in
+guided windows, one copy of the arrays), steal with the grid it learns from its slice reports (the lab's default,
+whose min_units read 5 to 13 over 60 launches of this matrix on 2026-12-03 23:40) against steal with min_units
+fixed (by default at 5, 9, 13 and at the slots' share: the resident grid, each block yielding once it has run its
+share, the learned rule until 2026-12-04 where a share is at most two slices) and without a time slice; each
+checked against SciPy in float64, then timed against cuSPARSE in interleaved rounds.
 
-    PYTHONPATH=src python3 scripts/spmv_min_units_probe.py [--rounds 5]
+    PYTHONPATH=src python3 scripts/spmv_min_units_probe.py [--rows 2**19] [--fixed 5 share] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from spmv_probes import print_against_cusparse, warmed_and_checked
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", type=lambda v: int(eval(v, {})), default=1 << 22)
+    ap.add_argument("--fixed", nargs="*", default=["5", "9", "13", "share"], help="min_units values, or 'share'")
     args = ap.parse_args()
-    dev, ref, tol = checked_case("R-MAT", 1 << 22, MEAN, SEED)
+    dev, ref, tol = checked_case("R-MAT", args.rows, MEAN, SEED)
     units = dev.tilings["split"][0].count
     learned = spmv_kernel(policy="steal")
     share = -(-units // learned.resident_units("steal"))
     kernels = {"steal, learned grid (the lab's)": learned}
-    for fixed in (5, 9, 13, share):
+    for fixed in (share if v == "share" else int(v) for v in args.fixed):
         k = spmv_kernel(policy="steal")
         k.min_tiles = fixed  # TileKernel(min_tiles=...): the lab's factory does not take it
         kernels[f"steal, min_units {fixed}" + (" (the share)" if fixed == share else "")] = k

@@ -89,11 +89,12 @@ def test_slice_report_word():
 
 @pytest.mark.parametrize("report, units, resident, k", [(None, 10_000, 396, 1),  # nothing learned: the full grid
                                                         (SliceReport(7, 6_900), 32_768, 396, 7),
-                                                        (SliceReport(7, 6_900), 1_000, 396, 3),  # a share of 3 <= 2 slices
-                                                        (SliceReport(5, 10_000), 8_448, 1_056, 8),  # 8 <= 2 slices of 5
+                                                        # a share of 3 <= 2 slices: no block yields while work is left
+                                                        (SliceReport(7, 6_900), 1_000, 396, 1_000),
+                                                        (SliceReport(5, 10_000), 8_448, 1_056, 8_448),  # 8 <= 2 x 5
                                                         (SliceReport(5, 10_000), 11_616, 1_056, 5),  # 11 > 10: slices
-                                                        (SliceReport(7, 6_900), 4_000, 396, 11),  # 11 <= 14
-                                                        (SliceReport(7, 6_900), 300, 396, 1),
+                                                        (SliceReport(7, 6_900), 4_000, 396, 4_000),  # 11 <= 14
+                                                        (SliceReport(7, 6_900), 300, 396, 300),
                                                         (SliceReport(1, 90_000), 32_768, 396, 1)])
 def test_learned_min_units(report, units, resident, k):
     assert learned_min_units(report, units, resident) == k

@@ -136,11 +136,11 @@ def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
     assert 2 <= report.units_per_slice == -(-20_000 // report.ns_per_unit) <= 20  # 20 us slices, rounded up
     kernel, _ = k.kernel()
     learned, resident = k.min_units(kernel, "steal", units), k._resident_units(kernel)
-    share = -(-units // resident)  # a slot's share: taken whole where it is at most two slices
-    assert learned == (share if share <= 2 * report.units_per_slice
-                       else min(report.units_per_slice, units // resident)) >= 2
+    share = -(-units // resident)  # a slot's share: where it is at most two slices, no block yields while work is left
+    whole = share <= 2 * report.units_per_slice
+    assert learned == (units if whole else min(report.units_per_slice, units // resident)) >= 2
     blocks = steal_grid_units(units, learned, resident)
-    assert blocks == (resident if learned == share else -(-units // learned) + resident) < units
+    assert blocks == (resident if whole else -(-units // learned) + resident) < units
     assert k.launch_config(kernel, "steal", (tiles, 1, 1), min_units=learned).grid[0] == blocks * k.cluster[0]
     counts, prologues = run_counts(cp, k, tiles, launches=3)
     assert (counts == 3).all()
@@ -150,8 +150,9 @@ def test_steal_learns_min_tiles_from_spent_slices(cp, cluster):
 
 def test_steal_learns_from_a_launch_whose_slices_never_end(cp):
     """Slices longer than the launch: no block gives its SM back, so the first sampled block to find the work
-    gone reports its pace; the next launch runs only the blocks that fit at once, each its share, every tile
-    still once (the full tile grid again would launch a block per tile, nearly all finding no work)."""
+    gone reports its pace; the next launch runs only the blocks that fit at once, none yielding while work is
+    left, every tile still once (the full tile grid again would launch a block per tile, nearly all finding no
+    work)."""
     if "steal" not in policies():
         pytest.skip("steal needs compute capability 9.0")
     k = TileKernel(PARAMS, SPIN_1US + BODY, PROLOGUE, policy="steal", block=64, quantum_us=2e6,
@@ -163,12 +164,12 @@ def test_steal_learns_from_a_launch_whose_slices_never_end(cp):
     assert report.units_per_slice == -(-2_000_000_000 // report.ns_per_unit)  # a 2 s slice at its pace
     kernel, _ = k.kernel()
     resident = k._resident_units(kernel)
-    assert k.min_units(kernel, "steal", tiles) == -(-tiles // resident)  # each slot's share
+    assert k.min_units(kernel, "steal", tiles) == tiles  # a slot's share is within two slices: no yield
     assert k.launch_config(kernel, "steal", (tiles, 1, 1)).grid[0] == resident
     counts, prologues = run_counts(cp, k, tiles, launches=2)
     assert (counts == 2).all() and prologues <= 2 * resident
-    launched = k.last_launch  # the second launch: the resident grid, each block its share
-    assert launched.config.grid[0] == resident and launched.min_units == -(-tiles // resident)
+    launched = k.last_launch  # the second launch: the resident grid, no block yielding while work is left
+    assert launched.config.grid[0] == resident and launched.min_units == tiles
 
 
 def test_steal_without_quantum_launches_only_resident_blocks(cp):

@@ -87,14 +87,16 @@ def learned_min_units(report: SliceReport | None, units: int, resident: int) -> 
     """min_tiles=None: every block runs what one slice held in the latest report before it may yield, so the
     grid needs one block per that many units, about as many as will find work, and a spare wave
     (steal_grid_units), at most units / resident, so the grid still fills the GPU. Where each slot's share,
-    ceil(units / resident), is at most two slices, every block runs its share instead: where the blocks that
-    fit run at once, none yields before the work is gone and none is relaunched, so a higher-priority kernel
-    still waits at most about two quanta for a slot, and the launch pays nothing for slices it would hardly
-    use (each relaunch costs a block launch and a claim that no tile hides). 1 (the full tile grid) before
-    any report."""
+    ceil(units / resident), is at most two slices, ``units`` instead: only the blocks that fit at once are
+    launched, and none yields before the work is gone (no block runs every unit) nor is relaunched, so a
+    higher-priority kernel still waits at most about two quanta for a slot, and the launch pays nothing for
+    slices it would hardly use (each relaunch costs a block launch and a claim that no tile hides). Until
+    2026-12-04 that was the share itself, so a block yielded once it had run its share: where tiles differ, the
+    blocks that drew light ones left while work remained, and no block replaced them (R-MAT, 23,548 tiles on 792
+    slots: 0.908x cuSPARSE against 0.975x learned). 1 (the full tile grid) before any report."""
     if report is None:
         return 1
     share = -(-units // max(resident, 1))
     if share <= 2 * report.units_per_slice:
-        return share
+        return max(units, 1)
     return max(1, min(report.units_per_slice, units // max(resident, 1)))

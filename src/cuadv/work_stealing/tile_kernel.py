@@ -86,8 +86,8 @@ class TileKernel:
     near quantum / time of one tile: the grid then has about as many blocks as will find work (and the
     spare wave), and a block still yields after about one quantum. None (default): learned, as what one
     slice held in the latest ``slice_report`` of this kernel (the full tile grid until a block has given
-    its SM back or found the work gone), or each SM slot's share of the tiles where that is at most two slices
-    (``learned_min_units``); 1: always the full tile grid.
+    its SM back or found the work gone); where each SM slot's share of the tiles is at most two slices, only the
+    blocks that fit at once, none yielding while work is left (``learned_min_units``); 1: always the full tile grid.
 
     ``policy="atomic_counter"``: the grid of fixed_blocks, each block then taking tiles from a global
     counter (FlashAttention-3's kind of scheduler); every launch enqueues a memset of its counter on its
