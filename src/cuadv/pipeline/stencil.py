@@ -472,6 +472,7 @@ class Stencil:
 
 
 PIECES_MEMO = 256  # (variant, arrays) whose kernel, configuration and tensor maps a Stencil keeps; then the oldest go
+
 # The stencil's own counters: never shared with steal's, whose launches alternate between two words.
 _TICKETS = StatePool("the stencil's ticket claims")
 
