@@ -13,6 +13,7 @@ from sass_tools import sass_ops
 from cuadv.compiler import kernel_source
 from cuadv.errors import LaunchConfigError
 from cuadv.labs import pipeline as lab
+from cuadv.memo import BoundedMemo
 
 
 class FakeArray:
@@ -307,7 +308,7 @@ def test_mbarrier_pipeline_arrives_once_per_phase(module):
 
 def test_launch_errors_before_any_gpu_call(module):
     stencil = lab.Stencil.__new__(lab.Stencil)  # no compile: the checks run before a kernel is looked up
-    stencil._fit, stencil._pieces = {}, {}
+    stencil._fit, stencil._pieces = {}, BoundedMemo(8)
     with pytest.raises(LaunchConfigError, match="out has shape"):
         stencil(lab.SYNC, FakeArray((4, 8)), FakeArray((4, 9), address=0x20000))
     with pytest.raises(LaunchConfigError, match="cannot run in place"):
@@ -329,7 +330,7 @@ def test_launch_errors_before_any_gpu_call(module):
 def test_tma_rules_refused_before_any_gpu_call(x, match):
     """A tma variant never launches a TMA the rules forbid: LaunchConfigError naming the rule and the fallback."""
     stencil = lab.Stencil.__new__(lab.Stencil)  # no compile: the checks run before a kernel is looked up
-    stencil._fit, stencil._pieces = {}, {}
+    stencil._fit, stencil._pieces = {}, BoundedMemo(8)
     for variant in (lab.tma(4, 16), lab.tma(3, 32)):
         with pytest.raises(LaunchConfigError, match=match) as err:
             stencil(variant, x, FakeArray(x.__cuda_array_interface__["shape"], address=1 << 50))
@@ -343,7 +344,7 @@ def test_tma_rules_refused_before_any_gpu_call(x, match):
 def test_tma_store_rules_refused_before_any_gpu_call(out, match):
     """A TMA-store variant refuses an output TMA cannot write, naming the fallback; the input is fine."""
     stencil = lab.Stencil.__new__(lab.Stencil)
-    stencil._fit, stencil._pieces = {}, {}
+    stencil._fit, stencil._pieces = {}, BoundedMemo(8)
     x = FakeArray(out.__cuda_array_interface__["shape"], strides=(32, 4))
     with pytest.raises(LaunchConfigError, match=match) as err:
         stencil(lab.tma(4, 32, store=True), x, out)

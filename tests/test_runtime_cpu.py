@@ -134,9 +134,20 @@ def test_pack_struct_writes_numpys_bytes_and_takes_its_conversions_where_struct_
     ]
     for values in cases:
         assert pack_struct(layout, values) == _pack_with_numpy(layout, values)
-    for bad in ({"q": -1}, {"tiles": (1, 2)}):  # what NumPy refuses still raises
-        with pytest.raises((OverflowError, ValueError)):
+    exact = [  # NumPy's conversions, bit for bit: these take its path
+        {"f": np.int64(2**60 + 2**36 + 1)},  # rounded once, to float32 (through a double it would round twice)
+        {"f": np.frombuffer(np.uint32(0x7F800001).tobytes(), np.float32)[0]},  # a signalling NaN keeps its bits
+        {"d": float("nan")}, {"i": np.int8(-3)}, {"tiles": [7, 8, 9]},
+    ]
+    with np.errstate(invalid="ignore"):
+        for values in exact:
+            assert pack_struct(layout, values) == _pack_with_numpy(layout, values)
+    two = c_struct("T", [("a", "<u4", (2,)), ("b", "<u4", (3,))], size=20)
+    for bad in ({"q": -1}, {"tiles": (1, 2)}, {"nope": 1}, {"tiles": b"abc"}):  # what NumPy refuses still raises
+        with pytest.raises((OverflowError, ValueError, TypeError)):
             pack_struct(layout, bad)
+    with pytest.raises(ValueError):  # lengths that would cancel out in one flat list
+        pack_struct(two, {"a": (1, 2, 3), "b": (4, 5)})
     nested = c_struct("N", [("ptr", "<u8"), ("inner", "V16")], size=24)
     assert pack_struct(nested, {"ptr": 1, "inner": np.zeros((), "V16")}) == (1).to_bytes(8, "little") + bytes(16)
 
@@ -151,6 +162,31 @@ def test_pack_struct_writes_numpys_bytes_and_takes_its_conversions_where_struct_
         assert pack_struct(nested, values) == _pack_with_numpy(nested, values)
     with pytest.raises(ValueError):  # bytes of another length: refused, never padded or cut
         pack_struct(nested, {"inner": Raw(bytes(15))})
+
+
+def test_bounded_memo_keeps_the_first_value_and_its_limit_across_threads():
+    import threading
+
+    from cuadv.memo import BoundedMemo
+
+    memo = BoundedMemo(4)
+    assert memo.get("a") is None and memo.put("a", 1) == 1 and memo.put("a", 2) == 1  # the first value stays
+    errors = []
+
+    def fill(base):
+        try:
+            for i in range(2000):
+                memo.put((base, i), i)
+                memo.get((base, i - 1))
+        except Exception as exc:  # a KeyError or RuntimeError of an unlocked eviction
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fill, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(memo) <= 4
 
 
 def test_feature_registry_says_why_not_and_the_fallback():

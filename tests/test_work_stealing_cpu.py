@@ -4,6 +4,7 @@ import math
 
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
@@ -439,6 +440,27 @@ def test_a_call_launches_each_policy_with_its_own_grid(fake_occupancy, monkeypat
         assert k.last_launch.config.grid == (per_sm * 132, 1, 1)
         assert launched[-1] == (kernels[policy], k.last_launch.config)
     assert k.resident_units("fixed_blocks") == 3 * 132 and k.resident_units("steal") == 8 * 132
+
+
+def test_a_priority_is_checked_before_the_kept_launcher_is_looked_up(fake_occupancy, monkeypatch):
+    """The launcher kept per configuration is found by the priority's value: False and -1.0 (equal to 0 and -1 as
+    keys) are refused as a LaunchConfig refuses them, not launched with the launcher of 0 or -1."""
+    from cuadv.work_stealing import tile_kernel
+
+    kernels, _ = fake_occupancy
+    launched = []
+    monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, *args, stream:
+                                                                  launched.append(config.priority)))
+    k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
+    k(50_000, 0x2000, stream=0, priority=0)
+    k(50_000, 0x2000, stream=0, priority=-1)
+    k(50_000, 0x2000, stream=0, priority=np.int32(-1))
+    for bad in (False, -1.0, [0]):
+        with pytest.raises(LaunchConfigError, match="priority must be an int"):
+            k(50_000, 0x2000, stream=0, priority=bad)
+    assert launched == [0, -1, -1]
 
 
 # -- atomic_counter: the FlashAttention-3 kind of scheduler, a global counter zeroed before every launch ----

@@ -48,41 +48,64 @@ class StructArgument:
 
 
 def pack_struct(layout: np.dtype, values: dict[str, Any]) -> bytes:
-    """The bytes of ``layout`` with ``values`` by field name (absent or None: zero). A layout of numbers, arrays
-    of numbers and raw bytes (nested structs, tensor maps) packs through a ``struct.Struct`` made once (a launch
-    packs its parameter struct every call); a value that form refuses (out of range, a float for an integer,
-    raw bytes that are no ``kernel_param_bytes()``) takes NumPy's assignment, which converts or raises as it
+    """The bytes of ``layout`` with ``values`` by field name (absent or None: zero). Fields of numbers, 1-D arrays
+    of numbers and raw bytes (nested structs, tensor maps) given as Python ints, floats and bools, tuples or lists
+    of them, and ``kernel_param_bytes()`` pack through a ``struct.Struct`` made once (a launch packs its parameter
+    struct every call), which writes what NumPy's assignment writes for those; anything else (a NumPy scalar, a
+    NaN, a value out of range, a name the layout lacks) takes NumPy's assignment, which converts or raises as it
     always did."""
     compiled = _compiled(layout)
-    if compiled is not None:
-        packer, plan = compiled
+    if compiled is not None and compiled[2].issuperset(values):
+        packer, plan, _names = compiled
         flat: list[Any] = []
         try:
-            for name, count in plan:
+            for name, count, floating in plan:
                 value = values.get(name)
-                if count > 0:
-                    flat.extend((0,) * count if value is None else tuple(value))
+                if value is None:
+                    flat.extend(_ZEROS[count] if count > 0 else (bytes(-count) if count < 0 else 0,))
+                elif count > 0:
+                    if type(value) not in (tuple, list) or len(value) != count:
+                        raise _Refused
+                    for v in value:
+                        _check_scalar(v, floating)
+                    flat.extend(value)
                 elif count < 0:  # raw bytes: a nested struct's or a tensor map's, exactly as long as the field
-                    data = bytes(-count) if value is None else value.kernel_param_bytes()
-                    if len(data) != -count:
-                        raise ValueError("raw bytes of another length")
+                    data = value.kernel_param_bytes()
+                    if type(data) is not bytes or len(data) != -count:
+                        raise _Refused
                     flat.append(data)
                 else:
-                    flat.append(0 if value is None else value)
+                    _check_scalar(value, floating)
+                    flat.append(value)
             return packer.pack(*flat)
-        except (struct.error, TypeError, ValueError, OverflowError, AttributeError):
+        except (_Refused, struct.error, OverflowError, AttributeError):
             pass
     return _pack_with_numpy(layout, values)
 
 
+class _Refused(Exception):
+    """A value the struct path does not take: NumPy's assignment decides."""
+
+
+def _check_scalar(value: Any, floating: bool) -> None:
+    """Python ints and bools anywhere, finite-or-infinite Python floats into float fields (NaN payloads, NumPy
+    scalars and floats into integer fields are NumPy's to convert)."""
+    kind = type(value)
+    if kind is int or kind is bool or (floating and kind is float and value == value):
+        return
+    raise _Refused
+
+
 _STRUCT_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
                  ("u", 4): "I", ("u", 8): "Q", ("f", 4): "f", ("f", 8): "d"}
-_COMPILED: dict[np.dtype, tuple[struct.Struct, tuple[tuple[str, int], ...]] | None] = {}
+_ZEROS = {n: (0,) * n for n in range(1, 17)}  # zero-filled 1-D array fields (longer ones are NumPy's)
+_COMPILED: dict[np.dtype, tuple[struct.Struct, tuple[tuple[str, int, bool], ...], frozenset[str]] | None] = {}
 
 
-def _compiled(layout: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int], ...]] | None:
-    """A little-endian ``struct.Struct`` of the layout, padding included, and per field its name and element
-    count (0: a scalar, -n: n raw bytes); None where a field is none of these (a structured or wide field)."""
+def _compiled(layout: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int, bool], ...], frozenset[str]] | None:
+    """A little-endian ``struct.Struct`` of the layout, padding included; per field its name, element count (0: a
+    scalar, -n: n raw bytes) and whether it holds floats; and the field names. None where a field is none of
+    these (a structured field, an array of more than one dimension or more than 16 elements, a big-endian one)."""
     if layout in _COMPILED:
         return _COMPILED[layout]
     fmt, plan, end = "<", [], 0
@@ -91,15 +114,16 @@ def _compiled(layout: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int], .
         raw = base.kind == "V" and base.names is None and not shape
         code = f"{base.itemsize}s" if raw else (
             _STRUCT_CODES.get((base.kind, base.itemsize)) if base.byteorder in "<=|" else None)
-        if code is None or offset < end:
+        count = -base.itemsize if raw else shape[0] if len(shape) == 1 else 0
+        if code is None or offset < end or len(shape) > 1 or count > 16:
             _COMPILED[layout] = None
             return None
-        count = -base.itemsize if raw else int(np.prod(shape)) if shape else 0
         fmt += "x" * (offset - end) + (f"{count}{code}" if count > 0 else code)
-        plan.append((name, count))
+        plan.append((name, count, base.kind == "f"))
         end = offset + dt.itemsize
     packer = struct.Struct(fmt + "x" * (layout.itemsize - end))
-    compiled = _COMPILED[layout] = (packer, tuple(plan)) if packer.size == layout.itemsize else None
+    compiled = (packer, tuple(plan), frozenset(layout.names)) if packer.size == layout.itemsize else None
+    _COMPILED[layout] = compiled
     return compiled
 
 

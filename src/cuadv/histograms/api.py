@@ -34,6 +34,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
 from ..interop import DeviceArray, overlaps, stream_handle, writable
+from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
 from .plans import MAX_BINS, VARIANTS, HistogramPlan
@@ -207,15 +208,12 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     if launcher is None:  # the kernel, its configuration and the device checks: once per key
         from ..launch import LaunchConfig, prepare
 
-        launcher = prepare(binning_module(arch).kernel(kernel_name), LaunchConfig(grid=blocks, block=AUX_THREADS))
-        if len(_aux_launchers) >= AUX_LAUNCHERS:
-            del _aux_launchers[next(iter(_aux_launchers))]
-        _aux_launchers[key] = launcher
+        launcher = _aux_launchers.put(key, prepare(binning_module(arch).kernel(kernel_name),
+                                                   LaunchConfig(grid=blocks, block=AUX_THREADS)))
     launcher(*args, stream=stream)
 
 
-AUX_LAUNCHERS = 1024  # (kernel, grid, target) launchers _aux_launch keeps; past this the oldest is dropped
-_aux_launchers: dict[tuple[str, int, str], Any] = {}
+_aux_launchers = BoundedMemo(1024)  # (kernel, grid, target) -> its launcher, for _aux_launch
 
 
 def _to_device(dst_ptr: int, host: np.ndarray, stream: int) -> None:

@@ -17,6 +17,7 @@ from .._cuda import check, driver
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
 from ..interop import DeviceArray
+from ..memo import BoundedMemo
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
                     EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_RINGS, HistogramPlan, _one_block_holds, hot_max,
                     kernel_expressions, plan_histogram)
@@ -75,7 +76,7 @@ class HistogramEngine:
         self._module = None
         self._resident: dict[HistogramPlan, int] = {}
         self._plans: dict[tuple, HistogramPlan] = {}  # plan()'s arguments, each with its type -> its plan
-        self._configs: dict[tuple, Any] = {}  # (plan, grid) -> its LaunchConfig: the same object, so launch() skips lookups
+        self._configs = BoundedMemo(PLAN_MEMO)  # (plan, grid) -> its LaunchConfig: one object, so launch() skips lookups
 
     @property
     def module(self):
@@ -228,8 +229,8 @@ class HistogramEngine:
         config = self._configs.get((plan, grid))
         if config is None:
             cluster = plan.cluster if plan.clustered else None
-            config = _remember(self._configs, (plan, grid), LaunchConfig(grid=grid, block=plan.threads,
-                                                                          cluster=cluster, shared_mem=plan.shared_bytes))
+            config = self._configs.put((plan, grid), LaunchConfig(grid=grid, block=plan.threads, cluster=cluster,
+                                                                  shared_mem=plan.shared_bytes))
         return self.kernel(plan), config
 
     def _grid(self, plan: HistogramPlan, n: int, units: int | None) -> int:

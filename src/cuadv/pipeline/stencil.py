@@ -19,6 +19,7 @@ from ..compiler import shipped
 from ..errors import LaunchConfigError
 from ..interop import device_array, overlaps, stream_handle
 from ..launch import LaunchConfig, launch
+from ..memo import BoundedMemo
 from ..params import StructArgument, c_struct
 from ..state_pool import StatePool
 from ..tma.tensormap import TensorMap, TensorMapError, TiledLayout
@@ -357,7 +358,7 @@ class Stencil:
         self.module = shipped("pipeline.cu", arch=arch, name_expressions=stencil_expressions(arch), name="pipeline")
         self.variants = variants_for(arch)
         self._fit: dict[tuple[Variant, int], int] = {}
-        self._pieces: dict[tuple[Variant, Grid2D, Grid2D], tuple] = {}  # _launch_pieces'
+        self._pieces = BoundedMemo(PIECES_MEMO)  # (variant, Grid2D, Grid2D) -> _launch_pieces'
 
     @staticmethod
     def tickets(stream: Any = None) -> int:
@@ -464,10 +465,7 @@ class Stencil:
             config = LaunchConfig(grid=self.grid(variant, align, src.rows, src.cols), block=variant.threads,
                                   shared_mem=variant.shared_bytes)
             maps = None if layout is None else (TensorMap(layout), TensorMap(out_layout) if out_layout else None)
-            pieces = (self.kernel(variant, align), config, maps)
-            if len(self._pieces) >= PIECES_MEMO:
-                del self._pieces[next(iter(self._pieces))]
-            self._pieces[key] = pieces
+            pieces = self._pieces.put(key, (self.kernel(variant, align), config, maps))
         return pieces
 
 

@@ -19,6 +19,7 @@ from ..features import require
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
 from ..launch import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, prepare
+from ..memo import BoundedMemo
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
                        check_quantum, check_tiles, policy_for_arch, resolve_policy)
@@ -138,7 +139,7 @@ class TileKernel:
         # Blocks (clusters) resident at once, per compiled kernel: each (target, policy) has its own kernel,
         # registers and so occupancy; one count per TileKernel sized fixed_blocks from steal's kernel.
         self._resident: dict[Kernel, int] = {}
-        self._launchers: dict[tuple, Launcher] = {}  # _launcher's
+        self._launchers = BoundedMemo(MAX_LAUNCHERS)  # _launcher's: one per launch configuration met
         self.last_launch: LaunchRecord | None = None
 
     # -- code -------------------------------------------------------------------------------------
@@ -227,16 +228,17 @@ class TileKernel:
         return n
 
     def _launcher(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None, min_units: int) -> Launcher:
-        """The checked launcher of ``launch_config(kernel, policy, tiles, priority, min_units)``, which depends on
-        nothing else: made (and its device checks run) once per such key, so a repeated launch builds no
-        configuration."""
-        key = (kernel, policy, tiles, priority, min_units)
+        """The checked launcher of ``launch_config(kernel, policy, tiles, priority, min_units)``: made (and its
+        device checks run) once per those and the kernel's block, cluster, shared memory and quantum, which are
+        all it depends on, so a repeated launch builds no configuration."""
+        if priority is not None and not is_int(priority):  # checked before the lookup: False == 0, -1.0 == -1
+            raise LaunchConfigError(f"priority must be an int (or None), got {priority!r}")
+        key = (kernel, policy, tiles, None if priority is None else int(priority), min_units, self.block,
+               self.cluster, self.shared_mem, self.quantum_ns)
         launcher = self._launchers.get(key)
         if launcher is None:
-            launcher = prepare(kernel, self.launch_config(kernel, policy, tiles, priority, min_units))
-            if len(self._launchers) >= MAX_LAUNCHERS:  # many tile counts: forget the oldest
-                del self._launchers[next(iter(self._launchers))]
-            self._launchers[key] = launcher
+            launcher = self._launchers.put(key, prepare(kernel, self.launch_config(kernel, policy, tiles, priority,
+                                                                                   min_units)))
         return launcher
 
     # -- launch -----------------------------------------------------------------------------------
