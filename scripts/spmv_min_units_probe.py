@@ -30,9 +30,8 @@ def main() -> None:
     share = -(-units // learned.resident_units("steal"))
     kernels = {"steal, learned grid (the lab's)": learned}
     for fixed in (share if v == "share" else int(v) for v in args.fixed):
-        k = spmv_kernel(policy="steal")
-        k.min_tiles = fixed  # TileKernel(min_tiles=...): the lab's factory does not take it
-        kernels[f"steal, min_units {fixed}" + (" (the share)" if fixed == share else "")] = k
+        label = f"steal, min_units {fixed}" + (" (the share)" if fixed == share else "")
+        kernels[label] = spmv_kernel(policy="steal", min_tiles=fixed)
     kernels["steal, no time slice"] = spmv_kernel(policy="steal", quantum_us=math.inf)
     calls = {label: (lambda k=k: dev.run(k, "split")) for label, k in kernels.items()}
     for label, fn in calls.items():

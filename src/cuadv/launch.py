@@ -128,10 +128,7 @@ class LaunchConfig:
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise LaunchConfigError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
             object.__setattr__(self, flag, bool(getattr(self, flag)))
-        if self.priority is not None:
-            if not is_int(self.priority):
-                raise LaunchConfigError(f"priority must be an int (or None), got {self.priority!r}")
-            object.__setattr__(self, "priority", int(self.priority))
+        object.__setattr__(self, "priority", checked_priority(self.priority))
         if self.mem_sync_domain is not None and (not isinstance(self.mem_sync_domain, str)
                                                  or self.mem_sync_domain not in MEM_SYNC_DOMAINS):
             raise LaunchConfigError(f"memory sync domain must be 'default' or 'remote', got {self.mem_sync_domain!r}")
@@ -150,6 +147,15 @@ class LaunchConfig:
     def needs_driver_attributes(self) -> bool:
         """True when cuda.core's LaunchConfig cannot express this configuration."""
         return self.priority is not None or self.mem_sync_domain is not None or self.access_policy is not None
+
+
+def checked_priority(priority: Any) -> int | None:
+    """A launch priority as an int (None: the stream's); LaunchConfigError for anything else (a bool, a float)."""
+    if priority is None:
+        return None
+    if not is_int(priority):
+        raise LaunchConfigError(f"priority must be an int (or None), got {priority!r}")
+    return int(priority)
 
 
 def check_shared_memory(kernel: Kernel, shared_mem: int, caps: DeviceCaps) -> None:

@@ -54,15 +54,6 @@ def _dtype_name(dtype: np.dtype) -> str:
 PLAN_MEMO = 512  # plans (and grid sizes) an engine keeps; past this the oldest is dropped
 
 
-def _remember(memo: dict, key, value):
-    """memo[key] = value, first dropping the oldest entry of a full memo, so that a caller sweeping bin counts in a
-    long-lived process keeps a bounded memo."""
-    if len(memo) >= PLAN_MEMO:
-        del memo[next(iter(memo))]
-    memo[key] = value
-    return value
-
-
 class HistogramEngine:
     """The compiled histogram kernels on the current GPU, with per-plan occupancy (grid sizes). ``caps``: the
     capabilities to plan for (default: the current GPU's; given, plans are made without a GPU)."""
@@ -74,8 +65,9 @@ class HistogramEngine:
             caps = current_device().caps
         self.caps = caps
         self._module = None
-        self._resident: dict[HistogramPlan, int] = {}
-        self._plans: dict[tuple, HistogramPlan] = {}  # plan()'s arguments, each with its type -> its plan
+        # Bounded, so that a caller sweeping bin counts in a long-lived process keeps bounded memos.
+        self._resident = BoundedMemo(PLAN_MEMO)  # plan -> its resident blocks (clusters)
+        self._plans = BoundedMemo(PLAN_MEMO)  # plan()'s arguments, each with its type -> its plan
         self._configs = BoundedMemo(PLAN_MEMO)  # (plan, grid) -> its LaunchConfig: one object, so launch() skips lookups
 
     @property
@@ -102,7 +94,7 @@ class HistogramEngine:
         except TypeError:
             return self._make_plan(*args)
         if plan is None:
-            plan = _remember(self._plans, key, self._make_plan(*args))
+            plan = self._plans.put(key, self._make_plan(*args))
         return plan
 
     def _make_plan(self, bins: int, dtype: str, variant: str, cluster: int | None, aggregate: bool,
@@ -200,7 +192,7 @@ class HistogramEngine:
                 raise LaunchConfigError(
                     f"{unit} of {plan.threads} threads with {plan.shared_bytes} B shared memory each cannot be resident "
                     f"on this GPU (occupancy query returned 0); use a larger cluster or fewer bins per block")
-            _remember(self._resident, plan, n)
+            self._resident.put(plan, n)
         return n
 
     def prepare(self, x: Any, bins: int, *, variant: str = "auto", cluster: int | None = None,

@@ -378,11 +378,12 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
                 name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None,
-                batches: str = "dynamic") -> SpmvKernel:
+                batches: str = "dynamic", min_tiles: int | None = None) -> SpmvKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
     or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
-    ``batches`` applies to "registers" (see BATCHES); ``quantum_us``: steal's time slice (TileKernel's)."""
+    ``batches`` applies to "registers" (see BATCHES); ``quantum_us`` and ``min_tiles``: steal's time slice and the
+    units a block runs before its slice may end (TileKernel's; None: learned)."""
     if short_rows not in SHORT_ROWS:
         raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
     if batches not in BATCHES:
@@ -392,7 +393,7 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
     return SpmvKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic),
                       PROLOGUE.format(dynamic=dynamic), policy=policy, block=threads,
                       preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
-                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us,
+                      min_blocks_per_sm=min_blocks, quantum_us=quantum_us, min_tiles=min_tiles,
                       stage=stage if short_rows == "staged" else None)
 
 

@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launch import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, prepare
+from ..launch import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, checked_priority, prepare
 from ..memo import BoundedMemo
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
@@ -231,10 +231,8 @@ class TileKernel:
         """The checked launcher of ``launch_config(kernel, policy, tiles, priority, min_units)``: made (and its
         device checks run) once per those and the kernel's block, cluster, shared memory and quantum, which are
         all it depends on, so a repeated launch builds no configuration."""
-        if priority is not None and not is_int(priority):  # checked before the lookup: False == 0, -1.0 == -1
-            raise LaunchConfigError(f"priority must be an int (or None), got {priority!r}")
-        key = (kernel, policy, tiles, None if priority is None else int(priority), min_units, self.block,
-               self.cluster, self.shared_mem, self.quantum_ns)
+        priority = checked_priority(priority)  # before the lookup: False == 0 and -1.0 == -1 as keys
+        key = (kernel, policy, tiles, priority, min_units, self.block, self.cluster, self.shared_mem, self.quantum_ns)
         launcher = self._launchers.get(key)
         if launcher is None:
             launcher = self._launchers.put(key, prepare(kernel, self.launch_config(kernel, policy, tiles, priority,
