@@ -47,6 +47,10 @@ def main() -> None:
     p.add_argument("--windows", default="guided", choices=["guided", "fixed"],
                    help="short-row tiles in guided windows (group to 4 x group, the lab's) or fixed ones (the staged "
                         "body's stage holds only these)")
+    p.add_argument("--widest", type=int, nargs="+", default=[None],
+                   help="guided windows: the widest, in weight (default: WIDEST_NNZ scaled with --group)")
+    p.add_argument("--windows-per-slot", type=float, nargs="+", default=[2.0],
+                   help="guided windows: a window is the weight left over this many windows per resident block")
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
     p.add_argument("--quantum-us", type=quantum, nargs="+", default=[50.0], help="steal's time slices ('inf': none)")
@@ -54,21 +58,25 @@ def main() -> None:
                    help="which short-row tiles get dynamic batches: where the host's model finds them faster, or all")
     p.add_argument("--matrix", nargs="+", default=list(MATRICES), choices=list(MATRICES))
     a = p.parse_args()
-    # One TileKernel per setting and tile list, so steal's learned grid comes from launches over the same tiles.
+    guided = a.windows == "guided"
+    shapes = list(itertools.product(a.widest, a.windows_per_slot)) if guided else [(None, 2.0)]
+    # One TileKernel per setting and tile list (window shape included), so steal's learned grid comes from launches
+    # over the same tiles.
     kernels = {}
-    for mb, short, batches, tiling, group, q, flags in itertools.product(a.blocks_per_sm, a.short, a.batches, a.tiling,
-                                                                         a.group, a.quantum_us, a.flag_tiles):
+    for mb, short, batches, tiling, group, q, flags, shape in itertools.product(
+            a.blocks_per_sm, a.short, a.batches, a.tiling, a.group, a.quantum_us, a.flag_tiles, shapes):
         if short == "staged" and batches != a.batches[0]:
             continue  # batches are the register body's
         if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
             continue  # the flags matter only to the register body with dynamic batches
         name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}_{flags}"
-        kernels[mb, short, batches, tiling, group, q, flags] = spmv_kernel(
+        kernels[mb, short, batches, tiling, group, q, flags, shape] = spmv_kernel(
             min_blocks=mb, short_rows=short, name=name, quantum_us=q, batches=batches, stage=2 * group)
-    guided = a.windows == "guided"
 
-    def list_name(tiling: str, group: int, flags: str, mb: int) -> str:  # fixed windows: one list for every mb
-        return f"{tiling} {group} {flags} {mb if guided else 'any'}"
+    def list_name(tiling: str, group: int, flags: str, mb: int, widest: int | None, per_slot: float) -> str:
+        if not guided:  # fixed windows: one list for every mb
+            return f"{tiling} {group} {flags} any"
+        return f"{tiling} {group} {flags} {mb} w{widest or WIDEST_NNZ * group // GROUP_NNZ}/{per_slot:g}"
 
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
@@ -79,16 +87,17 @@ def main() -> None:
         # SM of the kernels that run it
         dev = DeviceCsr(m, x)
         slots = current_device().caps.sm_count
-        for group, flags, mb, tiling in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm, a.tiling):
-            name = list_name(tiling, group, flags, mb)
+        for group, flags, mb, tiling, (wide, per_slot) in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm,
+                                                                           a.tiling, shapes):
+            name = list_name(tiling, group, flags, mb, wide, per_slot)
             if name not in dev.tilings:
-                widest = WIDEST_NNZ * group // GROUP_NNZ if guided else None
+                widest = (wide or WIDEST_NNZ * group // GROUP_NNZ) if guided else None
                 dev.add_tiling(name, build_tiles(
                     m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
-                    slots=slots * mb))
+                    slots=slots * mb, windows_per_slot=per_slot))
         calls = {}
-        for (mb, short, batches, tiling, group, q, flags), k in kernels.items():
-            tiles = list_name(tiling, group, flags, mb)
+        for (mb, short, batches, tiling, group, q, flags, (wide, per_slot)), k in kernels.items():
+            tiles = list_name(tiling, group, flags, mb, wide, per_slot)
             if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)
@@ -102,7 +111,8 @@ def main() -> None:
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
-                calls[f"{mb}/SM, {body}, {tiling}, group {group}, {policy}{slice_}"] = run
+                windows = f", windows {tiles.split()[-1]}" if len(shapes) > 1 else ""
+                calls[f"{mb}/SM, {body}, {tiling}, group {group}{windows}, {policy}{slice_}"] = run
         print_against_cusparse(kind, dev, calls, 3, width=76)
         del dev
         cp.get_default_memory_pool().free_all_blocks()

@@ -143,6 +143,28 @@ def test_guided_windows_shrink_toward_the_end(kind, split, group, slots):
     assert np.array_equal(S.build_tiles(m.offsets, split, group, 4 * group, widest=group).tiles, fixed.tiles)
 
 
+@pytest.mark.parametrize("per_slot", [1, 4])
+def test_guided_windows_narrow_where_the_weight_left_is_that_many_windows_per_slot(per_slot):
+    # windows_per_slot sets where the windows narrow: the invariants hold, fewer windows per slot make fewer tiles,
+    # and over the last per_slot windows per slot of weight every tile is a window of group
+    m = S.generate("power-law", N, 8, seed=5)
+    x = np.random.default_rng(0).uniform(-1, 1, m.n_cols).astype(np.float32)
+    group, slots = 32, 200
+    t = S.build_tiles(m.offsets, True, group, 4 * group, widest=4 * group, slots=slots, windows_per_slot=per_slot)
+    default = S.build_tiles(m.offsets, True, group, 4 * group, widest=4 * group, slots=slots)
+    ref, _, _ = S.reference(m, x, use_scipy=False)
+    assert np.allclose(emulate(m, x, t, 8 * group), ref, rtol=0, atol=1e-9)
+    fewer = t.kinds()["short-row tiles"] < default.kinds()["short-row tiles"]
+    assert fewer == (per_slot < 2)
+    short = t.tiles[t.tiles[:, 1] > 0]
+    weight = (short[:, 3] - short[:, 2]) + 2 * (short[:, 1] >> 5)
+    start = m.offsets[short[:, 0]] + 2 * short[:, 0]
+    end = start >= int(m.offsets[-1]) + 2 * m.n_rows - per_slot * slots * group
+    assert end.any() and weight[end].max() < group + group // 4 + 2
+    with pytest.raises(ValueError, match="windows_per_slot"):
+        S.build_tiles(m.offsets, True, group, 4 * group, widest=4 * group, slots=slots, windows_per_slot=0)
+
+
 def test_tiles_of_the_smoke_matrix_take_every_path():
     m, x = smoke_matrix()
     assert m.lengths[5] == 0

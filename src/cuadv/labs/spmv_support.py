@@ -313,13 +313,13 @@ def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: i
 def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ,
                 long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None,
                 dynamic: bool | None = None, widest: int | None = None,
-                slots: int = 132 * MIN_BLOCKS) -> Tiles:
+                slots: int = 132 * MIN_BLOCKS, windows_per_slot: float = 2) -> Tiles:
     """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
     their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
     (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
-    Guided windows (`widest` > group): a window is as wide as the weight left after it over 2 * `slots` (the
-    blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
+    Guided windows (`widest` > group): a window is as wide as the weight left after it over `windows_per_slot`
+    x `slots` (the blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
     than widest + long_nnz non-zeros and at most widest // 2 rows and ends with tiles of group: a block that loops
     over tiles pays its per-tile costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles
     still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
@@ -330,6 +330,8 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
     if widest is not None and slots < 1:
         raise ValueError(f"slots (the blocks the kernel keeps resident) must be at least 1, got {slots}")
+    if not windows_per_slot > 0:
+        raise ValueError(f"windows_per_slot must be positive, got {windows_per_slot!r}")
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
     lens = np.diff(offsets)
@@ -338,7 +340,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     if widest is None or widest <= group or n == 0:
         key = weight_end // group
     else:  # each row advances the window count by its weight over the width where it ends
-        width = np.clip((weight_end[-1] - weight_end) / (2 * slots), group, widest)
+        width = np.clip((weight_end[-1] - weight_end) / (windows_per_slot * slots), group, widest)
         key = np.floor(np.cumsum(np.diff(weight_end, prepend=0) / width)).astype(np.int64)
     prev_key = np.concatenate(([-1], key[:-1]))
     prev_long = np.concatenate(([True], long_[:-1]))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Two trees in one machine start: a command run alternately with ab_old/src (a git archive of the older commit,
+# made beside the checkout) and src, ROUNDS times each (default 2), so the machine's own speed falls on both.
+# Each tree compiles its own kernels (the compile cache keys hold cuadv's headers).
+#   mkdir -p ab_old && git archive REV src | tar -x -C ab_old && scripts/tree_ab.sh python3 scripts/spmv_sweep.py
+set -u
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for tree in ab_old/src src; do
+    echo "== round $round: $tree"
+    PYTHONPATH=$tree "$@"
+  done
+done
