@@ -8,6 +8,7 @@ result is checked against SciPy in float64 first. Every tile list lies on one co
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole --windows fixed
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
     python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
+    python3 scripts/spmv_sweep.py --widest 8192 16384 --windows-per-slot 1 2 --policy steal
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -59,7 +60,9 @@ def main() -> None:
     p.add_argument("--matrix", nargs="+", default=list(MATRICES), choices=list(MATRICES))
     a = p.parse_args()
     guided = a.windows == "guided"
-    shapes = list(itertools.product(a.widest, a.windows_per_slot)) if guided else [(None, 2.0)]
+    if not guided and (a.widest != [None] or a.windows_per_slot != [2.0]):
+        p.error("--widest and --windows-per-slot shape guided windows; --windows fixed takes neither")
+    shapes = list(dict.fromkeys(itertools.product(a.widest, a.windows_per_slot))) if guided else [(None, 2.0)]
     # One TileKernel per setting and tile list (window shape included), so steal's learned grid comes from launches
     # over the same tiles.
     kernels = {}
@@ -106,8 +109,8 @@ def main() -> None:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
                 run = lambda k=k, dev=dev, tiles=tiles, policy=policy: dev.run(k, tiles, policy)
-                warmed_and_checked(dev, run, ref, tol,
-                                   f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, group {group}, {policy}")
+                warmed_and_checked(dev, run, ref, tol, f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, "
+                                                       f"group {group}, windows {tiles.split()[-1]}, {policy}")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"

@@ -318,8 +318,8 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
     (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
-    Guided windows (`widest` > group): a window is as wide as the weight left after it over `windows_per_slot`
-    x `slots` (the blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
+    Guided windows (`widest` > group): a window is as wide as the weight left after it over
+    `windows_per_slot` x `slots` (the blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
     than widest + long_nnz non-zeros and at most widest // 2 rows and ends with tiles of group: a block that loops
     over tiles pays its per-tile costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles
     still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
