@@ -319,10 +319,10 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
     (the stage in shared memory of ShortRows::kStaged) and at most group // 2 rows (its offsets there).
     Guided windows (`widest` > group): a window is as wide as the weight left after it over
-    `windows_per_slot` x `slots` (the blocks the kernel keeps resident, at least 1), between group and widest, so the list begins with tiles of less
-    than widest + long_nnz non-zeros and at most widest // 2 rows and ends with tiles of group: a block that loops
-    over tiles pays its per-tile costs (a claim, the wait for its slowest warp) on fewer tiles, and the last tiles
-    still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
+    `windows_per_slot` (default 2) x `slots` (the blocks the kernel keeps resident, at least 1), between group and
+    widest, so the list begins with tiles of less than widest + long_nnz non-zeros and at most widest // 2 rows
+    and ends with tiles of group: a block that loops over tiles pays its per-tile costs (a claim, the wait for its
+    slowest warp) on fewer tiles, and the last tiles still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
     the halved chunks of factoring). Long rows and slices are cut as with fixed windows. Each short-row
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
     `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
