@@ -105,16 +105,17 @@ def main() -> None:
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)
                 continue
+            window = tiles.split()[-1]  # the list's window shape (w<widest>/<windows per slot>, or 'any')
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
                 run = lambda k=k, dev=dev, tiles=tiles, policy=policy: dev.run(k, tiles, policy)
                 warmed_and_checked(dev, run, ref, tol, f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, "
-                                                       f"group {group}, windows {tiles.split()[-1]}, {policy}")
+                                                       f"group {group}, windows {window}, {policy}")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
-                windows = f", windows {tiles.split()[-1]}" if len(shapes) > 1 else ""
+                windows = f", windows {window}" if len(shapes) > 1 else ""
                 calls[f"{mb}/SM, {body}, {tiling}, group {group}{windows}, {policy}{slice_}"] = run
         print_against_cusparse(kind, dev, calls, 3, width=76)
         del dev
