@@ -521,9 +521,8 @@ def test_register_body_sass(arch, policies, tmp_path):
                 assert math_before_last_load(own) <= 2, (policy, own)
             else:
                 assert loads_first(own), policy
-            if policy in ("steal", "clc"):  # auto's; in the clc kernel (sm_100a) ptxas has put one multiply ahead
-                # of the warp round's last gather since listed_rows joined the kernel
-                assert math_before_last_load(warp_round) <= (arch == "sm_100a"), policy
+            if policy in ("steal", "clc"):  # auto's (on sm_100a, since listed_rows joined the kernel, ptxas puts a
+                assert math_before_last_load(warp_round) <= (arch == "sm_100a"), policy  # multiply ahead of a gather)
             assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
             assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
             assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))
