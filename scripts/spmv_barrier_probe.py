@@ -30,11 +30,11 @@ POLICIES = ("fixed_work", "fixed_blocks", "steal")
 OUT_OF_LINE = f"""
 static __device__ __noinline__ void spmv_probe_tile({PARAMS.replace("__restrict__ ", "")},
                                                     unsigned long long index) {{
-  cuadv_spmv::run_tile<{THREADS}, cuadv_spmv::ShortRows::kRegisters, {STAGE}>(index, tiles, splits, listed, offsets, cols,
-                                                                          vals, x, y, partials, counts);
+  cuadv_spmv::run_tile<{THREADS}, cuadv_spmv::ShortRows::kRegisters, {STAGE}>(index, tiles, splits, offsets, cols, vals,
+                                                                          x, y, partials, counts);
 }}
 """
-CALL = "      spmv_probe_tile(tiles, splits, listed, offsets, cols, vals, x, y, partials, counts, tile.index);\n"
+CALL = "      spmv_probe_tile(tiles, splits, offsets, cols, vals, x, y, partials, counts, tile.index);\n"
 VARIANTS = {"": "plain", ", barrier after each tile": "barrier", ", body out of line": "call"}
 
 

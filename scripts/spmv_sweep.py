@@ -9,7 +9,6 @@ result is checked against SciPy in float64 first. Every tile list lies on one co
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
     python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
     python3 scripts/spmv_sweep.py --widest 8192 16384 --windows-per-slot 1 2 --policy steal
-    python3 scripts/spmv_sweep.py --listed-nnz 0 1024 4096 --policy steal fixed_work
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -53,9 +52,6 @@ def main() -> None:
                    help="guided windows: the widest, in weight (default: WIDEST_NNZ scaled with --group)")
     p.add_argument("--windows-per-slot", type=float, nargs="+", default=[2.0],
                    help="guided windows: a window is the weight left over this many windows per resident block")
-    p.add_argument("--listed-nnz", type=int, nargs="+", default=[0],
-                   help="rows longer than a short row and of at most this many non-zeros in listed-row tiles, one "
-                        "warp each (0: none)")
     p.add_argument("--policy", nargs="+", default=["steal", "fixed_work"],
                    choices=["steal", "fixed_work", "fixed_blocks", "atomic_counter"])
     p.add_argument("--quantum-us", type=quantum, nargs="+", default=[50.0], help="steal's time slices ('inf': none)")
@@ -66,8 +62,7 @@ def main() -> None:
     guided = a.windows == "guided"
     if not guided and (a.widest != [None] or a.windows_per_slot != [2.0]):
         p.error("--widest and --windows-per-slot shape guided windows; --windows fixed takes neither")
-    shapes = list(dict.fromkeys(itertools.product(a.widest if guided else [None],
-                                                   a.windows_per_slot if guided else [2.0], a.listed_nnz)))
+    shapes = list(dict.fromkeys(itertools.product(a.widest, a.windows_per_slot))) if guided else [(None, 2.0)]
     # One TileKernel per setting and tile list (window shape included), so steal's learned grid comes from launches
     # over the same tiles.
     kernels = {}
@@ -81,12 +76,10 @@ def main() -> None:
         kernels[mb, short, batches, tiling, group, q, flags, shape] = spmv_kernel(
             min_blocks=mb, short_rows=short, name=name, quantum_us=q, batches=batches, stage=2 * group)
 
-    def list_name(tiling: str, group: int, flags: str, mb: int, widest: int | None, per_slot: float,
-                  listed: int) -> str:
-        listed_rows = f"+listed{listed}" if listed else ""
+    def list_name(tiling: str, group: int, flags: str, mb: int, widest: int | None, per_slot: float) -> str:
         if not guided:  # fixed windows: one list for every mb
-            return f"{tiling} {group} {flags} any{listed_rows}"
-        return f"{tiling} {group} {flags} {mb} w{widest or WIDEST_NNZ * group // GROUP_NNZ}/{per_slot:g}{listed_rows}"
+            return f"{tiling} {group} {flags} any"
+        return f"{tiling} {group} {flags} {mb} w{widest or WIDEST_NNZ * group // GROUP_NNZ}/{per_slot:g}"
 
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
@@ -97,23 +90,22 @@ def main() -> None:
         # SM of the kernels that run it
         dev = DeviceCsr(m, x)
         slots = current_device().caps.sm_count
-        for group, flags, mb, tiling, shape in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm, a.tiling,
-                                                                shapes):
-            name = list_name(tiling, group, flags, mb, *shape)
+        for group, flags, mb, tiling, (wide, per_slot) in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm,
+                                                                           a.tiling, shapes):
+            name = list_name(tiling, group, flags, mb, wide, per_slot)
             if name not in dev.tilings:
-                wide, per_slot, listed = shape
                 widest = (wide or WIDEST_NNZ * group // GROUP_NNZ) if guided else None
                 dev.add_tiling(name, build_tiles(
                     m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
-                    slots=slots * mb, windows_per_slot=per_slot, listed_nnz=listed))
+                    slots=slots * mb, windows_per_slot=per_slot))
         calls = {}
-        for (mb, short, batches, tiling, group, q, flags, shape), k in kernels.items():
-            tiles = list_name(tiling, group, flags, mb, *shape)
+        for (mb, short, batches, tiling, group, q, flags, (wide, per_slot)), k in kernels.items():
+            tiles = list_name(tiling, group, flags, mb, wide, per_slot)
             if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)
                 continue
-            window = tiles.split()[-1]  # the list's window shape (w<widest>/<windows per slot>, or 'any'; +listed<n>)
+            window = tiles.split()[-1]  # the list's window shape (w<widest>/<windows per slot>, or 'any')
             for policy in a.policy:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone

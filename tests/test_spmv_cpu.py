@@ -72,15 +72,6 @@ def emulate(m: S.Csr, x: np.ndarray, t: S.Tiles, stage: int) -> np.ndarray:
     covered = np.zeros(m.nnz, int)
     partial = {}
     for i, (r0, info, k0, k1) in enumerate(t.tiles.astype(np.int64)):
-        if info > 0 and info & S.LISTED:
-            rows = t.listed[r0:r0 + (info >> 5)]
-            assert 1 <= rows.size == info >> 5 <= 8 and info & S.LANES_MASK == 5 and k0 == 0
-            assert k1 == (off[rows + 1] - off[rows]).sum()
-            for r in rows:
-                covered[off[r]:off[r + 1]] += 1
-                y[r] = prod[off[r]:off[r + 1]].sum()
-                written[r] += 1
-            continue
         covered[k0:k1] += 1
         if info > 0:
             rows, lanes = info >> 5, 1 << (info & S.LANES_MASK)
@@ -197,49 +188,6 @@ def test_long_rows_are_those_past_a_quarter_group():
     assert S.LONG_NNZ == S.GROUP_NNZ // 4
 
 
-@pytest.mark.parametrize("kind", ["power-law", "R-MAT"])
-@pytest.mark.parametrize("split", [False, True])
-def test_listed_rows_take_a_warp_each_longest_first(kind, split):
-    m = S.generate(kind, N, 8, seed=5)
-    x = np.random.default_rng(0).uniform(-1, 1, m.n_cols).astype(np.float32)
-    t = S.build_tiles(m.offsets, split, 256, 1024, listed_nnz=1024)
-    ref, _, _ = S.reference(m, x, use_scipy=False)
-    assert np.allclose(emulate(m, x, t, 512), ref, rtol=0, atol=1e-9)  # every row once, every listed tile's shape
-    lens = m.lengths
-    listed = (lens > 64) & (lens <= 1024)
-    assert np.array_equal(np.sort(t.listed), np.flatnonzero(listed))
-    assert np.all(np.diff(lens[t.listed]) <= 0)  # longest first, so a tile's rows are alike
-    is_listed = (t.tiles[:, 1] > 0) & (t.tiles[:, 1] & S.LISTED != 0)  # (a slice's info < 0 has every high bit)
-    tiles = t.tiles[is_listed]
-    assert tiles.shape[0] == t.kinds()["listed-row tiles"] == -(-listed.sum() // 8)
-    assert np.array_equal(tiles[:, 0], 8 * np.arange(tiles.shape[0]))  # in the list in the order of their rows
-    assert np.all(tiles[:-1, 1] >> 5 == 8)  # a row per warp of 256 threads, the last tile the rest
-    # none of those rows is a tile of its own or in a run of short rows; the rest of the list is as without them
-    plain = S.build_tiles(m.offsets, split, 256, 1024)
-    others = t.tiles[~is_listed]
-    assert not np.isin(others[others[:, 1] <= 0, 0], t.listed).any()
-    kept = plain.tiles[~np.isin(plain.tiles[:, 0], t.listed) | (plain.tiles[:, 1] > 0)]
-    assert np.array_equal(np.delete(kept, 1, axis=1), np.delete(others, 1, axis=1))
-    # each tile sits at the row 1 / n further through the listed rows than the one before
-    place = np.flatnonzero(listed)[np.arange(tiles.shape[0]) * listed.sum() // tiles.shape[0]]
-    first = np.flatnonzero(is_listed)
-    before = t.tiles[first - 1, 0]  # the tile before each listed one starts at an earlier row
-    assert np.all((before <= place) | (first == 0))
-
-
-@pytest.mark.parametrize("listed_nnz", [None, 0, S.LONG_NNZ])
-def test_no_listed_rows_at_or_below_the_long_row_threshold(listed_nnz):
-    m = S.generate("R-MAT", N, 8, seed=5)
-    t, plain = S.build_tiles(m.offsets, True, listed_nnz=listed_nnz), S.build_tiles(m.offsets, True)
-    assert t.listed.size == 0 and t.kinds()["listed-row tiles"] == 0 and np.array_equal(t.tiles, plain.tiles)
-
-
-@pytest.mark.parametrize("bad", [-1, 2.5, "1024"])
-def test_listed_nnz_must_be_a_count(bad):
-    with pytest.raises(ValueError, match="listed_nnz must be a non-negative number"):
-        S.build_tiles(np.array([0, 1, 3], np.int32), False, listed_nnz=bad)
-
-
 def lane_width(lens) -> int:
     """The lane width (log2) build_tiles picks for one tile of rows of these lengths."""
     t = S.build_tiles(np.concatenate(([0], np.cumsum(lens))).astype(np.int32), False, long_nnz=max(lens))
@@ -352,10 +300,6 @@ def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
                 np.add.at(summed, idx[idx < end], 1)
 
     for r0, info, _, _ in t.tiles[t.tiles[:, 1] > 0].astype(np.int64):
-        if info & S.LISTED:  # listed_rows: the warp's 32 lanes over the whole row
-            for r in t.listed[r0:r0 + (info >> 5)]:
-                slots(off[r], off[r + 1], 32)
-            continue
         lanes = 1 << (info & S.LANES_MASK)
         for r in range(r0, r0 + (info >> 5)):
             slots(off[r], off[r + 1], lanes, S.OWN_ROUNDS)
@@ -365,19 +309,14 @@ def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
     return summed, furthest
 
 
-@pytest.mark.parametrize("listed_nnz", [None, 1024])
 @pytest.mark.parametrize("lanes_log2", [None, 0, 1, 3, 5])
 @pytest.mark.parametrize("group", [32, S.GROUP_NNZ])
-def test_register_body_sums_every_element_once_and_reads_within_the_padding(lanes_log2, group, listed_nnz):
+def test_register_body_sums_every_element_once_and_reads_within_the_padding(lanes_log2, group):
     m, _ = smoke_matrix()  # rows of 0 to 20 and two of 300 and 1000: every round count, the warp's rounds too
-    t = S.build_tiles(m.offsets, True, group, 4 * group, lanes_log2=lanes_log2, listed_nnz=listed_nnz)
+    t = S.build_tiles(m.offsets, True, group, 4 * group, lanes_log2=lanes_log2)
     summed, furthest = register_reads(m, t)
     short = np.zeros(m.nnz, bool)
     for r0, info, k0, k1 in t.tiles[t.tiles[:, 1] > 0]:
-        if info & S.LISTED:
-            for r in t.listed[r0:r0 + (info >> 5)]:
-                short[m.offsets[r]:m.offsets[r + 1]] = True
-            continue
         short[k0:k1] = True
     assert np.all(summed[short] == 1) and np.all(summed[~short] == 0)
     assert furthest <= m.nnz - 1 + S.ROW_UNROLL - 1  # DeviceCsr pads cols and vals with ROW_UNROLL - 1 zeros
@@ -448,9 +387,8 @@ def test_tile_kernel_compiles_without_spills(arch, policies, short_rows):
 def register_body_loops(listing):
     """Each copy of register_rows' loops in a kernel's SASS (the kernels with dynamic batches hold two: claimed and
     static), as lists of opcodes: the group's round loop and the warp's (the only loops with 3 * ROW_UNROLL global
-    loads and none inside them but listed_rows' round; the warp's is inside the loop over the rows the warp
-    finishes), that loop, the batch loop around them all and the butterfly loop beside them; and listed_rows' round
-    loop and the loop over its rows (its round is in no batch loop)."""
+    loads and none inside them; the warp's is inside the loop over the rows the warp finishes), that loop, the batch
+    loop around them all and the butterfly loop beside them."""
     loops = sass_loops(listing)
     ops = [op for _, op, _ in listing]
 
@@ -462,12 +400,9 @@ def register_body_loops(listing):
 
     rounds = [lp for lp in loops if not inside(lp)
               and sum(op.startswith("LDG") for op in ops[lp[0]:lp[1] + 1]) == 3 * S.ROW_UNROLL]
+    assert rounds and len(rounds) % 2 == 0, rounds
     # A group's round sits right in its batch loop, the warp's in the loop over the rows the warp finishes.
     batches = {around(r)[0] for r in rounds if sum(q in inside(around(r)[0]) for q in rounds) == 2}
-    listed = [r for r in rounds if not any(r in inside(b) for b in batches)]
-    assert len(listed) == 1 and inside(around(listed[0])[0]) == listed, listed
-    rounds = [r for r in rounds if r not in listed]
-    assert rounds and len(rounds) % 2 == 0, rounds
     copies = []
     for batch in sorted(batches):
         mine = [r for r in rounds if r in inside(batch)]
@@ -479,7 +414,7 @@ def register_body_loops(listing):
         shuffles = [lp for lp in inside(batch) if lp not in (own_round, assist_round, assist)]
         assert len(shuffles) == 1 and "SHFL.BFLY" in ops[shuffles[0][0]:shuffles[0][1] + 1]
         copies.append([ops[a:b + 1] for a, b in (own_round, assist_round, assist, batch, shuffles[0])])
-    return copies, [ops[a:b + 1] for a, b in (listed[0], around(listed[0])[0])]
+    return copies
 
 
 def math_before_last_load(round_):
@@ -506,10 +441,7 @@ def test_register_body_sass(arch, policies, tmp_path):
     k = S.spmv_kernel()
     for policy in policies[:-1]:
         listing = next(iter(sass_listing(k.compile(arch, policy).cubin, tmp_path).values()))
-        copies, (listed_round, listed_rows) = register_body_loops(listing)
-        # listed_rows: a warp per row, no shared memory, its round's loads in flight together
-        assert not [op for op in listed_rows if op.startswith(("LDS", "STS", "BAR", "ATOMS"))], policy
-        assert loads_first(listed_round) and len(listed_round) <= S.ROUND_INSTR, (policy, len(listed_round))
+        copies = register_body_loops(listing)
         claimed = policy in ("steal", "atomic_counter", "clc")
         assert len(copies) == (2 if claimed else 1), (policy, len(copies))
         kinds = []
@@ -521,8 +453,8 @@ def test_register_body_sass(arch, policies, tmp_path):
                 assert math_before_last_load(own) <= 2, (policy, own)
             else:
                 assert loads_first(own), policy
-            if policy in ("steal", "clc"):  # auto's (on sm_100a, since listed_rows joined the kernel, ptxas puts a
-                assert math_before_last_load(warp_round) <= (arch == "sm_100a"), policy  # multiply ahead of a gather)
+            if policy in ("steal", "clc"):  # auto's
+                assert loads_first(warp_round), policy
             assert len(own) <= S.ROUND_INSTR and len(warp_round) <= S.ROUND_INSTR, (policy, len(own), len(warp_round))
             assert len(assist) - len(warp_round) <= S.ASSIST_INSTR, (policy, len(assist))
             assert len(shuffle) <= S.SHUFFLE_INSTR, (policy, len(shuffle))

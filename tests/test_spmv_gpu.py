@@ -28,11 +28,11 @@ def kernel(request):
     return S.spmv_kernel(short_rows=request.param)
 
 
-def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None, dynamic=None, listed_nnz=None):
+def run_checked(cp, kernel, m, x, group=S.GROUP_NNZ, launches=1, lanes_log2=None, dynamic=None):
     # slots=4: guided windows widen even on these small matrices; every tile list the kernel's body holds
     ref, abs_sum, _ = S.reference(m, x, use_scipy=False)
     tol = S.tolerance(m.lengths, abs_sum)
-    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2, dynamic=dynamic, slots=4, listed_nnz=listed_nnz)
+    dev = S.DeviceCsr(m, x, group, lanes_log2=lanes_log2, dynamic=dynamic, slots=4)
     for tiling in dev.tilings:
         if not dev.holds(kernel, tiling):
             continue
@@ -75,16 +75,6 @@ def test_rows_the_warp_finishes(cp, kernel, lanes_log2, dynamic):
     lens[rng.choice(400, 7, replace=False)] = [t - 1, t, t + 1, 2 * t + 3, S.LONG_NNZ, S.LONG_NNZ - 1, 1]
     m = S._rows_to_csr("takeover", np.minimum(lens, S.LONG_NNZ), 4096, rng)
     run_checked(cp, kernel, m, x_for(m), lanes_log2=lanes_log2, dynamic=dynamic)
-
-
-@pytest.mark.parametrize("kind", ["power-law", "R-MAT"])
-def test_listed_rows(cp, kernel, kind):
-    # rows of 65 to 1024 non-zeros in listed-row tiles, a warp each (the last tile of them with fewer rows than
-    # warps), among short-row tiles, long rows and slices, under every policy and tile list, launched twice
-    m = S.generate(kind, 1 << 15, 8, seed=20)
-    dev = run_checked(cp, kernel, m, x_for(m), group=256, launches=2, listed_nnz=1024)
-    kinds = dev.tilings["split"][0].kinds()
-    assert kinds["listed-row tiles"] > 0 and kinds["long rows"] + kinds["slices"] > 0, kinds
 
 
 def test_cols_and_vals_are_padded(cp):

@@ -16,10 +16,6 @@
 //                kStaged     the products are staged in shared memory with coalesced loads (the row offsets
 //                            copied beside them with cp.async), then groups of `lanes` threads sum each row
 //                            from shared memory.
-//   info > 0 with kListedFlag  rows of medium length, not consecutive: the tile's rows are
-//              listed[row0 .. row0 + rows) (info = rows << 5 | kListedFlag | 5), each summed by one warp with
-//              register slots and a warp reduction (listed_rows), in either body; k0 = 0 and k1 = their non-zeros
-//              (the host's weights; the kernel reads neither).
 //   info == 0  one whole long row row0, non-zeros [k0, k1): the whole block streams it and reduces.
 //   info < 0   a slice [k0, k1) of the long row row0, split over several tiles; ~info is the row's entry
 //              in splits[] = {first tile, slices}. Each slice writes its sum to partials[tile]; the slice
@@ -42,7 +38,6 @@ constexpr int kLongUnroll = 6;    // ... while streaming a long row
 constexpr int kLanesMask = 7;     // info bits of a short-row tile: log2(lanes per row), 0 to 5
 constexpr int kDynamicFlag = 8;   // info bit of a short-row tile: its warps claim its batches (register_rows), where
                                   // the host's model finds that faster and the kernel has dynamic batches on
-constexpr int kListedFlag = 16;   // info bit of a short-row tile: its rows are listed (listed_rows), one per warp
 
 // Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.
 template <int kThreads>
@@ -268,47 +263,19 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
   __syncthreads();  // this tile's reads of stage[] and soff[] are done before the block's next tile writes them
 }
 
-// A tile of listed rows (kListedFlag): rows listed[start .. start + count), one warp each, warp w taking rows w,
-// w + warps, ... (the host cuts such tiles at the warps of a block, the rows sorted by length so a tile's are alike).
-// The lanes take slots (slot_sum) from the row's start + lane * kRowUnroll, 32 slots a round, and combine with
-// butterfly shuffles: no shared memory and no barrier, where a block streaming the row alone ends in two of them.
-template <int kThreads>
-static __device__ __forceinline__ void listed_rows(int start, int count, const int* __restrict__ listed,
-                                                   const int* __restrict__ offsets, const int* __restrict__ cols,
-                                                   const float* __restrict__ vals, const float* __restrict__ x,
-                                                   float* __restrict__ y) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  // The trip count depends only on the warp, so its lanes reach each shuffle together.
-  for (int r = static_cast<int>(threadIdx.x) >> 5; r < count; r += kThreads / 32) {
-    const int row = __ldg(listed + start + r);
-    const int b = __ldg(offsets + row + 1);
-    float s = 0.f;
-#pragma unroll 1
-    for (int k = __ldg(offsets + row) + lane * kRowUnroll; k < b; k += 32 * kRowUnroll) {
-      s += slot_sum(k, b, cols, vals, x);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) y[row] = s;
-  }
-}
-
 // One tile of the lab's tile list (see the top of this file). Every thread of the block calls it. kStage:
 // the floats of the stage (kStaged only). kDynamicBatches (kRegisters only; begin_block<true> must have run in
 // the block): in the tiles flagged kDynamicFlag the warps claim the batches of short rows from a counter in shared
 // memory, which needs a barrier between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
 template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false>
 static __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
-                                                const int2* __restrict__ splits, const int* __restrict__ listed,
-                                                const int* __restrict__ offsets,
+                                                const int2* __restrict__ splits, const int* __restrict__ offsets,
                                                 const int* __restrict__ cols, const float* __restrict__ vals,
                                                 const float* __restrict__ x, float* __restrict__ y, float* partials,
                                                 unsigned int* counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
   const int4 d = __ldg(tiles + index);
-  if (d.y > 0 && (d.y & kListedFlag)) {
-    listed_rows<kThreads>(d.x, d.y >> 5, listed, offsets, cols, vals, x, y);
-  } else if (d.y > 0) {
+  if (d.y > 0) {
     if constexpr (kShort == ShortRows::kStaged) {
       stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
     } else {

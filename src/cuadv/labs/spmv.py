@@ -55,7 +55,7 @@ from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import TileOrder, resolve_policy
 from .base import RunContext, gb_per_s, interleaved_rounds
 from .profile_notes import PROFILED, SPMV
-from .spmv_support import (GROUP_NNZ, LISTED_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, WIDEST_NNZ, Csr, DeviceCsr, check,
+from .spmv_support import (GROUP_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, WIDEST_NNZ, Csr, DeviceCsr, check,
                            generate, peers, reference, spmv_kernel, to_host, tolerance)
 
 MEAN = 8  # non-zeros per row
@@ -83,12 +83,6 @@ def _label(tiling: str, policy: str, heaviest: bool, short: str, cc) -> str:
     name = f"auto ({resolve_policy('auto', cc)})" if policy == "auto" else policy
     return (f"{LISTS[tiling]}, {name}" + (", heaviest first" if heaviest else "")
             + ("" if short == DEFAULT_SHORT else f", {short} short rows"))
-
-
-def _listed_and(t, kind: str) -> str:
-    """How many of a tile list's tiles are listed-row tiles and how many of the given kind ("long rows", "slices")."""
-    kinds = t.kinds()
-    return f"{kinds['listed-row tiles']:,} listed-row, {kinds[kind]:,} {kind}"
 
 
 def _slug(text: str) -> str:
@@ -120,10 +114,8 @@ class SpmvLab:
         kernels = {short: spmv_kernel(short_rows=short) for short in SHORT_ROWS}
         # 1 slot: guided windows widen on this matrix (at 256, short-row tiles of up to 637 non-zeros, past the 512
         # fixed windows allow; at 32 most rows are long)
-        # listed: the rows past a short row up to 8 x group in listed-row tiles (at 32, rows of 9 to 20 non-zeros, so
-        # tiles of 8 rows and one with fewer; at 256, rows 17 and 100)
-        for group, listed in [(g, lst) for g in (32, 256, GROUP_NNZ) for lst in (None, 8 * g)]:
-            dev = DeviceCsr(m, x, group, slots=1, listed_nnz=listed)
+        for group in (32, 256, GROUP_NNZ):
+            dev = DeviceCsr(m, x, group, slots=1)
             for tiling in dev.tilings:
                 for policy in ("fixed_work", "fixed_blocks", "steal"):
                     for short, k in kernels.items():
@@ -131,8 +123,7 @@ class SpmvLab:
                             continue
                         dev.y.fill(np.nan)
                         dev.run(k, tiling, policy)
-                        check(f"smoke, {tiling} rows of {group}, listed up to {listed}, {policy}, {short}",
-                              to_host(dev.y), ref, tol)
+                        check(f"smoke, {tiling} rows of {group}, {policy}, {short}", to_host(dev.y), ref, tol)
         for lanes_log2 in range(6):
             dev = DeviceCsr(m, x, GROUP_NNZ, lanes_log2=lanes_log2)
             dev.y.fill(np.nan)
@@ -162,8 +153,8 @@ class SpmvLab:
             whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
             ideal_ms = m.effective_bytes() / (ctx.ceiling.tb_per_s * 1e12) * 1e3
             mat_rows.append([kind, st["rows"], st["nnz"], st["max_row"], st["max_over_mean"], st["gini"],
-                             st["empty_rows"], f"{whole.count:,} ({_listed_and(whole, 'long rows')})",
-                             f"{split.count:,} ({_listed_and(split, 'slices')})", ideal_ms, gen_s])
+                             st["empty_rows"], f"{whole.count:,} ({whole.kinds()['long rows']:,} long rows)",
+                             f"{split.count:,} ({split.kinds()['slices']:,} slices)", ideal_ms, gen_s])
             times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, ref, tol, rounds)
             result.checks.append(f"{kind}: every row of every variant and peer within tolerance of {ref_name} "
                                  f"(largest error {worst:.2f} of its tolerance), before and after timing")
@@ -177,8 +168,7 @@ class SpmvLab:
             note=f"seed {SEED}, mean {MEAN} non-zeros per row; short rows grouped by weight (non-zeros + 2 per row) "
                  f"in guided windows, {WIDEST_NNZ} wide while the weight left is more than two such windows per "
                  f"resident block, then narrowing to {GROUP_NNZ}; "
-                 f"rows longer than {LONG_NNZ} and up to {LISTED_NNZ} in listed-row tiles (one warp per row, a row per "
-                 f"warp of the block), longer rows on their own, split rows cut into slices of {SLICE_NNZ}; "
+                 f"rows longer than {LONG_NNZ} on their own, split rows cut into slices of {SLICE_NNZ}; "
                  f"ideal: the bytes below at the copy ceiling measured in this run ({ctx.ceiling.tb_per_s:.2f} TB/s)"))
         result.tables.append(Table(
             "y = A x, float32 CSR: each policy and tiling against cuSPARSE and torch",

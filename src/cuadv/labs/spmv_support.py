@@ -6,7 +6,7 @@ CuPy, torch.sparse). Everything here is host code or benchmark-only; the schedul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,15 +21,12 @@ LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
 WIDEST_NNZ = 4 * GROUP_NNZ  # guided windows (build_tiles): the widest, where the work left is many windows per slot
-# Rows longer than LONG_NNZ and of at most this many non-zeros go into listed-row tiles, a warp each (DeviceCsr's
-# default): under steal on R-MAT 0.995x cuSPARSE at 1024 and 0.996x at 4096, against 0.988x with none (docs/spmv.md)
-LISTED_NNZ = 2 * GROUP_NNZ
 MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per SM (at most 40 registers: no spill)
-PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ listed, "
-          "const int* __restrict__ offsets, const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
+PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
+          "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
 BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}>(tile.index, tiles, "
-        "splits, listed, offsets, cols, vals, x, y, partials, counts);\n")
+        "splits, offsets, cols, vals, x, y, partials, counts);\n")
 PROLOGUE = "    cuadv_spmv::begin_block<{dynamic}>();\n"
 SHORT_ROWS = {"registers": "kRegisters", "staged": "kStaged"}  # short-row tile bodies (spmv.cuh ShortRows)
 # How the warps of a block share a tile's batches of short rows (register body): "dynamic", claimed from a counter
@@ -210,13 +207,11 @@ def generate(kind: str, n_rows: int, mean: int, seed: int) -> Csr:
 # -- tiles -------------------------------------------------------------------------------------------------
 @dataclass
 class Tiles:
-    """The tile list of one matrix (int4 per tile, see spmv.cuh), the split rows (int2: first tile, slices) and the
-    rows of the listed-row tiles (int32, each such tile's rows consecutive in it)."""
+    """The tile list of one matrix (int4 per tile, see spmv.cuh) and the split rows (int2: first tile, slices)."""
 
     tiles: np.ndarray  # (n, 4) int32
     splits: np.ndarray  # (m, 2) int32
     split_rows: bool
-    listed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
 
     @property
     def count(self) -> int:
@@ -225,23 +220,17 @@ class Tiles:
     def nnz(self) -> np.ndarray:
         return (self.tiles[:, 3] - self.tiles[:, 2]).astype(np.int64)
 
-    def _runs(self) -> np.ndarray:
-        """Which tiles are runs of consecutive short rows (info > 0 without LISTED)."""
-        info = self.tiles[:, 1]
-        return (info > 0) & (info & LISTED == 0)
-
     def short_extent(self) -> tuple[int, int]:
-        """The most non-zeros and the most rows of any tile of consecutive short rows (0, 0 where there is none):
-        what the staged body's stage must hold (listed-row tiles it does not stage)."""
-        short = self.tiles[self._runs()]
+        """The most non-zeros and the most rows of any short-row tile (0, 0 where there is none)."""
+        short = self.tiles[self.tiles[:, 1] > 0]
         if not short.size:
             return 0, 0
         return int((short[:, 3] - short[:, 2]).max()), int((short[:, 1] >> 5).max())
 
     def kinds(self) -> dict[str, int]:
-        info, runs = self.tiles[:, 1], self._runs()
-        return {"short-row tiles": int(runs.sum()), "listed-row tiles": int(((info > 0) & ~runs).sum()),
-                "long rows": int((info == 0).sum()), "slices": int((info < 0).sum())}
+        info = self.tiles[:, 1]
+        return {"short-row tiles": int((info > 0).sum()), "long rows": int((info == 0).sum()),
+                "slices": int((info < 0).sum())}
 
 
 # The lane width of a short-row tile is chosen on the host from a model of register_rows' SASS (spmv.cuh), its
@@ -253,13 +242,12 @@ class Tiles:
 ROW_UNROLL = 4  # kRowUnroll: cols and vals must be readable ROW_UNROLL - 1 elements past the last non-zero
 OWN_ROUNDS = 2  # kOwnRounds
 ROUND_INSTR = 50  # one round: per slot element its column, value and x loads (past the row, of x[0]) and its masked add
-BATCH_INSTR = 57  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
+BATCH_INSTR = 56  # one batch outside its loops: the rows' offsets, the loops' set-up, the ballot, the store of y
 SHUFFLE_INSTR = 7  # one step of the lanes' butterfly (a loop: the width is known at run time)
 ASSIST_INSTR = 38  # one row the warp finishes, outside its rounds: its bounds, the warp's sum
 CLAIM_INSTR = 39  # dynamic batches (steal, atomic_counter, clc): a batch's claim, its hand-over, the tile's reset
 LANES_MASK = 7  # a short-row tile's info bits (spmv.cuh kLanesMask): log2 of its lanes per row
 DYNAMIC_BATCHES = 8  # a short-row tile's info bit (spmv.cuh kDynamicFlag): its warps claim its batches
-LISTED = 16  # a short-row tile's info bit (spmv.cuh kListedFlag): its rows are listed, one warp each
 MIN_LANES_LOG2 = 1  # at least 2 lanes per row: at 1, each load instruction of a warp spans 32 rows' cache lines
 
 
@@ -325,7 +313,7 @@ def _lane_widths(lens: np.ndarray, first: np.ndarray, rows: np.ndarray, warps: i
 def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_nnz: int = SLICE_NNZ,
                 long_nnz: int | None = None, threads: int = THREADS, lanes_log2: int | None = None,
                 dynamic: bool | None = None, widest: int | None = None,
-                slots: int = 132 * MIN_BLOCKS, windows_per_slot: float = 2, listed_nnz: int | None = None) -> Tiles:
+                slots: int = 132 * MIN_BLOCKS, windows_per_slot: float = 2) -> Tiles:
     """Cut the rows into tiles. Rows of at most `long_nnz` non-zeros (default group // 4) are grouped by where
     their weight (non-zeros plus two per row, for its offsets, its y and its turn in the sums) ends: the rows whose
     running weight ends in the same window of `group` form a tile, so a tile holds less than 2 * group non-zeros
@@ -339,13 +327,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
     `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
     finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
-    A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz; with
-    `listed_nnz`, the longer rows of at most listed_nnz non-zeros are listed instead (`Tiles.listed`), longest first,
-    and cut into tiles of one row per warp of the block (threads // 32), each placed in the list where the rows are
-    spread (tile j of n at the row j / n of the way through them): a block sums a warp's worth of such rows at once
-    where it would stream one, and the list has that many times fewer of them."""
-    if listed_nnz is not None and (not isinstance(listed_nnz, (int, np.integer)) or listed_nnz < 0):
-        raise ValueError(f"listed_nnz must be a non-negative number of non-zeros or None, got {listed_nnz!r}")
+    A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
     if widest is not None and slots < 1:
         raise ValueError(f"slots (the blocks the kernel keeps resident) must be at least 1, got {slots}")
     if not windows_per_slot > 0:
@@ -354,7 +336,6 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     n = offsets.size - 1
     lens = np.diff(offsets)
     long_ = lens > (group // 4 if long_nnz is None else long_nnz)
-    listed_ = long_ & (lens <= (listed_nnz or 0))  # long rows too, for the runs of short rows they cut
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
     if widest is None or widest <= group or n == 0:
         key = weight_end // group
@@ -376,7 +357,7 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     flagged = modelled if dynamic is None else np.full(first.size, bool(dynamic))
     short = np.stack([first, (rows << 5) | np.where(flagged, DYNAMIC_BATCHES, 0) | widths, k0, k1], axis=1)
 
-    long_rows = np.flatnonzero(long_ & ~listed_)
+    long_rows = np.flatnonzero(long_)
     pieces = np.where(split & (lens[long_rows] > slice_nnz), -(-lens[long_rows] // slice_nnz), 1)
     row = np.repeat(long_rows, pieces)
     piece = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
@@ -386,30 +367,14 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     info = np.where(np.repeat(pieces, pieces) > 1, ~split_id, 0)
     longs = np.stack([row, info, lk0, lk1], axis=1)
 
-    listed, listed_tiles, place = _listed_tiles(np.flatnonzero(listed_), lens, max(threads // 32, 1))
-
-    tiles = np.concatenate([short.reshape(-1, 4), longs.reshape(-1, 4), listed_tiles])
-    row_order = np.concatenate([short.reshape(-1, 4)[:, 0], longs.reshape(-1, 4)[:, 0], place])
-    tiles = tiles[np.lexsort((tiles[:, 2], row_order))]  # row order, a split row's slices in order
+    tiles = np.concatenate([short.reshape(-1, 4), longs.reshape(-1, 4)])
+    tiles = tiles[np.lexsort((tiles[:, 2], tiles[:, 0]))]  # row order, a split row's slices in order
     sliced = np.flatnonzero(tiles[:, 1] < 0)
     sid = ~tiles[sliced, 1]
     first_tile = np.full(int(sid.max(initial=-1)) + 1, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_tile, sid, sliced)
     splits = np.stack([first_tile, np.bincount(sid, minlength=first_tile.size)], axis=1)
-    return Tiles(tiles.astype(np.int32), splits.astype(np.int32), split, listed.astype(np.int32))
-
-
-def _listed_tiles(rows: np.ndarray, lens: np.ndarray, warps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The listed rows (rows, in row order) longest first, their tiles of `warps` rows each ({first listed entry,
-    rows << 5 | LISTED | 5, 0, non-zeros}) and the row each tile is placed at in the list (tile j of n at rows[j *
-    len(rows) // n], so the tiles lie where the rows do, the longest first)."""
-    by_length = rows[np.argsort(-lens[rows], kind="stable")]
-    n = -(-rows.size // warps)
-    first = np.arange(n, dtype=np.int64) * warps
-    count = np.minimum(warps, rows.size - first)
-    nnz = np.add.reduceat(lens[by_length], first) if n else np.zeros(0, np.int64)
-    tiles = np.stack([first, (count << 5) | LISTED | 5, np.zeros(n, np.int64), nnz], axis=1)
-    return by_length, tiles, rows[np.arange(n, dtype=np.int64) * rows.size // max(n, 1)]
+    return Tiles(tiles.astype(np.int32), splits.astype(np.int32), split)
 
 
 # -- the kernel --------------------------------------------------------------------------------------------
@@ -450,21 +415,18 @@ class DeviceCsr:
     or fixed windows of ``group``, and with guided windows also "split_fixed", split rows in fixed windows, whose
     tiles the staged body's stage holds. ``slots``: the blocks the kernel keeps resident, which sets where the
     windows narrow (default: this GPU's SMs x MIN_BLOCKS x THREADS / threads).
-    ``group``, ``lanes_log2``, ``dynamic``, ``listed_nnz`` and ``threads`` (the block size the kernel will run, for
-    the model's warps and the listed-row tiles): build_tiles' (small groups, a fixed lane width and dynamic batches
-    on every tile or none make the tests take every path); ``listed_nnz`` None is LISTED_NNZ scaled with ``group``,
-    0 no listed-row tiles."""
+    ``group``, ``lanes_log2``, ``dynamic`` and ``threads`` (the block size the kernel will run, for the model's
+    warps): build_tiles' (small groups, a fixed lane width and dynamic batches on every tile or none make the tests
+    take every path)."""
 
     def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None,
                  dynamic: bool | None = None, threads: int = THREADS, guided: bool = True,
-                 slots: int | None = None, listed_nnz: int | None = None):
+                 slots: int | None = None):
         import cupy as cp
 
         from ..device import current_device
 
         widest = WIDEST_NNZ * group // GROUP_NNZ if guided else None
-        if listed_nnz is None:
-            listed_nnz = LISTED_NNZ * group // GROUP_NNZ
         if slots is None:
             slots = current_device().caps.sm_count * max(1, MIN_BLOCKS * THREADS // threads)
         self.host = m
@@ -480,8 +442,7 @@ class DeviceCsr:
         self._short_extent = {}
         for name, (split, wide) in lists.items():
             self.add_tiling(name, build_tiles(m.offsets, split, group, 4 * group, threads=threads,
-                                              lanes_log2=lanes_log2, dynamic=dynamic, widest=wide, slots=slots,
-                                              listed_nnz=listed_nnz))
+                                              lanes_log2=lanes_log2, dynamic=dynamic, widest=wide, slots=slots))
 
     def add_tiling(self, name: str, t: Tiles) -> None:
         """Adds (or replaces) the tile list `name`, built by build_tiles for this matrix. Tile lists meant to be
@@ -491,7 +452,6 @@ class DeviceCsr:
         import cupy as cp
 
         self.tilings[name] = (t, cp.asarray(t.tiles), cp.asarray(t.splits.reshape(-1)),
-                              cp.asarray(t.listed if t.listed.size else np.zeros(1, np.int32)),
                               cp.zeros(max(t.count, 1), cp.float32), cp.zeros(max(t.splits.shape[0], 1), cp.uint32))
         # once here, not per launch: a scan of the tile list per call would hold timed launches back on the host
         self._short_extent[name] = t.short_extent()
@@ -508,15 +468,15 @@ class DeviceCsr:
     def run(self, kernel: TileKernel, tiling: str, policy: str | None = None, **launch):
         """y = A x with the tile list `tiling` (a key of ``tilings``); launch: TileKernel's (order=, trace=, ...).
         Raises ValueError, before any launch, where the kernel's staged body cannot hold the list's short-row tiles."""
-        t, tiles, splits, listed, partials, counts = self.tilings[tiling]
+        t, tiles, splits, partials, counts = self.tilings[tiling]
         if not self.holds(kernel, tiling):
             stage = kernel.stage
             nnz, rows = self._short_extent[tiling]
             raise ValueError(f"the staged short-row body holds tiles of fewer than {stage} non-zeros and at most "
                              f"{stage // 2} rows; tile list {tiling!r} has one of {nnz} non-zeros and one of {rows} "
                              "rows: take a list of fixed windows ('split_fixed', or DeviceCsr(..., guided=False))")
-        return kernel(t.count, tiles, splits, listed, self.offsets, self.cols, self.vals, self.x, self.y, partials,
-                      counts, policy=policy, **launch)
+        return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
+                      policy=policy, **launch)
 
 
 def checked_case(kind: str, n_rows: int, mean: int, seed: int) -> tuple[DeviceCsr, np.ndarray, np.ndarray]:
