@@ -42,6 +42,15 @@ def main() -> None:
         h, _ = step(cp.asarray(y))
         assert np.array_equal(cp.asnumpy(h), np.histogram(y, bins=256, range=(-4.0, 4.0))[0])
 
+    # Prepared bincount: made once, called twice: with no argument (the array it was prepared with), then on new
+    # data of the same dtype and size. Each call reads the data's max (one wait for the stream), so the length
+    # max(x.max() + 1, minlength) follows the data.
+    first = rng.integers(0, 500, size=1_000_003).astype(np.int32)
+    second = rng.integers(0, 5000, size=1_000_003).astype(np.int32)
+    count = cuadv.prepare_bincount(cp.asarray(first), minlength=1000)
+    assert np.array_equal(cp.asnumpy(count()), np.bincount(first, minlength=1000))
+    assert np.array_equal(cp.asnumpy(count(cp.asarray(second))), np.bincount(second, minlength=1000))
+
     # torch in, torch out (when torch is installed).
     try:
         import torch

@@ -7,7 +7,7 @@ boxes with ``#include <cuadv/tma.cuh>``, from Python. Needs compute capability 9
    boxes in both directions), of float16, and of bfloat16 bits held in uint16 (``dtype="bfloat16"``);
    each result is checked against CuPy element for element.
 2. ``prepare_copy``: the checks, tensor maps and kernel once, then many launches; timed against
-   ``cupy.copyto`` on a larger array.
+   ``cupy.copyto`` on a larger array. ``prepare_transpose``: the same for a transpose, called twice.
 3. A kernel of your own: ``TensorMap.tiled`` builds the map in Python, the kernel takes it as a
    ``const __grid_constant__`` parameter and loads one box per block with ``cuadv::tma::load_2d``.
 """
@@ -100,6 +100,14 @@ def main(rows: int = 1000, cols: int = 999) -> None:
     gbs = 2 * big.nbytes / (tma_ms * 1e-3) / 1e9
     print(f"copy of {big.shape[0]} x {big.shape[1]} float32: TMA {tma_ms:.3f} ms ({gbs:.0f} GB/s), "
           f"cupy.copyto {cupy_ms:.3f} ms ({cupy_ms / tma_ms:.2f}x)")
+
+    # prepare_transpose: dst = src.T, checked once; each call launches and returns dst (bound to these arrays).
+    src = pitched_random(cp, rows, cols, cp.float32)
+    tp = cuadv.tma.prepare_transpose(src, cuadv.tma.empty_pitched((cols, rows), cp.float32))
+    assert np.array_equal(cp.asnumpy(tp()), cp.asnumpy(src).T), "prepared transpose differs from NumPy"
+    src *= 2  # new values in the same array: the same op again
+    assert np.array_equal(cp.asnumpy(tp()), cp.asnumpy(src).T), "prepared transpose differs from NumPy"
+    print(f"prepared transpose: {rows} x {cols} float32, called twice, equal to NumPy's")
 
     # 3. A kernel of your own with the device header.
     x = pitched_random(cp, rows, cols, cp.float32)

@@ -52,8 +52,9 @@ def register(sub) -> None:
                        description="Predict the work-stealing trade-off without a GPU: a discrete-event model of the "
                                    "block scheduler\n(SMs x resident block slots, launch, claim, cancel and exit "
                                    "costs) runs a workload of tiles under each\nscheduling policy (fixed_work, "
-                                   "fixed_blocks, clc, steal) and prints the trade-off table; with --out it\nalso "
-                                   "writes per-SM timelines (PNG) and simulate.json.",
+                                   "fixed_blocks, clc, steal) and prints the trade-off table; it also writes\n"
+                                   "per-SM timelines (PNG) and simulate.json into --out (default cuadv-simulate; "
+                                   "--out '' writes nothing).",
                        epilog="example:\n  cuadv simulate --workload periodic:64:8 --tiles 100000 --sweep 20 "
                               "--sweep 100 --sweep inf --out sim/",
                        formatter_class=argparse.RawDescriptionHelpFormatter)

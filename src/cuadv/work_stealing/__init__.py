@@ -21,7 +21,7 @@ Example::
     scale = TileKernel(params="float* data, int n, float alpha",
                        body="int i = tile.x * blockDim.x + threadIdx.x; if (i < n) data[i] *= alpha;",
                        block=256)
-    scale(tiles=ceil_div(n, 256), data, np.int32(n), np.float32(2.0))
+    scale((n + 255) // 256, data, np.int32(n), np.float32(2.0))  # tiles first, then the kernel's arguments
 
 Modules (this file only re-exports): ``policies`` (policy names, resolution, input checks),
 ``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
