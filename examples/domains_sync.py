@@ -43,10 +43,10 @@ extern "C" __global__ void __launch_bounds__(256) block_total(const unsigned* x,
   unsigned v = 0;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v += x[i];
   s[threadIdx.x] = v;
-  __syncthreads();
+  __syncthreads();  // every thread's value is in s[] before the tree reads it
   for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
     if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();
+    __syncthreads();  // this level's sums are written before the next level reads them
   }
   if (threadIdx.x == 0) {
     partial[blockIdx.x] = s[0];
@@ -54,15 +54,15 @@ extern "C" __global__ void __launch_bounds__(256) block_total(const unsigned* x,
     last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     if (last) __threadfence();  // every other block's partial is visible to this block from here
   }
-  __syncthreads();
+  __syncthreads();  // thread 0 has set `last` and read s[0] before every thread reads `last` and s[] is written again
   if (!last) return;
   v = 0;
   for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) v += __ldcg(&partial[b]);
   s[threadIdx.x] = v;
-  __syncthreads();
+  __syncthreads();  // every partial is in s[] before the tree reads it
   for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
     if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();
+    __syncthreads();  // this level's sums are written before the next level reads them
   }
   if (threadIdx.x == 0) {
     *total = s[0];
