@@ -35,6 +35,18 @@ extern "C" __global__ void fill(unsigned* out, unsigned long long n) {
     out[i] = (unsigned)(3ull * i + 1ull);
 }
 
+// The sum of every thread's v (mod 2^32), valid in every thread; s holds blockDim.x values, a power of two.
+// The caller makes sure no thread still reads s[] from before.
+__device__ unsigned block_reduce(unsigned v, unsigned* s) {
+  s[threadIdx.x] = v;
+  __syncthreads();  // every thread's value is in s[] before the tree reads it
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();  // this level's sums are written before the next level reads them
+  }
+  return s[0];
+}
+
 // *total = sum(x) (mod 2^32) in one launch. *ticket is 0 before the launch and again after it.
 extern "C" __global__ void __launch_bounds__(256) block_total(const unsigned* x, unsigned n, unsigned* partial,
                                                               unsigned* ticket, unsigned* total) {
@@ -42,30 +54,21 @@ extern "C" __global__ void __launch_bounds__(256) block_total(const unsigned* x,
   __shared__ bool last;
   unsigned v = 0;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v += x[i];
-  s[threadIdx.x] = v;
-  __syncthreads();  // every thread's value is in s[] before the tree reads it
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();  // this level's sums are written before the next level reads them
-  }
+  const unsigned sum = block_reduce(v, s);
   if (threadIdx.x == 0) {
-    partial[blockIdx.x] = s[0];
+    partial[blockIdx.x] = sum;
     __threadfence();  // the partial is visible to the whole GPU before the ticket is taken
     last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     if (last) __threadfence();  // every other block's partial is visible to this block from here
   }
-  __syncthreads();  // thread 0 has set `last` and read s[0] before every thread reads `last` and s[] is written again
+  // thread 0 has set `last` before any thread reads it, and every thread has read s[0] before s[] is written again
+  __syncthreads();
   if (!last) return;
   v = 0;
   for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) v += __ldcg(&partial[b]);
-  s[threadIdx.x] = v;
-  __syncthreads();  // every partial is in s[] before the tree reads it
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();  // this level's sums are written before the next level reads them
-  }
+  const unsigned total_sum = block_reduce(v, s);
   if (threadIdx.x == 0) {
-    *total = s[0];
+    *total = total_sum;
     *ticket = 0;  // ready for the next launch
   }
 }

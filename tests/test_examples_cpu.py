@@ -77,3 +77,11 @@ def test_wait_example_compiles_its_busy_kernel_on_the_global_timer(arch):
     module = load("wait_timeout").build(arch)
     assert module.resources_for("busy_fill").spill_store_bytes == 0
     assert "%globaltimer" in module.ptx
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_domains_example_compiles_its_writer_and_its_fenced_sum(arch):
+    module = load("domains_sync").build(arch)  # sm_80: the fallback's GPUs, one domain
+    for name in ("fill", "block_total"):
+        assert module.resources_for(name).spill_store_bytes == 0
+    assert "membar.gl" in module.ptx or "fence.sc.gpu" in module.ptx  # __threadfence() survives into the PTX

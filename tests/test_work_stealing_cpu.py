@@ -9,8 +9,9 @@ import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.state_pool import StatePool
-from cuadv.work_stealing import (COUNT_EXITS, PHASE1, Schedule, SliceReport, TileKernel, check_quantum, check_tiles,
-                                 learned_min_units, resolve_policy, steal_grid_units)
+from cuadv.work_stealing import Schedule, SliceReport, TileKernel, resolve_policy
+from cuadv.work_stealing.policies import check_quantum, check_tiles
+from cuadv.work_stealing.schedule import COUNT_EXITS, PHASE1, learned_min_units, steal_grid_units
 
 COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
 

@@ -8,7 +8,7 @@ import pytest
 
 from cuadv import TileKernel, current_device
 from cuadv.timing import synchronize
-from cuadv.work_stealing import steal_grid_units
+from cuadv.work_stealing.schedule import steal_grid_units
 from cuadv.work_stealing.policies import runnable_policies
 
 pytestmark = pytest.mark.gpu

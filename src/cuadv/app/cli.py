@@ -59,7 +59,7 @@ def _occupancy_table(caps) -> Table:
     if not caps.cluster_launch:
         return Table("Cluster occupancy", ["query", "value"],
                      [["thread block clusters", f"not supported (compute capability {caps.cc_string()} < 9.0)"]])
-    from ..histograms import occupancy_table
+    from ..histograms.occupancy import occupancy_table
 
     t = occupancy_table()
     return Table(t.title, t.columns, t.rows, note=t.note)

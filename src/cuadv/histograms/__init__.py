@@ -23,12 +23,11 @@ exact references: ``cuadv.testing.histograms``.
 
 from .api import (PreparedBincount, PreparedHistogram, bincount, histogram, prepare_bincount,
                   prepare_histogram)
-from .launcher import HistogramEngine, PreparedHistogram as PreparedCount, build_module, count_bins, engine
-from .occupancy import OccupancyTable, occupancy_table
-from .plans import (CLUSTERED, VARIANTS, ClusterPlan, ExchangePlan, GlobalPlan, HistogramPlan, HotPlan, SharedPlan,
+from .launcher import count_bins
+from .plans import (VARIANTS, ClusterPlan, ExchangePlan, GlobalPlan, HistogramPlan, HotPlan, SharedPlan,
                     plan_histogram)
 
+# The public names (docs/histogram.md). The engine (.launcher) and the occupancy table (.occupancy) are internal.
 __all__ = ["histogram", "bincount", "prepare_histogram", "prepare_bincount", "PreparedHistogram",
-           "PreparedBincount", "count_bins", "PreparedCount", "HistogramEngine", "engine", "build_module",
-           "plan_histogram", "HistogramPlan", "GlobalPlan", "SharedPlan", "ClusterPlan", "HotPlan", "ExchangePlan",
-           "VARIANTS", "CLUSTERED", "occupancy_table", "OccupancyTable"]
+           "PreparedBincount", "count_bins", "plan_histogram", "HistogramPlan", "GlobalPlan", "SharedPlan",
+           "ClusterPlan", "HotPlan", "ExchangePlan", "VARIANTS"]

@@ -230,5 +230,6 @@ def _what(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-__all__ = ["Chain", "Step", "launch_chain", "prepare_chain", "resolve_pdl", "link_configs", "as_steps",
-           "check_arguments", "PDL_CHOICES"]
+# The public names (docs/pdl.md). as_steps, check_arguments, resolve_pdl, link_configs and PDL_CHOICES are the
+# checks Chain runs: importable from here, but internal.
+__all__ = ["Chain", "Step", "launch_chain", "prepare_chain"]

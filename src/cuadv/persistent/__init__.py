@@ -238,5 +238,6 @@ def prepare_persistent(kernel: PersistentKernel, n_tasks: int, *args: Any, tasks
     return kernel.prepare(n_tasks, *args, tasks_per_ticket=tasks_per_ticket)
 
 
-__all__ = ["PersistentKernel", "PreparedQueue", "Queue", "prepare_persistent", "check_task_count",
-           "check_tasks_per_ticket", "resident_grid", "grid_for", "MAX_TASKS", "QUEUE_LAYOUT"]
+# The public names (docs/persistent.md). check_task_count, check_tasks_per_ticket, grid_for and QUEUE_LAYOUT
+# (Queue.LAYOUT) are what PersistentKernel checks and sizes with: importable from here, but internal.
+__all__ = ["PersistentKernel", "PreparedQueue", "Queue", "prepare_persistent", "resident_grid", "MAX_TASKS"]

@@ -30,14 +30,15 @@ scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 """
 
 from .policies import (DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,
-                       RESIDENT_GRID, check_quantum, check_tiles, policy_for_arch, resolve_policy)
-from .schedule import COUNT_EXITS, PHASE1, SCHEDULE_DTYPE, Schedule, SliceReport, learned_min_units, steal_grid_units
+                       policy_for_arch, resolve_policy)
+from .schedule import Schedule, SliceReport
 from ..state_pool import STATE_BYTES, StatePool  # noqa: F401 (re-exported)
 from .tile_kernel import LaunchRecord, TileKernel
 from .trace import TRACE_DTYPE, TileOrder, Trace
 from .perfetto import to_chrome_trace
 
-__all__ = ["COUNT_EXITS", "DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS",
-           "MAX_TILES", "PHASE1", "POLICIES", "RESIDENT_GRID", "SCHEDULE_DTYPE", "STATE_BYTES", "Schedule", "SliceReport", "StatePool",
-           "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace", "check_quantum", "check_tiles", "learned_min_units",
-           "policy_for_arch", "resolve_policy", "steal_grid_units", "to_chrome_trace"]
+# The public names (docs/work_stealing.md). TileKernel's input checks, grid-sizing rules and the Schedule's packing
+# live in .policies and .schedule and are internal.
+__all__ = ["DEFAULT_PROLOGUE_FACTOR", "DEFAULT_QUANTUM_US", "LaunchRecord", "MAX_STEAL_UNITS", "MAX_TILES", "POLICIES",
+           "STATE_BYTES", "Schedule", "SliceReport", "StatePool", "TRACE_DTYPE", "TileKernel", "TileOrder", "Trace",
+           "policy_for_arch", "resolve_policy", "to_chrome_trace"]

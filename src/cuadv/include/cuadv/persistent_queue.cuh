@@ -35,7 +35,7 @@ struct Queue {
   unsigned int per_ticket;    // tasks per ticket, >= 1 (1: one atomic per task on one address, the hot spot)
   unsigned int reserved;
 };
-static_assert(sizeof(Queue) == 24, "cuadv.persistent.QUEUE_LAYOUT mirrors this struct");
+static_assert(sizeof(Queue) == 24, "cuadv.persistent.Queue.LAYOUT mirrors this struct");
 
 // Runs task(t) for every t in [0, n) exactly once over the whole grid, then the exit protocol.
 template <class Task>
