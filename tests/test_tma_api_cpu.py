@@ -201,3 +201,31 @@ def test_a_grid_of_one_block_per_unit_takes_no_blocks_per_sm():
 
     with pytest.raises(LaunchConfigError, match="persistent=False"):
         tma.TmaCopyConfig(stages=4, chunk=4, blocks_per_sm=1, persistent=False)
+
+
+def test_one_shot_launch_keys_name_every_input_of_the_checks():
+    """A kept launch is reused only for the same op, arrays (address, shape, strides, type, read-only flag) and
+    options; calls without a dst, or with options that are not plain values, are not kept."""
+    ops = tma_ops
+
+    def pitched(rows, cols, typestr="<f4", address=0x10000, readonly=False):
+        itemsize = int(typestr[2:])
+        strides = (-(-cols * itemsize // 16) * 16, itemsize)
+        return type("Fake", (), {"__cuda_array_interface__": {"shape": (rows, cols), "typestr": typestr, "version": 3,
+                                                              "strides": strides, "data": (address, readonly)}})()
+
+    src, dst = pitched(64, 64), pitched(64, 64, address=0x200000)
+    key = ops._launch_key("copy", src, dst, {"box": [8, 256], "dtype": None, "config": None})
+    assert key == ops._launch_key("copy", src, dst, {"box": (8, 256), "dtype": None, "config": None})
+    others = [ops._launch_key("transpose", src, dst, {"box": [8, 256]}),
+              ops._launch_key("copy", src, pitched(64, 64, address=0x200000, readonly=True), {"box": [8, 256]}),
+              ops._launch_key("copy", src, pitched(64, 60, address=0x200000), {"box": [8, 256]}),
+              ops._launch_key("copy", src, pitched(64, 64, "<i4", address=0x200000), {"box": [8, 256]}),
+              ops._launch_key("copy", src, dst, {"box": (16, 16)}),
+              ops._launch_key("copy", src, dst, {"box": [8, 256], "dtype": "float32"}),
+              ops._launch_key("copy", src, dst, {"box": [8, 256], "config": tma.TmaCopyConfig(stages=2)})]
+    assert key is not None and key not in others and len(set(others)) == len(others)
+    assert ops._launch_key("copy", src, None, {}) is None
+    assert ops._launch_key("copy", src, dst, {"config": {"stages": 2}}) is None
+    assert ops._launch_key("copy", src, dst, {"dtype": ["float32"]}) is None
+    assert ops._launch_key("copy", src, np.zeros((4, 4), np.float32), {}) is None

@@ -258,3 +258,36 @@ def test_a_callers_rows_ending_inside_16_bytes_are_stored_by_threads(cp, op):
     assert np.array_equal(cp.asnumpy(view), want)
     assert bool((storage[:, want.shape[1]:] == 7.0).all())
     assert (cuadv.tma.prepare_copy if op == "copy" else cuadv.tma.prepare_transpose)(src).method == "tma"
+
+
+@pytest.mark.parametrize("op", ["copy", "transpose"])
+def test_a_one_shot_call_with_dst_keeps_its_checked_launch(cp, rng, monkeypatch, op):
+    """The second call on the same arrays builds nothing and copies the data as it is now; new arrays at the same
+    address (the memory pool hands it back) of the same layout reuse the launch exactly; another shape, another
+    box or a read-only dst is checked again."""
+    from cuadv.tma import ops
+
+    built = []
+    cls = ops.TmaCopy if op == "copy" else ops.TmaTranspose
+    monkeypatch.setattr(ops, cls.__name__, type(cls.__name__, (cls,), {
+        "__init__": lambda self, *a, **k: (built.append(a), cls.__init__(self, *a, **k))[1]}))
+    monkeypatch.setattr(ops, "_KEPT_LAUNCHES", {})
+    run = cuadv.tma.copy if op == "copy" else cuadv.tma.transpose
+    want = (lambda h: h) if op == "copy" else (lambda h: h.T)
+    x, host = random_pitched(cp, (300, 200), "float32", rng)
+    dst = poisoned(cp, want(host).shape, "float32")
+    assert run(x, dst) is dst and np.array_equal(cp.asnumpy(dst), want(host))
+    x[...] = -x
+    assert run(x, dst) is dst and np.array_equal(cp.asnumpy(dst), want(-host))
+    assert len(built) == 1 and len(ops._KEPT_LAUNCHES) == 1
+    address = dst.data.ptr
+    del dst
+    again = cuadv.tma.empty_pitched(want(host).shape, np.float32)
+    run(x, again)
+    assert np.array_equal(cp.asnumpy(again), want(-host))
+    assert len(built) == (1 if again.data.ptr == address else 2)
+    run(x, again, box=(32, 32))
+    assert len(built) == (2 if again.data.ptr == address else 3) and np.array_equal(cp.asnumpy(again), want(-host))
+    small = again[:10]
+    run(x[:, :10] if op == "transpose" else x[:10], small)
+    assert np.array_equal(cp.asnumpy(small), want(-host)[:10]) and len(ops._KEPT_LAUNCHES) == len(built)

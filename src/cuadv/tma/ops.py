@@ -109,14 +109,67 @@ def prepare_transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = 
 
 def copy(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
          config: TmaCopyConfig | None = None, stream: Any = None) -> Any:
-    """``dst[...] = src`` through TMA; returns dst (allocated in src's library when None)."""
-    return prepare_copy(src, dst, box=box, dtype=dtype, config=config, stream=stream)(stream=stream)
+    """``dst[...] = src`` through TMA; returns dst (allocated in src's library when None). With ``dst`` given, a
+    second call on the same two arrays (address, shape, strides, type) and options only launches (``_launch_once``)."""
+    return _launch_once(TmaCopy, src, dst, stream, box=box, dtype=dtype, config=config)
 
 
 def transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
               stream: Any = None) -> Any:
-    """``dst[...] = src.T`` through TMA; returns dst (shape (cols, rows), allocated in src's library when None)."""
-    return prepare_transpose(src, dst, box=box, dtype=dtype, stream=stream)(stream=stream)
+    """``dst[...] = src.T`` through TMA; returns dst (shape (cols, rows), allocated in src's library when None).
+    With ``dst`` given, a second call on the same two arrays and options only launches, as ``copy``'s does."""
+    return _launch_once(TmaTranspose, src, dst, stream, box=box, dtype=dtype)
+
+
+# The checked launches of one-shot calls with a dst, by what they were checked on. A launch's parameter bytes (the
+# tensor maps: addresses, shapes, strides, box; the ring; the grid) and every check (layout, overlap, a writable dst)
+# are functions of that key alone, so a hit is exactly what the checks and the build would make again; it keeps
+# no reference to the arrays. cuadv works on one GPU per process (CUADV_DEVICE), so the key names none.
+_KEPT_LAUNCHES: dict[tuple, tuple[Launcher | None, bytes]] = {}
+KEPT_LAUNCHES_MAX = 64
+
+
+def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **options: Any) -> Any:
+    """One call of ``cls`` (TmaCopy or TmaTranspose): the kept launch where these arrays and options were checked
+    before, else the whole check and build (whose errors are the prepared op's), kept for the next call."""
+    key = _launch_key(cls.op, src, dst, options)
+    kept = _KEPT_LAUNCHES.get(key) if key is not None else None
+    if kept is None:
+        op = cls(src, dst, stream=stream, **options)
+        result = op(stream=stream)
+        if key is not None:
+            if len(_KEPT_LAUNCHES) >= KEPT_LAUNCHES_MAX:
+                _KEPT_LAUNCHES.pop(next(iter(_KEPT_LAUNCHES)), None)  # the oldest
+            _KEPT_LAUNCHES[key] = (op._launcher, op._blob)
+        return result
+    launcher, blob = kept
+    if launcher is not None:
+        h = stream_handle(stream, src)
+        for array in (src, dst):  # the producers' pending work is ordered before this launch
+            device_array(_tma_view(array)[0], stream=h)
+        launcher(blob, stream=h)
+    return dst
+
+
+def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any]) -> tuple | None:
+    """What a one-shot call's launch depends on, or None where it is not kept: no dst (each call allocates one),
+    options that are not plain values, or arrays that cannot be described (the checks then raise)."""
+    if dst is None:
+        return None
+    box, config = options.get("box"), options.get("config")
+    if config is not None and not isinstance(config, TmaCopyConfig):
+        return None
+    try:
+        arrays = []
+        for array in (src, dst):
+            view, implied = _tma_view(array)
+            a = device_array(view)
+            arrays.append((a.ptr, a.shape, a.strides, a.typestr, a.readonly, implied))
+        key = (op, *arrays, None if box is None else tuple(box), options.get("dtype"), config)
+        hash(key)
+    except (TypeError, ValueError, KernelArgumentError):
+        return None
+    return key
 
 
 # ---------------------------------------------------------------------------------------------- the prepared ops
