@@ -229,3 +229,21 @@ def test_one_shot_launch_keys_name_every_input_of_the_checks():
     assert ops._launch_key("copy", src, dst, {"config": {"stages": 2}}) is None
     assert ops._launch_key("copy", src, dst, {"dtype": ["float32"]}) is None
     assert ops._launch_key("copy", src, np.zeros((4, 4), np.float32), {}) is None
+
+
+@pytest.mark.parametrize("box", [(8.0, 256), (True, 256), iter((8, 256))], ids=["float", "bool", "iterator"])
+def test_a_one_shot_box_is_read_once_and_as_the_constructor_reads_it(monkeypatch, box):
+    """With (8, 256) kept for these arrays, a box of floats or bools still raises as the prepared op does (no GPU is
+    reached: the check comes first), and a one-use iterator of (8, 256) is read once and finds the kept launch."""
+    def fake(address):
+        return type("Fake", (), {"__cuda_array_interface__": {"shape": (64, 64), "typestr": "<f4", "version": 3,
+                                                              "strides": (256, 4), "data": (address, False)}})()
+
+    src, dst = fake(0x10000), fake(0x200000)
+    options = {"box": (8, 256), "dtype": None, "config": None}
+    monkeypatch.setattr(tma_ops, "_KEPT_LAUNCHES", {tma_ops._launch_key("copy", src, dst, options): (None, b"")})
+    if isinstance(box, tuple):
+        with pytest.raises(TypeError, match="box must be two integers"):
+            tma.copy(src, dst, box=box)
+    else:
+        assert tma.copy(src, dst, box=box) is dst  # the kept launch (None: nothing to launch) was found

@@ -85,7 +85,7 @@ OCCUPANCY_SHARED_KB = _occupancy.OCCUPANCY_SHARED_KB
 
 
 def occupancy_table(block: int = 1024) -> Table:
-    """The library's cluster occupancy table (``cuadv.histograms.occupancy_table``) as a report Table."""
+    """The library's cluster occupancy table (``cuadv.histograms.occupancy.occupancy_table``) as a report Table."""
     t = _occupancy.occupancy_table(block)
     return Table(t.title, t.columns, t.rows, note=t.note)
 

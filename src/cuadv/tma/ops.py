@@ -132,6 +132,11 @@ KEPT_LAUNCHES_MAX = 64
 def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **options: Any) -> Any:
     """One call of ``cls`` (TmaCopy or TmaTranspose): the kept launch where these arrays and options were checked
     before, else the whole check and build (whose errors are the prepared op's), kept for the next call."""
+    if options.get("box") is not None:
+        try:  # once, as the constructor reads it: a one-use iterator is used up here, and floats never match ints
+            options["box"] = _shape2(options["box"], "box")
+        except TypeError:
+            return cls(src, dst, stream=stream, **options)(stream=stream)  # raises the constructor's TypeError
     key = _launch_key(cls.op, src, dst, options)
     kept = _KEPT_LAUNCHES.get(key) if key is not None else None
     if kept is None:
@@ -164,7 +169,7 @@ def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any]) -> tuple |
         for array in (src, dst):
             view, implied = _tma_view(array)
             a = device_array(view)
-            arrays.append((a.ptr, a.shape, a.strides, a.typestr, a.readonly, implied))
+            arrays.append((a.ptr, a.shape, a.strides, a.typestr, a.type_name, a.readonly, implied))
         key = (op, *arrays, None if box is None else tuple(box), options.get("dtype"), config)
         hash(key)
     except (TypeError, ValueError, KernelArgumentError):
