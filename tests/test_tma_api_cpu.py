@@ -15,23 +15,9 @@ from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.tma import ops as tma_ops
 from cuadv.tma.params import TMA_PARAMS_BYTES, ThreadTileParams, TmaTileParams
 
+from bad_input.library_fakes import FakeArray, pitched  # the bad-input corpus's fakes (pytest puts tests/ on the path)
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class FakeArray:
-    """Just a __cuda_array_interface__: enough for the pure checks."""
-
-    def __init__(self, shape, typestr="<f4", strides=None, address=0x10000):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
-                                         "data": (address, False), "version": 3}
-
-
-def pitched(rows, cols, typestr="<f4", address=0x10000):
-    itemsize = int(typestr[2:])
-    return FakeArray((rows, cols), typestr, strides=(tma.pitch_elements(cols, "uint8" if itemsize == 1 else
-                                                                         {2: "uint16", 4: "float32",
-                                                                          8: "float64"}[itemsize]) * itemsize,
-                                                     itemsize), address=address)
 
 
 @pytest.fixture
@@ -207,13 +193,6 @@ def test_one_shot_launch_keys_name_every_input_of_the_checks():
     """A kept launch is reused only for the same op, arrays (address, shape, strides, type, read-only flag) and
     options; calls without a dst, or with options that are not plain values, are not kept."""
     ops = tma_ops
-
-    def pitched(rows, cols, typestr="<f4", address=0x10000, readonly=False):
-        itemsize = int(typestr[2:])
-        strides = (-(-cols * itemsize // 16) * 16, itemsize)
-        return type("Fake", (), {"__cuda_array_interface__": {"shape": (rows, cols), "typestr": typestr, "version": 3,
-                                                              "strides": strides, "data": (address, readonly)}})()
-
     src, dst = pitched(64, 64), pitched(64, 64, address=0x200000)
     key = ops._launch_key("copy", src, dst, {"box": [8, 256], "dtype": None, "config": None})
     assert key == ops._launch_key("copy", src, dst, {"box": (8, 256), "dtype": None, "config": None})
@@ -235,11 +214,7 @@ def test_one_shot_launch_keys_name_every_input_of_the_checks():
 def test_a_one_shot_box_is_read_once_and_as_the_constructor_reads_it(monkeypatch, box):
     """With (8, 256) kept for these arrays, a box of floats or bools still raises as the prepared op does (no GPU is
     reached: the check comes first), and a one-use iterator of (8, 256) is read once and finds the kept launch."""
-    def fake(address):
-        return type("Fake", (), {"__cuda_array_interface__": {"shape": (64, 64), "typestr": "<f4", "version": 3,
-                                                              "strides": (256, 4), "data": (address, False)}})()
-
-    src, dst = fake(0x10000), fake(0x200000)
+    src, dst = pitched(64, 64), pitched(64, 64, address=0x200000)
     options = {"box": (8, 256), "dtype": None, "config": None}
     monkeypatch.setattr(tma_ops, "_KEPT_LAUNCHES", {tma_ops._launch_key("copy", src, dst, options): (None, b"")})
     if isinstance(box, tuple):

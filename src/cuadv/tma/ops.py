@@ -110,7 +110,7 @@ def prepare_transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = 
 def copy(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dtype: str | None = None,
          config: TmaCopyConfig | None = None, stream: Any = None) -> Any:
     """``dst[...] = src`` through TMA; returns dst (allocated in src's library when None). With ``dst`` given, a
-    second call on the same two arrays (address, shape, strides, type) and options only launches (``_launch_once``)."""
+    second call on the same two arrays (address, shape, strides, type) and options only launches (docs/tma.md)."""
     return _launch_once(TmaCopy, src, dst, stream, box=box, dtype=dtype, config=config)
 
 
@@ -149,11 +149,17 @@ def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **option
         return result
     launcher, blob = kept
     if launcher is not None:
-        h = stream_handle(stream, src)
-        for array in (src, dst):  # the producers' pending work is ordered before this launch
-            device_array(_tma_view(array)[0], stream=h)
-        launcher(blob, stream=h)
+        _enqueue(launcher, blob, (_tma_view(src)[0], _tma_view(dst)[0]), stream, src)
     return dst
+
+
+def _enqueue(launcher: Launcher, blob: bytes, views: tuple[Any, ...], stream: Any, like: Any) -> None:
+    """Launch ``blob`` on ``stream`` (None: the current stream of ``like``'s library) after the pending work of
+    each view's producer."""
+    h = stream_handle(stream, like)
+    for view in views:  # the producers' pending work is ordered before this launch
+        device_array(view, stream=h)
+    launcher(blob, stream=h)
 
 
 def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any]) -> tuple | None:
@@ -222,12 +228,8 @@ class _TileOp:
     def __call__(self, *, stream: Any = None) -> Any:
         """Launch on ``stream`` (default: the stream given when prepared, else the current stream of src's
         library); returns dst. The arrays are those given when prepared: a tensor map holds their addresses."""
-        if self._launcher is None:
-            return self.dst
-        h = stream_handle(stream if stream is not None else self.stream, self.src)
-        for view in self._views:  # the producers' pending work is ordered before this launch
-            device_array(view, stream=h)
-        self._launcher(self._blob, stream=h)
+        if self._launcher is not None:
+            _enqueue(self._launcher, self._blob, self._views, stream if stream is not None else self.stream, self.src)
         return self.dst
 
     def __repr__(self) -> str:
