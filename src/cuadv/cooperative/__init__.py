@@ -33,9 +33,10 @@ import numpy as np
 from ..dims import PORTABLE_CLUSTER_SIZE, Dim3, as_dim3, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import device_array, empty, overlaps, stream_handle, writable, zeros
+from ..interop import data_ptr, device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
 from ..launch import LaunchConfig, launch, prepare
+from ..memo import BoundedMemo
 from ..waiting import wait
 
 __all__ = [
@@ -164,10 +165,11 @@ class BlockSum:
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")
         self.launches = self._launch_sizes()  # elements read by each launch (each writes ceil(n / block))
         self.out_size = 1 if self.total else _blocks(self.size, self.block)
-        self._launchers = [prepare(self.kernel, LaunchConfig(grid=_blocks(n, self.block), block=self.block,
-                                                             shared_mem=self.block * self.dtype.itemsize))
-                           for n in self.launches]
-        self._scratch: list[Any] = []
+        key = (self.kernel, tuple(self.launches), self.block)
+        self._launchers = _BLOCK_SUM_LAUNCHERS.get(key) or _BLOCK_SUM_LAUNCHERS.put(key, tuple(
+            prepare(self.kernel, LaunchConfig(grid=_blocks(n, self.block), block=self.block,
+                                              shared_mem=self.block * self.dtype.itemsize)) for n in self.launches))
+        self._scratch: Any = None
 
     def _launch_sizes(self) -> list[int]:
         if self.size == 0:
@@ -185,7 +187,7 @@ class BlockSum:
         if out is None:
             make = zeros if self.size == 0 else empty
             out = make(arr.library, (self.out_size,), self.dtype, like=x, stream=handle)
-            out_ptr = device_array(out).ptr
+            out_ptr = data_ptr(out)
         else:
             o = writable(_vector(out, "out", (self.dtype.name,), handle), "out")
             if o.size != self.out_size:
@@ -202,17 +204,21 @@ class BlockSum:
         src = arr.ptr
         last = len(self._launchers) - 1
         for i, (run, n) in enumerate(zip(self._launchers, self.launches)):
-            dst = out_ptr if i == last else self._scratch_ptr(i % 2, x, handle)
+            dst = out_ptr if i == last else self._scratch_ptr(i % 2, arr.library, x, handle)
             run(src, dst, np.uint32(n), stream=handle)
             src = dst
         return out
 
-    def _scratch_ptr(self, which: int, like: Any, handle: int) -> int:
-        if not self._scratch:  # launch i (not the last) writes ceil(launches[i] / block) sums into scratch[i % 2]
-            sizes = self.launches[1:3] + [1]
-            library = device_array(like).library
-            self._scratch = [empty(library, (s,), self.dtype, like=like, stream=handle) for s in sizes[:2]]
-        return device_array(self._scratch[which]).ptr
+    def _scratch_ptr(self, which: int, library: str, like: Any, handle: int) -> int:
+        """Where launch i (not the last) writes its ceil(launches[i] / block) sums: half i % 2 of one scratch
+        vector, the halves as long as launches 1 and 2 read."""
+        sizes = (self.launches[1:3] + [1])[:2]
+        if self._scratch is None:
+            self._scratch = empty(library, (sum(sizes),), self.dtype, like=like, stream=handle)
+        return data_ptr(self._scratch) + which * sizes[0] * self.dtype.itemsize
+
+
+_BLOCK_SUM_LAUNCHERS = BoundedMemo(256)  # (kernel, elements each launch reads, block) -> their checked launchers
 
 
 def prepare_block_sum(x: Any, block: int = 256, *, total: bool = False) -> BlockSum:

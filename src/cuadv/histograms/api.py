@@ -33,7 +33,7 @@ import numpy as np
 
 from .._cuda import check, driver
 from ..errors import LaunchConfigError
-from ..interop import DeviceArray, overlaps, stream_handle, writable
+from ..interop import DeviceArray, data_ptr, overlaps, stream_handle, writable
 from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
@@ -117,6 +117,12 @@ def output_library(src: DeviceArray) -> str:
     return "torch" if src.library == "torch" else "cupy"
 
 
+def check_out_length(dst: DeviceArray, length: int) -> None:
+    """``out`` (checked by check_out) holds one count per bin of ``length``."""
+    if dst.shape != (length,):
+        raise ValueError(f"out must have shape ({length},), got {dst.shape}")
+
+
 def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
     """``out`` must be a writable C-contiguous int64 device array of ``length`` elements (None: any length, for
     bincount before the data's length is known) in the input's library, sharing no byte with the input."""
@@ -127,8 +133,8 @@ def check_out(out: Any, length: int | None, src: DeviceArray) -> DeviceArray:
         raise TypeError(f"out is a {have} array, but a {src.library} input gives {want} output; pass a {want} array")
     if dst.dtype != np.int64:
         raise TypeError(f"out must have dtype int64 (the counts numpy returns), got {dst.dtype}")
-    if length is not None and dst.shape != (length,):
-        raise ValueError(f"out must have shape ({length},), got {dst.shape}")
+    if length is not None:
+        check_out_length(dst, length)
     if len(dst.shape) != 1:
         raise ValueError(f"out must be 1-D (one count per bin), got shape {dst.shape}")
     if overlaps(dst, src):
@@ -492,7 +498,7 @@ class PreparedHistogram:
         # In place no kernel reads the edges: the widening pass writes them (one launch fewer).
         bin_edges, edges_ptr, first, last, deferred = self._bin_edges(src, x, h, defer=in_place)
         hist = out if out is not None else _new_output(src, x, self.bins, np.int64, h)
-        hist_ptr = dst.ptr if dst is not None else device_array(hist, "out").ptr
+        hist_ptr = dst.ptr if dst is not None else data_ptr(hist)
         if src.size == 0:
             check(driver().cuMemsetD8Async(hist_ptr, 0, 8 * self.bins, h), "cuMemsetD8Async")
             return hist, bin_edges
@@ -532,7 +538,7 @@ class PreparedHistogram:
         if self._edge_spec is not None:
             start, step, stop, dtype = self._edge_spec
             bin_edges = _new_output(src, x, self.bins + 1, dtype, h)
-            spec = EdgeSpec(device_array(bin_edges, "bin_edges").ptr, dtype, self.bins, start, step, stop)
+            spec = EdgeSpec(data_ptr(bin_edges), dtype, self.bins, start, step, stop)
             if not defer:
                 _aux_launch(f"hist_edges<{spec.ctype}>", self.bins + 1, spec.args(), h, caps.arch, caps.sm_count)
             return bin_edges, spec.ptr, dtype.type(start), dtype.type(stop), spec if defer else None
@@ -546,7 +552,7 @@ class PreparedHistogram:
                     raise ValueError(f"autodetected range of [{lo}, {hi}] is not finite")
                 edges = self._edges_for(lo, hi)
         bin_edges = _new_output(src, x, self.bins + 1, edges.dtype, h)
-        edges_ptr = device_array(bin_edges, "bin_edges").ptr
+        edges_ptr = data_ptr(bin_edges)
         _to_device(edges_ptr, edges, h)
         return bin_edges, edges_ptr, edges[0], edges[-1], None
 
@@ -616,11 +622,13 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
     input raises (copy it first) instead of being copied behind your back; the default range waits for
     the stream once (the min/max pass), as cupy does.
     """
-    src = check_input(x)  # every check before the first GPU call (the engine's device query)
-    bins = check_bins(bins)
-    check_range(range)
-    check_variant(variant)
+    # The constructor checks x, bins, range, variant and stream, in this order, before its first GPU call (the
+    # engine's device query); the call checks out after it, so a given out is checked here, first.
     if out is not None:
+        src = check_input(x)
+        bins = check_bins(bins)
+        check_range(range)
+        check_variant(variant)
         check_out(out, bins, src)
     return PreparedHistogram(x, bins, range, variant=variant, stream=stream, keep=False)(x, out=out)
 
@@ -671,18 +679,17 @@ class PreparedBincount:
         if src.dtype != self.src.dtype or src.size != self.src.size:
             raise ValueError(f"x has {src.size} elements of {src.dtype}; this prepared bincount was made for "
                              f"{self.src.size} of {self.src.dtype}")
-        if out is not None:
-            check_out(out, None, src)  # type and library before any GPU work; the length below
+        dst = None if out is None else check_out(out, None, src)  # before any GPU work; its length once it is known
         h = self._stream_of(self.stream, x)
         try:
-            return self._count(src, x, out, h)
+            return self._count(src, x, out, dst, h)
         except BaseException:
             if not self.keep:
                 _free_after_failure((self._index, *self._counters.values()), h)
                 self._index = None
             raise
 
-    def _count(self, src: DeviceArray, x: Any, out: Any, h: int) -> Any:
+    def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> Any:
         _order_after_producer(x, h)
         caps = self.eng.caps
         length = self.minlength
@@ -693,9 +700,10 @@ class PreparedBincount:
             if int(hi) + 1 > MAX_BINS:
                 raise ValueError(f"x.max() = {hi} needs {int(hi) + 1} bins; at most {MAX_BINS}")
             length = max(int(hi) + 1, self.minlength)
-        dst = None if out is None else check_out(out, length, src)
+        if dst is not None:
+            check_out_length(dst, length)
         result = out if out is not None else _new_output(src, x, length, np.int64, h)
-        out_ptr = dst.ptr if dst is not None else device_array(result, "out").ptr
+        out_ptr = dst.ptr if dst is not None else data_ptr(result)
         if length == 0:
             return result
         name = src.type_name
