@@ -16,9 +16,21 @@ from cuadv.work_stealing.schedule import COUNT_EXITS, PHASE1, learned_min_units,
 COUNT_BODY = "if (threadIdx.x == 0) atomicAdd(&count[tile.index], 1u);"
 
 
-def test_auto_picks_clc_on_blackwell_and_steal_on_hopper():
+def test_auto_picks_clc_on_blackwell_steal_on_hopper_and_fixed_work_below():
     assert resolve_policy("auto", (10, 0)) == "clc"
     assert resolve_policy("auto", (9, 0)) == "steal"
+    assert resolve_policy("auto", (8, 6)) == resolve_policy("auto", (8, 0)) == "fixed_work"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86"])
+def test_auto_compiles_below_hopper_as_fixed_work(arch):
+    # Steal's loop is sm_90 PTX (elect.sync, fence.mbarrier_init): auto must not pick it, on the host or in a user
+    # kernel that names cuadv::ws::Auto itself.
+    check = "static_assert(cuda::std::is_same_v<cuadv::ws::Auto, cuadv::ws::FixedWork>);"
+    k = TileKernel("unsigned int* count", COUNT_BODY + check, check, name="count_tiles")
+    m = k.compile(arch, "auto")
+    assert m.resources_for("count_tiles").spill_store_bytes == 0
+    assert "fence.mbarrier_init" not in m.ptx and "elect.sync" not in m.ptx
 
 
 def test_clc_on_hopper_names_capability_and_fallback():

@@ -28,8 +28,8 @@ def resolve_policy(policy: str, cc: tuple[int, int]) -> str:
     """The concrete policy for a GPU; raises for one it cannot run, naming the capability and fallback."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
-    if policy == "auto":
-        return "clc" if cc >= (10, 0) else "steal"
+    if policy == "auto":  # below 9.0 steal does not compile (sm_90 PTX): the hardware scheduler's fixed_work
+        return "clc" if cc >= (10, 0) else "steal" if cc >= (9, 0) else "fixed_work"
     cc_text = f"{cc[0]}.{cc[1]}"
     if policy == "clc" and cc < (10, 0):
         raise UnsupportedFeatureError("Cluster Launch Control (policy 'clc')", "compute capability >= 10.0", cc_text,

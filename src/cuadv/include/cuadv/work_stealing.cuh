@@ -24,7 +24,7 @@
 //                         slice held (or, where no slice ends, what one would hold at the pace of a
 //                         block that found the work gone), from which the host sizes the next
 //                         launch's min_units.
-//   Auto                  ClusterLaunchControl where the target has it, else Steal.
+//   Auto                  ClusterLaunchControl where the target has it (sm_100+), else Steal (sm_90), else FixedWork.
 //
 // Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl; FixedBlocks and
 // AtomicCounter launch the blocks (clusters) that fit at once, at most one per unit. Steal with a quantum needs
@@ -124,8 +124,10 @@ struct Steal {};
 struct ClusterLaunchControl {};
 #if CUADV_ARCH >= 1000
 using Auto = ClusterLaunchControl;
-#else
+#elif CUADV_ARCH >= 900
 using Auto = Steal;
+#else
+using Auto = FixedWork;  // Steal needs sm_90 (elect.sync, mbarrier transaction counts); the grid is the tile grid
 #endif
 
 // Whether every thread of a block passes a block (or cluster) barrier between two tiles the block runs under
