@@ -48,6 +48,19 @@ def test_bad_out_raises_before_launch(out, error, match):
         pipeline.stencil(FakeArray((4, 8)), out, **COEF)
 
 
+def test_a_prepared_stencil_runs_on_the_stream_it_was_prepared_for_unless_a_call_names_one():
+    launched = []
+
+    def kernels(variant, x, out, c_center, c_neighbour, *, stream):
+        launched.append(stream)
+
+    prepared = pipeline.PreparedStencil((64, 64), STENCIL_VARIANTS["thread"], 0.5, 0.125, kernels, stream=7)
+    x, out = FakeArray((64, 64)), FakeArray((64, 64), address=0x20000)
+    prepared(x, out)
+    prepared(x, out, stream=9)
+    assert launched == [7, 9]
+
+
 def test_coefficients_are_required():
     with pytest.raises(TypeError):
         pipeline.stencil(FakeArray((4, 8)))  # noqa

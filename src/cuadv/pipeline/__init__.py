@@ -147,17 +147,19 @@ def _coefficient(value: Any, name: str) -> float:
 @dataclass
 class PreparedStencil:
     """The stencil for one input shape and variant, checked and compiled once: call it as
-    ``prepared(x, out=None, stream=None)`` with arrays of that shape (the variant was chosen for the arrays given
-    to prepare_stencil; an array that breaks its rules is refused, never launched)."""
+    ``prepared(x, out=None, *, stream=None)`` with arrays of that shape (the variant was chosen for the arrays given
+    to prepare_stencil; an array that breaks its rules is refused, never launched). A call's ``stream=None`` is
+    ``stream``, the one given to prepare_stencil, and where that was None too, the current stream of x's library."""
 
     shape: tuple[int, int]
     variant: Variant
     c_center: float
     c_neighbour: float
     kernels: Stencil = field(repr=False)
+    stream: Any = None
 
     def __call__(self, x: Any, out: Any = None, *, stream: Any = None) -> Any:
-        handle = stream_handle(stream, x)
+        handle = stream_handle(self.stream if stream is None else stream, x)
         arr, src = _check_x(x, handle)
         if (src.rows, src.cols) != self.shape:
             raise LaunchConfigError(f"x has shape {(src.rows, src.cols)} but this stencil was prepared for "
@@ -192,7 +194,7 @@ def prepare_stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: fl
     if not kernels.fits(chosen):
         raise LaunchConfigError(f"{chosen.label} does not fit on an SM of this GPU ({chosen.shared_bytes} B shared "
                                 f"memory, {chosen.threads} threads); fallback: variant='thread'")
-    return PreparedStencil((src.rows, src.cols), chosen, c_center, c_neighbour, kernels)
+    return PreparedStencil((src.rows, src.cols), chosen, c_center, c_neighbour, kernels, stream)
 
 
 def stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: float,
