@@ -20,6 +20,13 @@ def nvrtc():
     return rtc
 
 
+def ready_driver():
+    """The driver after cuInit, for a public function whose first CUDA call is a driver call: without a usable GPU
+    it raises NoGpuError (init_driver), not the loader's error from that call."""
+    init_driver()
+    return driver()
+
+
 def check(result: tuple | Any, call: str = "CUDA driver call") -> Any:
     """Unpack a cuda.bindings return tuple, raising CudaDriverError on failure."""
     if not isinstance(result, tuple):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ._cuda import check, driver
+from ._cuda import check, driver, ready_driver
 from .errors import LaunchConfigError
 from .features import why_not as _feature_why_not
 from .interop import stream_handle
@@ -75,7 +75,7 @@ def set_stream_domain(stream: Any, domain: str) -> None:
     unless a launch names its own (``LaunchConfig(mem_sync_domain=...)``)."""
     check_domain(domain)
     handle = stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
-    drv = driver()
+    drv = ready_driver()
     value = drv.CUstreamAttrValue()
     value.memSyncDomain = getattr(drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{domain.upper()}")
     check(drv.cuStreamSetAttribute(drv.CUstream(handle), _attr(), value),
@@ -84,8 +84,9 @@ def set_stream_domain(stream: Any, domain: str) -> None:
 
 def stream_domain(stream: Any) -> str:
     """The domain later launches on ``stream`` go to."""
-    drv = driver()
-    value = check(drv.cuStreamGetAttribute(drv.CUstream(stream_handle(stream)), _attr()),
+    handle = stream_handle(stream)
+    drv = ready_driver()
+    value = check(drv.cuStreamGetAttribute(drv.CUstream(handle), _attr()),
                   "cuStreamGetAttribute(MEM_SYNC_DOMAIN)")
     return value.memSyncDomain.name.removeprefix("CU_LAUNCH_MEM_SYNC_DOMAIN_").lower()
 

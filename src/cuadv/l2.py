@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._cuda import check, driver
+from ._cuda import check, driver, ready_driver
 from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
 from .features import require as require_feature
 from .interop import device_array, stream_handle
@@ -82,7 +82,7 @@ def _limit():
 
 def get_set_aside() -> int:
     """The current persisting set-aside in bytes."""
-    return int(check(driver().cuCtxGetLimit(_limit()), "cuCtxGetLimit(PERSISTING_L2_CACHE_SIZE)"))
+    return int(check(ready_driver().cuCtxGetLimit(_limit()), "cuCtxGetLimit(PERSISTING_L2_CACHE_SIZE)"))
 
 
 def set_set_aside(nbytes: int, caps=None) -> int:
@@ -92,7 +92,7 @@ def set_set_aside(nbytes: int, caps=None) -> int:
 
         caps = current_device().caps
     check_set_aside(nbytes, int(_caps_dict(caps)["persisting_l2_max_bytes"]))
-    check(driver().cuCtxSetLimit(_limit(), nbytes), f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE={nbytes})")
+    check(ready_driver().cuCtxSetLimit(_limit(), nbytes), f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE={nbytes})")
     return get_set_aside()
 
 
@@ -105,7 +105,7 @@ def check_set_aside(nbytes: int, maximum: int) -> None:
 
 def reset_persisting_lines() -> None:
     """Turn every persisting L2 line back to normal (cuCtxResetPersistingL2Cache)."""
-    check(driver().cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+    check(ready_driver().cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
 
 
 def hit_ratio_for(set_aside: int, window_bytes: int) -> float:
@@ -157,9 +157,10 @@ class SetAside:
 
 def get_stream_window(stream: Any) -> AccessPolicyWindow | None:
     """The access-policy window set on ``stream`` (None: no window, num_bytes 0)."""
-    drv = driver()
+    handle = stream_handle(stream)
+    drv = ready_driver()
     attr = drv.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
-    value = check(drv.cuStreamGetAttribute(drv.CUstream(stream_handle(stream)), attr),
+    value = check(drv.cuStreamGetAttribute(drv.CUstream(handle), attr),
                   "cuStreamGetAttribute(ACCESS_POLICY_WINDOW)")
     w = value.accessPolicyWindow
     if int(w.num_bytes) == 0:

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ._cuda import check, driver
+from ._cuda import check, driver, init_driver
 from . import nvtx
 from .interop import stream_handle
 from .memory import free
@@ -131,6 +131,7 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
     """
     _check_timing(fn, setup, warmup, repeats, queue_ahead_us)
     handle = stream_handle(stream)
+    init_driver()  # no GPU: NoGpuError, not the loader's error at the first event
     name = getattr(fn, "__qualname__", None) or repr(fn)
     what = what or f"the timed call {name}"
     label = f"cuadv timed {name}"

@@ -34,7 +34,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ._cuda import check, driver
+from ._cuda import check, driver, init_driver
 from .errors import GpuTimeoutError
 from .interop import stream_handle
 
@@ -126,11 +126,13 @@ def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None
         stream = drv.CUstream(handle)
         done = _ready(lambda: drv.cuStreamQuery(stream), "cuStreamQuery")
         what = what or f"the GPU work on stream {handle:#x}"
+    init_driver()  # no GPU: NoGpuError here, after the argument's checks, not the loader's error in the query
     _guarded(lambda: wait_until(done, what, timeout_s))
 
 
 def wait_device(*, timeout_s: float | None = None, what: str | None = None) -> None:
     """Wait for all work of the current CUDA context (every stream), at most the timeout."""
+    init_driver()
     _guarded(lambda: _synchronize_context(_current_context(), what or "all GPU work of this process", timeout_s))
 
 
