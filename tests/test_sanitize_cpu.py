@@ -93,7 +93,7 @@ def test_pathfinder_failure_is_not_found(monkeypatch, tmp_path):
     assert sanitize._sanitizer_by_pathfinder() is None
 
 
-def test_missing_sanitizer_message_names_the_wheel_and_extra(monkeypatch):
+def test_missing_sanitizer_message_names_the_wheel_and_extra(monkeypatch, capsys):
     import cuadv.app.runner as runner
 
     monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)  # a GPU is there: check names the missing sanitizer
@@ -102,9 +102,9 @@ def test_missing_sanitizer_message_names_the_wheel_and_extra(monkeypatch):
     console = Console(file=out, width=300)
     args = SimpleNamespace(lab=None, tool=None, jobs=1, timeout=1, log=None, require_gpu=False, json=False)
     assert sanitize.cmd_check(args, console) != 0  # nothing checked is not a success
-    text = out.getvalue()
+    text = capsys.readouterr().err  # an error message: on stderr, nothing on the console
     assert ("compute-sanitizer not found: pip install 'cuadv[sanitize]' (the nvidia-cuda-sanitizer-api wheel) "
-            "or install the CUDA toolkit") in text  # the [sanitize] survives rich markup
+            "or install the CUDA toolkit") in text and out.getvalue() == ""
     assert "ships with the CUDA toolkit" not in text
 
 

@@ -76,7 +76,7 @@ def cmd_build(args, console: Console) -> int:
                    for r in rows if not r.error])
     print_table(console, table)
     for r in failed:
-        console.print(f"[red]{r.lab} for {r.arch} failed to compile[/]\n{r.error}")
+        print(f"cuadv build: {r.lab} for {r.arch} failed to compile\n{r.error}", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps([{"lab": r.lab, "arch": r.arch, "kernel": r.kernel, "error": r.error,
                                                 "resources": r.resources.__dict__ if r.resources else None}
@@ -313,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "registers,\nshared memory, stack and spills per kernel. Compiled modules land in the compile "
                      "cache (`cuadv cache`).",
                      "  cuadv build --arch sm_90a --arch sm_100a --jobs 8 --json build.json")
-    build.add_argument("--arch", action="append", help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
+    build.add_argument("--arch", action="append", type=_target,
+                       help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
     build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")
-    build.add_argument("--jobs", type=int, default=1, help="compile labs in this many processes (default 1)")
+    build.add_argument("--jobs", type=_positive_int, default=1, help="compile labs in this many processes (default 1)")
     run = _command(sub, "run", "run every lab, validate, measure and write the report",
                    "Run every lab (or those given with --only): validate, measure, and write results.json, "
                    "report.md and index.html.\nWithout a GPU it says so and runs what needs none (the build check "
@@ -357,6 +358,27 @@ def build_parser() -> argparse.ArgumentParser:
     for parser in sub.choices.values():
         parser.formatter_class = _HelpFormatter
     return p
+
+
+def _target(text: str) -> str:
+    """A compile target NVRTC takes (argparse type: a usage error, exit 2, names the targets it compiles for)."""
+    from ..compiler import check_target
+
+    try:
+        check_target(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 PEER_LABS = ("domains",)

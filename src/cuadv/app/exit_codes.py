@@ -5,10 +5,13 @@ EXIT_FAILED = 1       # a lab, a check or a compile failed (or cuadv raised a Cu
 EXIT_USAGE = 2        # a usage error: argparse's own exit status
 EXIT_NO_GPU = 3       # no usable CUDA GPU where the command (or --require-gpu) needs one
 EXIT_NOTHING_RAN = 4  # nothing ran: every selected lab was skipped, or nothing could be checked
-EXIT_CODES = {
+EXIT_CODES = {  # the README's table says the same, word for word (tests/test_cli.py)
     EXIT_OK: "ok",
-    EXIT_FAILED: "a lab, check or compile failed",
-    EXIT_USAGE: "usage error",
+    EXIT_FAILED: "a lab, a check or a compile failed, or a lab name that does not exist (bench nosuch, run --only "
+                 "nosuch, bench LAB --peer for a lab other than domains)",
+    EXIT_USAGE: "usage error: the command line (argparse), a simulate workload or quantum it cannot read, or a "
+                "CUADV_CACHE_MAX_BYTES that cache cannot read",
     EXIT_NO_GPU: "no usable CUDA GPU (caps, bench, check, run --require-gpu)",
-    EXIT_NOTHING_RAN: "nothing ran (every selected lab skipped, or nothing to check)",
+    EXIT_NOTHING_RAN: "nothing ran: every selected lab was skipped on this GPU (run, bench), or check found no "
+                      "compute-sanitizer or no lab to check",
 }

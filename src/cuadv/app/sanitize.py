@@ -141,11 +141,11 @@ def cmd_check(args, console) -> int:
 
     reason = gpu_or_reason()  # no GPU is exit 3 whatever else is missing
     if reason:
-        console.print(f"cuadv check: {reason}")
+        print(f"cuadv check: {reason}", file=sys.stderr)
         return EXIT_NO_GPU
     sanitizer = find_sanitizer()
     if sanitizer is None:
-        console.print(f"cuadv check: {SANITIZER_MISSING}; nothing checked", markup=False)
+        print(f"cuadv check: {SANITIZER_MISSING}; nothing checked", file=sys.stderr)
         return EXIT_NOTHING_RAN
     from ..device import current_device
 
@@ -155,7 +155,7 @@ def cmd_check(args, console) -> int:
     tools = args.tool or list(TOOLS)
     jobs = [(lab.name, tool) for lab in labs for tool in tools]
     if not jobs:
-        console.print("cuadv check: no lab to check on this GPU; nothing checked")
+        print("cuadv check: no lab to check on this GPU; nothing checked", file=sys.stderr)
         return EXIT_NOTHING_RAN
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 

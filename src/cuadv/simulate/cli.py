@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,8 +18,8 @@ def cmd_simulate(args, console) -> int:
     try:
         quantum = float(args.quantum_us)  # "inf" parses to math.inf
     except ValueError:
-        console.print(f"[red]cuadv simulate: --quantum-us must be a number of microseconds or inf, got "
-                      f"{args.quantum_us!r}[/]")
+        print(f"cuadv simulate: --quantum-us must be a number of microseconds or inf, got {args.quantum_us!r}",
+              file=sys.stderr)
         return 2  # a usage error
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
@@ -26,7 +27,7 @@ def cmd_simulate(args, console) -> int:
             s = study(machine, args.workload, args.tiles, args.tile_us, args.prologue_us, args.heavy_prologue_us,
                       quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed)
     except SimulationError as exc:
-        console.print(f"[red]cuadv simulate: {exc}[/]")
+        print(f"cuadv simulate: {exc}", file=sys.stderr)
         return 2  # the workload or machine given cannot be simulated: a usage error
     tables = [parameters_table(s), workload_table(s), tradeoff_table(s), seed_table(s)]
     if s.sweep:
@@ -73,10 +74,10 @@ def register(sub) -> None:
                    help="policy to simulate (repeatable; default all)")
     p.add_argument("--sweep", type=float, action="append", metavar="QUANTUM_US",
                    help="add a row to the quantum sweep table (repeatable; inf allowed)")
-    p.add_argument("--launch-ns", type=float, default=Machine.launch_ns, help="block launch + teardown cost")
-    p.add_argument("--claim-ns", type=float, default=Machine.claim_ns, help="steal: cost of one ticket")
-    p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns, help="clc: latency of a cancel answer")
-    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: from a failed claim to the slot being free")
+    p.add_argument("--launch-ns", type=float, default=Machine.launch_ns, help="block launch + teardown cost (default %(default)g ns)")
+    p.add_argument("--claim-ns", type=float, default=Machine.claim_ns, help="steal: cost of one ticket (default %(default)g ns)")
+    p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns, help="clc: latency of a cancel answer (default %(default)g ns)")
+    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: from a failed claim to the slot being free (default %(default)g ns)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
