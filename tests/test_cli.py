@@ -123,6 +123,10 @@ def test_usage_errors_exit_2(capsys):
     assert cli.main(["no-such-command"]) == cli.EXIT_USAGE
     assert cli.main(["run", "--no-such-option"]) == cli.EXIT_USAGE
     assert "usage: cuadv" in capsys.readouterr().err
+    for bad in (["--arch", "sm_9x"], ["--jobs", "0"], ["--arch", "sm_99a"]):  # the form; --jobs; what NVRTC takes
+        assert cli.main(["build", *bad]) == cli.EXIT_USAGE
+        out, err = capsys.readouterr()
+        assert "cuadv build" in err and "Traceback" not in out + err
 
 
 def test_every_command_help_has_a_description_and_an_example(capsys):

@@ -21,10 +21,11 @@ pytestmark = pytest.mark.skipif(GPU_REASON is None, reason="a GPU is present: th
     lambda: l2.get_set_aside(),
     lambda: l2.reset_persisting_lines(),
     lambda: l2.get_stream_window(0),
+    lambda: l2.set_stream_window(0, None, caps=object()),
     lambda: domains.stream_domain(0),
     lambda: domains.set_stream_domain(0, "remote"),
 ], ids=["wait", "wait(0)", "wait_device", "time_gpu", "get_set_aside", "reset_persisting_lines",
-        "get_stream_window", "stream_domain", "set_stream_domain"])
+        "get_stream_window", "set_stream_window", "stream_domain", "set_stream_domain"])
 def test_no_gpu_raises_no_gpu_error(call):
     with pytest.raises(NoGpuError, match="^no CUDA GPU"):
         call()

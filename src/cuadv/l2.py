@@ -129,7 +129,7 @@ def set_stream_window(stream: Any, window: AccessPolicyWindow | None, caps=None)
         caps = current_device().caps
     if window is not None:
         check_window_bytes(window.num_bytes, int(_caps_dict(caps)["access_policy_max_window_bytes"]))
-    drv = driver()
+    drv = ready_driver()
     value = drv.CUstreamAttrValue()
     value.accessPolicyWindow = (window or AccessPolicyWindow(0, 0, 0.0, "normal", "normal")).to_driver()
     attr = drv.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW

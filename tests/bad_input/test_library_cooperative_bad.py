@@ -36,6 +36,8 @@ class FakeKernel(Kernel):
     (FakeArray((100,), "<i4"), dict(block=True), TypeError, "block must be an int .*got bool True"),
     (FakeArray((100,), "<i4"), dict(block=-1), LaunchConfigError, r"block of -1 threads is outside \[1, 1024\]"),
     (FakeArray((100,), "<i4"), dict(total="yes"), TypeError, "total must be True or False, got 'yes'"),
+    (FakeArray((100,), "<i4"), dict(block=1, total=True), LaunchConfigError,  # would never come down to one sum
+     "total=True needs block >= 2 .*got block=1"),
     (FakeArray((100,), "|b1"), {}, TypeError, "x must be int32 or float32, got bool"),
     (FakeArray((100,), "<i8"), {}, TypeError, "x must be int32 or float32, got int64"),
     (FakeArray((100,), "<i4", strides=(8,)), {}, ValueError, r"x must be contiguous, got byte strides \(8,\)"),

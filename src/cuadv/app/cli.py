@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..arch import parse_arch
 from ..errors import CuadvError, NoGpuError
 from .exit_codes import EXIT_CODES, EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK, EXIT_USAGE
 from ..report.console import make_console, print_table, progress_bar
@@ -66,7 +67,15 @@ def _occupancy_table(caps) -> Table:
 
 
 def cmd_build(args, console: Console) -> int:
+    from ..compiler import check_target
+
     archs = args.arch or DEFAULT_ARCHS
+    for arch in archs:
+        try:
+            check_target(arch)
+        except ValueError as exc:  # a target this NVRTC does not compile for: a usage error, before any build
+            print(f"cuadv build: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     rows = _build(console, archs, args.jobs)
     failed = [r for r in rows if r.error]
     table = Table(f"kernels compiled for {', '.join(archs)}",
@@ -361,11 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _target(text: str) -> str:
-    """A compile target NVRTC takes (argparse type: a usage error, exit 2, names the targets it compiles for)."""
-    from ..compiler import check_target
-
+    """A compile target's form, sm_XY[a] (argparse type: a usage error, exit 2); whether NVRTC compiles for it is
+    cmd_build's check, which may load NVRTC."""
     try:
-        check_target(text)
+        parse_arch(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -142,9 +142,9 @@ class BlockSum:
 
     ``block``: threads per block, which is also how many consecutive elements each sum covers.
     ``total``: False gives ceil(size / block) partial sums; True reduces the partial sums again
-    with the same kernel (ping-pong between two scratch vectors kept here) until one remains, and
-    gives it as a 1-element array. Scratch vectors are made on first use, in the library of the
-    first input (one call at a time: they belong to this object).
+    with the same kernel (ping-pong between the two halves of a scratch vector kept here) until one
+    remains, and gives it as a 1-element array; it needs ``block`` >= 2. The scratch vector is made on
+    first use, in the library of the first input (one call at a time: it belongs to this object).
     """
 
     size: int
@@ -160,6 +160,9 @@ class BlockSum:
         if not isinstance(self.total, (bool, np.bool_)):
             raise TypeError(f"total must be True or False, got {self.total!r}")
         self.total = bool(self.total)
+        if self.total and self.block < 2:  # one element per sum would never reduce to one sum
+            raise LaunchConfigError(f"total=True needs block >= 2 (each pass sums block elements into one), got "
+                                    f"block={self.block}")
         if not 0 <= self.size <= MAX_ELEMENTS:
             raise ValueError(f"block_sum takes at most {MAX_ELEMENTS} elements (a 32-bit count), got {self.size}")
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")

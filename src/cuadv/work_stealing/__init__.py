@@ -14,7 +14,7 @@ scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
 - ``steal``: software CLC for 9.x GPUs: a grid of one block per tile (or per ``min_tiles`` tiles, by
   default what one time slice held in the kernel's previous launch) whose blocks take tickets and give
   the SM back after ``quantum_us``, so higher-priority kernels get in;
-- ``auto``: ``clc`` where the GPU has it, else ``steal``.
+- ``auto``: ``clc`` where the GPU has it, else ``steal`` (9.x), else ``fixed_work`` (below 9.0).
 
 Example::
 
