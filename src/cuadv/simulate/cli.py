@@ -74,10 +74,14 @@ def register(sub) -> None:
                    help="policy to simulate (repeatable; default all)")
     p.add_argument("--sweep", type=float, action="append", metavar="QUANTUM_US",
                    help="add a row to the quantum sweep table (repeatable; inf allowed)")
-    p.add_argument("--launch-ns", type=float, default=Machine.launch_ns, help="block launch + teardown cost (default %(default)g ns)")
-    p.add_argument("--claim-ns", type=float, default=Machine.claim_ns, help="steal: cost of one ticket (default %(default)g ns)")
-    p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns, help="clc: latency of a cancel answer (default %(default)g ns)")
-    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns, help="steal: from a failed claim to the slot being free (default %(default)g ns)")
+    p.add_argument("--launch-ns", type=float, default=Machine.launch_ns,
+                   help="block launch + teardown cost (default %(default)g ns)")
+    p.add_argument("--claim-ns", type=float, default=Machine.claim_ns,
+                   help="steal: cost of one ticket (default %(default)g ns)")
+    p.add_argument("--cancel-ns", type=float, default=Machine.cancel_ns,
+                   help="clc: latency of a cancel answer (default %(default)g ns)")
+    p.add_argument("--exit-ns", type=float, default=Machine.exit_ns,
+                   help="steal: from a failed claim to the slot being free (default %(default)g ns)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
