@@ -12,6 +12,7 @@ import pytest
 
 import cuadv.tma as tma
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
+from cuadv.memo import BoundedMemo
 from cuadv.tma import ops as tma_ops
 from cuadv.tma.params import TMA_PARAMS_BYTES, ThreadTileParams, TmaTileParams
 
@@ -216,7 +217,9 @@ def test_a_one_shot_box_is_read_once_and_as_the_constructor_reads_it(monkeypatch
     reached: the check comes first), and a one-use iterator of (8, 256) is read once and finds the kept launch."""
     src, dst = pitched(64, 64), pitched(64, 64, address=0x200000)
     options = {"box": (8, 256), "dtype": None, "config": None}
-    monkeypatch.setattr(tma_ops, "_KEPT_LAUNCHES", {tma_ops._launch_key("copy", src, dst, options): (None, b"")})
+    kept = BoundedMemo(tma_ops.KEPT_LAUNCHES_MAX)
+    kept.put(tma_ops._launch_key("copy", src, dst, options), (None, b""))
+    monkeypatch.setattr(tma_ops, "_KEPT_LAUNCHES", kept)
     if isinstance(box, tuple):
         with pytest.raises(TypeError, match="box must be two integers"):
             tma.copy(src, dst, box=box)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import cuadv
+from cuadv.memo import BoundedMemo
 from cuadv.tma import BEST_COPY_CONFIG, TensorMapError
 from cuadv.timing import StreamGate
 
@@ -271,7 +272,7 @@ def test_a_one_shot_call_with_dst_keeps_its_checked_launch(cp, rng, monkeypatch,
     cls = ops.TmaCopy if op == "copy" else ops.TmaTranspose
     monkeypatch.setattr(ops, cls.__name__, type(cls.__name__, (cls,), {
         "__init__": lambda self, *a, **k: (built.append(a), cls.__init__(self, *a, **k))[1]}))
-    monkeypatch.setattr(ops, "_KEPT_LAUNCHES", {})
+    monkeypatch.setattr(ops, "_KEPT_LAUNCHES", BoundedMemo(ops.KEPT_LAUNCHES_MAX))
     run = cuadv.tma.copy if op == "copy" else cuadv.tma.transpose
     want = (lambda h: h) if op == "copy" else (lambda h: h.T)
     x, host = random_pitched(cp, (300, 200), "float32", rng)

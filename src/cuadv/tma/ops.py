@@ -43,6 +43,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import device_array, empty, library_of, overlaps, stream_handle, torch_allocation_stream, writable
 from ..launch import Launcher, prepare
+from ..memo import BoundedMemo
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import (TensorMapError, TiledLayout, describe_array, element_size, pitch_elements,
                         tma_store_overruns)
@@ -125,8 +126,8 @@ def transpose(src: Any, dst: Any = None, *, box: Sequence[int] | None = None, dt
 # tensor maps: addresses, shapes, strides, box; the ring; the grid) and every check (layout, overlap, a writable dst)
 # are functions of that key alone, so a hit is exactly what the checks and the build would make again; it keeps
 # no reference to the arrays. cuadv works on one GPU per process (CUADV_DEVICE), so the key names none.
-_KEPT_LAUNCHES: dict[tuple, tuple[Launcher | None, bytes]] = {}
 KEPT_LAUNCHES_MAX = 64
+_KEPT_LAUNCHES = BoundedMemo(KEPT_LAUNCHES_MAX)  # key -> (launcher or None: nothing to launch, parameter bytes)
 
 
 def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **options: Any) -> Any:
@@ -143,9 +144,7 @@ def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **option
         op = cls(src, dst, stream=stream, **options)
         result = op(stream=stream)
         if key is not None:
-            if len(_KEPT_LAUNCHES) >= KEPT_LAUNCHES_MAX:
-                _KEPT_LAUNCHES.pop(next(iter(_KEPT_LAUNCHES)), None)  # the oldest
-            _KEPT_LAUNCHES[key] = (op._launcher, op._blob)
+            _KEPT_LAUNCHES.put(key, (op._launcher, op._blob))
         return result
     launcher, blob = kept
     if launcher is not None:
