@@ -8,7 +8,7 @@ import numpy as np
 
 import cuadv.pipeline as pipeline
 from cuadv.compiler import compile_source
-from cuadv.launch import LaunchConfig, launch
+from cuadv.launching import LaunchConfig, launch
 
 # 1. The op: 'auto' takes the TMA-fed ticket pipeline where the GPU and the arrays allow it, else cp.async.
 x = cp.random.default_rng(0).standard_normal((4096, 4096), dtype=cp.float32)

@@ -76,7 +76,7 @@ def main() -> None:
 
     from cuadv.compiler import compile_source
     from cuadv.device import current_device
-    from cuadv.launch import LaunchConfig, launch
+    from cuadv.launching import LaunchConfig, launch
     from cuadv.timing import read_ceiling, time_gpu
 
     caps = current_device().caps

@@ -27,7 +27,7 @@ def main(mib: int = 1024, once: bool = False, only: tuple[int, ...] = ()) -> Non
     from cuadv.errors import LaunchConfigError
     from cuadv.histograms.launcher import engine
     from cuadv.histograms.plans import TMA_RINGS
-    from cuadv.launch import launch
+    from cuadv.launching import launch
     from cuadv.timing import read_ceiling, time_gpu
 
     nbytes = mib << 20

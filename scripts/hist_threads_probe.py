@@ -20,7 +20,7 @@ def main(mib: int = 1024) -> None:
     from cuadv.errors import LaunchConfigError
     from cuadv.histograms.launcher import engine
     from cuadv.histograms.plans import HistogramPlan, plan_histogram, tma_ring_bytes
-    from cuadv.launch import launch
+    from cuadv.launching import launch
     from cuadv.timing import read_ceiling, time_gpu
 
     nbytes = mib << 20

@@ -24,7 +24,7 @@ from cuadv.compiler import compile_source
 from cuadv.device import current_device
 from cuadv.labs import spmv_support as sup
 from cuadv.labs.spmv import MEAN, SEED
-from cuadv.launch import LaunchConfig, launch
+from cuadv.launching import LaunchConfig, launch
 from cuadv.timing import queue_ahead
 
 CLOCK_SRC = r"""

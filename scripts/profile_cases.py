@@ -72,7 +72,7 @@ def _read_only() -> None:
 
     from cuadv.compiler import compile_source
     from cuadv.device import current_device
-    from cuadv.launch import LaunchConfig, launch
+    from cuadv.launching import LaunchConfig, launch
     from cuadv.timing import _READ_SOURCE
 
     sms = current_device().caps.sm_count
@@ -97,7 +97,7 @@ def uint8() -> None:
     from cuadv.compiler import compile_source
     from cuadv.device import current_device
     from cuadv.histograms.launcher import count_bins
-    from cuadv.launch import LaunchConfig, launch
+    from cuadv.launching import LaunchConfig, launch
 
     data = cp.random.randint(0, 256, GIB, dtype=cp.uint8)
     prepared = cuadv.prepare_histogram(data, bins=256, range=(0, 256))

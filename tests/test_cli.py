@@ -219,8 +219,11 @@ def test_run_where_every_lab_was_skipped_exits_4(monkeypatch, capsys, tmp_path):
 def test_bench_exit_0_when_the_lab_ran_and_1_when_it_failed(monkeypatch, capsys, tmp_path):
     _gpu_running(monkeypatch, LabResult("vecscale", "t"))
     assert cli.main(["bench", "vecscale", "--out", str(tmp_path / "a")]) == cli.EXIT_OK
+    capsys.readouterr()
     _gpu_running(monkeypatch, LabResult("vecscale", "t", status="failed", reason="boom"))
     assert cli.main(["bench", "vecscale", "--out", str(tmp_path / "b")]) == cli.EXIT_FAILED
+    out, err = capsys.readouterr()
+    assert "cuadv bench: failed: vecscale" in err and "failed: vecscale" not in out  # an error: on stderr
 
 
 def test_check_exit_codes_without_gpu_or_sanitizer(monkeypatch, capsys):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cuadv.errors import LaunchConfigError
-from cuadv.launch import LaunchConfig
+from cuadv.launching import LaunchConfig
 from cuadv.labs import cooperative as co
 
 

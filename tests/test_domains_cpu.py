@@ -7,7 +7,7 @@ import pytest
 from cuadv.compiler import kernel_source
 from cuadv.errors import LaunchConfigError
 from cuadv.labs.domains import FENCE_DTYPE, WRITER_DTYPE, DomainsLab, build_module, check_domain, check_scope
-from cuadv.launch import LaunchConfig
+from cuadv.launching import LaunchConfig
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])

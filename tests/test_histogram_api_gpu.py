@@ -1,11 +1,10 @@
 """cuadv.histogram / cuadv.bincount on a GPU: exact against NumPy for every input type, bin count,
 size, distribution and variant; CuPy and torch in and out; out=; prepared calls; the stream rule."""
 
-import sys
-
 import numpy as np
 import pytest
 
+import cuadv.launching as launch_module
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.histograms import bincount, histogram, prepare_bincount, prepare_histogram
 from cuadv.testing.histograms import zipf_cdf
@@ -148,7 +147,6 @@ def test_one_shot_auto_chooses_on_the_gpu_without_a_wait(cp, monkeypatch, bins, 
     def no_host_copy(*args, **kwargs):
         raise AssertionError("the one-shot call read the skew sample on the host")
 
-    launch_module = sys.modules["cuadv.launch"]  # the package re-exports the function under the module's name
     launch, gated = launch_module.launch, []
 
     def recording_launch(kernel, config, *args, **kwargs):
@@ -186,7 +184,7 @@ def test_the_skew_samples_verdict(cp, dist, skewed):
 @pytest.mark.parametrize("variant", ["global", "shared", "dsm", "hot", "exchange"])
 def test_a_gated_launch_counts_only_on_its_verdict(cp, variant):
     from cuadv.histograms.launcher import engine
-    from cuadv.launch import launch
+    from cuadv.launching import launch
 
     eng, bins = engine(), 70_001
     rng = np.random.default_rng(17)

@@ -10,7 +10,7 @@ from cuadv.errors import LaunchConfigError
 from cuadv.l2 import hit_ratio_for, set_set_aside, set_stream_window, unsupported_reason
 from cuadv.labs.l2 import (MAX_LOOKUPS, PARAMS_DTYPE, L2Lab, build_module, check_lookup_args, mix32, reference,
                            table_indices)
-from cuadv.launch import AccessPolicyWindow
+from cuadv.launching import AccessPolicyWindow
 
 MiB = 1 << 20
 

@@ -3,7 +3,7 @@
 import pytest
 
 from cuadv.errors import LaunchConfigError
-from cuadv.launch import AccessPolicyWindow, LaunchConfig
+from cuadv.launching import AccessPolicyWindow, LaunchConfig
 
 
 def test_grid_counts_blocks_and_normalises():
@@ -46,7 +46,6 @@ def test_driver_attributes_needed_only_for_extras():
 
 # -- prepared launchers without a GPU: the device checks and the driver call are stand-ins ---------
 import ctypes  # noqa: E402
-import sys  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -54,9 +53,9 @@ import numpy as np  # noqa: E402
 from cuadv.args import PackedArguments  # noqa: E402
 from cuadv.errors import KernelArgumentError  # noqa: E402
 from cuadv.kernel import Kernel  # noqa: E402
-from cuadv.launch import Launcher, launch, prepare  # noqa: E402
+from cuadv.launching import Launcher, launch, prepare  # noqa: E402
 
-launch_module = sys.modules["cuadv.launch"]  # (cuadv.launch the attribute is the function)
+import cuadv.launching as launch_module  # noqa: E402
 
 
 class FakeArray:
@@ -173,3 +172,17 @@ def test_a_busy_launcher_packs_from_scratch(fake_kernel, monkeypatch):
         run._release()
     assert len(driver.calls) == 1
     assert uncached == [(PackedArguments((FakeArray(2), 2, b"z" * 24), kernel.param_sizes).blobs, 0x70)]
+
+
+def test_the_launch_module_does_not_shadow_the_function():
+    """``cuadv.launch`` is the function and ``import cuadv.launching as m`` gets the module: the
+    module's name differs from the function's, so neither form of import returns the other."""
+    import importlib
+
+    import cuadv
+    import cuadv.launching as module
+
+    assert callable(cuadv.launch) and cuadv.launch is module.launch
+    assert module.LaunchConfig is cuadv.LaunchConfig and module.prepare is cuadv.prepare
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("cuadv.launch")

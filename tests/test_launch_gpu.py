@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cuadv import AccessPolicyWindow, LaunchConfig, compile_source, current_device, launch
-from cuadv.launch import prepare
+from cuadv.launching import prepare
 from cuadv.errors import LaunchConfigError
 from cuadv.timing import synchronize
 

@@ -7,7 +7,7 @@ import pytest
 import cuadv.pdl as pdl
 from cuadv.errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from cuadv.kernel import Kernel
-from cuadv.launch import LaunchConfig
+from cuadv.launching import LaunchConfig
 
 HOPPER = {"compute_capability": (9, 0), "pdl": True}
 AMPERE = {"compute_capability": (8, 6), "pdl": False}

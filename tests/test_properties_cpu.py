@@ -4,7 +4,6 @@ is within every limit. The oracle below is written from the limits of the CUDA P
 "Technical Specifications per Compute Capability" table and the capability object's fields, not from the
 code under test; the occupancy queries are stand-ins whose answers the oracle reads too."""
 
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +11,8 @@ from hypothesis import HealthCheck, event, example, given, settings, strategies 
 
 from cuadv.device import DeviceCaps
 from cuadv.errors import LaunchConfigError
-from cuadv.launch import LaunchConfig, check_config
-
-launch_module = sys.modules["cuadv.launch"]
+import cuadv.launching as launch_module
+from cuadv.launching import LaunchConfig, check_config
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 BLOCK_LIMITS = (1024, 1024, 64)

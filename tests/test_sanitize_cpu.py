@@ -113,3 +113,26 @@ def test_sanitize_extra_declared():
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert pyproject["project"]["optional-dependencies"]["sanitize"] == ["nvidia-cuda-sanitizer-api>=13.0,<14"]
+
+
+def test_a_hazard_fails_the_check_with_its_log_on_stderr(monkeypatch, capsys):
+    import cuadv.app.runner as runner
+    import cuadv.device as device
+    import cuadv.labs as labs
+    from cuadv.app.exit_codes import EXIT_FAILED
+
+    lab = SimpleNamespace(name="fake", smoke=lambda: None, supported=lambda caps: None)
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/bin/compute-sanitizer")
+    monkeypatch.setattr(device, "current_device", lambda: SimpleNamespace(caps=SimpleNamespace(name="stand-in")))
+    monkeypatch.setattr(labs, "all_labs", lambda: [lab])
+    monkeypatch.setattr(sanitize, "run_check", lambda name, tool, *rest: sanitize.CheckOutcome(
+        name, tool, "hazards" if tool == "racecheck" else "clean", int(tool == "racecheck"),
+        "========= Error: Race reported between Write access ... and Read access ..."))
+    out = io.StringIO()
+    args = SimpleNamespace(lab=None, tool=None, jobs=2, timeout=1, log=None, json=False)
+    assert sanitize.cmd_check(args, Console(file=out, width=300)) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "cuadv check: fake / racecheck: hazards\n========= Error: Race reported" in err
+    assert "memcheck" not in err  # clean runs print no log
+    assert "Race reported" not in out.getvalue() and "racecheck" in out.getvalue()  # the table stays on the console

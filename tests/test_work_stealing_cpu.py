@@ -400,7 +400,7 @@ def test_state_pool_gives_a_new_stream_the_slot_whose_launches_finished(monkeypa
 
 class _FakeLauncher:
     """What tile_kernel.prepare returns, without the device checks: calling it calls ``launch`` with its kernel and
-    configuration (as cuadv.launch.launch is called)."""
+    configuration (as cuadv.launching.launch is called)."""
 
     def __init__(self, kernel, config, launch):
         self.kernel, self.config, self._launch = kernel, config, launch

@@ -29,7 +29,7 @@ from .errors import (CompileError, CuadvError, GpuTimeoutError, KernelArgumentEr
                      UnsupportedFeatureError, ValidationError)
 from .histograms import bincount, histogram, prepare_bincount, prepare_histogram
 from .kernel import Kernel
-from .launch import AccessPolicyWindow, LaunchConfig, Launcher, launch, prepare
+from .launching import AccessPolicyWindow, LaunchConfig, Launcher, launch, prepare
 from .pdl import launch_chain, prepare_chain
 from .persistent import PersistentKernel, prepare_persistent
 from .timing import Timing, copy_ceiling, time_gpu

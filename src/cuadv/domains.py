@@ -30,7 +30,7 @@ from ._cuda import check, driver, ready_driver
 from .errors import LaunchConfigError
 from .features import why_not as _feature_why_not
 from .interop import stream_handle
-from .launch import MEM_SYNC_DOMAINS
+from .launching import MEM_SYNC_DOMAINS
 
 __all__ = ["DOMAINS", "why_not", "registry_reason", "in_domain", "set_stream_domain", "stream_domain"]
 

@@ -47,7 +47,7 @@ from ._cuda import check, driver, ready_driver
 from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
 from .features import require as require_feature
 from .interop import device_array, stream_handle
-from .launch import AccessPolicyWindow
+from .launching import AccessPolicyWindow
 from .waiting import wait
 
 __all__ = ["persist", "Persist", "SetAside", "hit_ratio_for", "reset_persisting_lines", "get_set_aside", "set_set_aside",

@@ -90,7 +90,7 @@ def queue_ahead(microseconds: float, stream: int) -> None:
     """Enqueue a one-thread spin of ``microseconds`` on ``stream``."""
     global _queue_ahead_kernel
     from .compiler import compile_source
-    from .launch import LaunchConfig, launch
+    from .launching import LaunchConfig, launch
 
     if _queue_ahead_kernel is None:
         _queue_ahead_kernel = compile_source(_QUEUE_AHEAD_SOURCE, name="cuadv_queue_ahead").kernel("cuadv_queue_ahead")
@@ -286,7 +286,7 @@ def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
         return _read_ceiling
     from .compiler import compile_source
     from .device import current_device
-    from .launch import LaunchConfig, launch
+    from .launching import LaunchConfig, launch
 
     caps = current_device().caps
     drv = driver()

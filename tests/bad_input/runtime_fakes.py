@@ -4,17 +4,15 @@ Interface; and a driver whose launch call fails the test if a bad call ever reac
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import cuadv.launching as launch_module
 from cuadv.device import DeviceCaps
 from cuadv.kernel import Kernel
-
-launch_module = sys.modules["cuadv.launch"]  # (cuadv.launch, the attribute, is the function)
 
 HOPPER = DeviceCaps(
     ordinal=0, name="NVIDIA H200 (stand-in)", compute_capability=(9, 0), arch="sm_90a", sm_count=132,

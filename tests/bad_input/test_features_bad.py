@@ -8,7 +8,7 @@ import pytest
 
 from cuadv.compiler import compile_source
 from cuadv.errors import CompileError, UnsupportedFeatureError
-from cuadv.launch import AccessPolicyWindow, LaunchConfig, prepare
+from cuadv.launching import AccessPolicyWindow, LaunchConfig, prepare
 from cuadv.work_stealing import TileKernel
 
 from .runtime_fakes import AMPERE, BLACKWELL, HOPPER, DeviceArray, FakeKernel, fake_gpu  # noqa: F401 (fixture)

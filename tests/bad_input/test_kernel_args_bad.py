@@ -7,7 +7,7 @@ import pytest
 
 from cuadv.args import ArgumentPacker, PackedArguments
 from cuadv.errors import KernelArgumentError
-from cuadv.launch import LaunchConfig, launch
+from cuadv.launching import LaunchConfig, launch
 from cuadv.signature import declared_signature
 
 from .runtime_fakes import HOPPER, DeviceArray, FakeKernel, HostDLPack, fake_gpu  # noqa: F401 (fixture)

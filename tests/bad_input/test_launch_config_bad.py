@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cuadv.errors import KernelArgumentError, LaunchConfigError
-from cuadv.launch import AccessPolicyWindow, LaunchConfig, launch, prepare
+from cuadv.launching import AccessPolicyWindow, LaunchConfig, launch, prepare
 
 from .runtime_fakes import HOPPER, DeviceArray, FakeKernel, fake_gpu  # noqa: F401 (fake_gpu is a fixture)
 

@@ -8,7 +8,7 @@ import pytest
 import cuadv.pdl as pdl
 from cuadv.errors import KernelArgumentError, LaunchConfigError
 from cuadv.kernel import Kernel
-from cuadv.launch import LaunchConfig
+from cuadv.launching import LaunchConfig
 
 from .library_fakes import H200, forbid
 

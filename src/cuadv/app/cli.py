@@ -18,6 +18,7 @@ from ..report.results import Table
 
 DEFAULT_ARCHS = ["sm_90a", "sm_100a"]
 
+
 def cmd_caps(args, console: Console) -> int:
     from ..device import current_device
 
@@ -171,7 +172,8 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
         print(json.dumps(report.as_dict(), indent=2, default=str))  # stdout: JSON only (the rest went to stderr)
     failed = [r.lab for r in report.results if r.status == "failed"]
     if failed:
-        console.print(f"[red]failed: {', '.join(failed)}[/]")
+        command = getattr(args, "command", "run")  # run, or bench (one lab through this function)
+        print(f"cuadv {command}: failed: {', '.join(failed)} (each lab's reason is in the report)", file=sys.stderr)
         return EXIT_FAILED
     if nothing_ran:
         print("cuadv: nothing ran: every selected lab was skipped on this GPU", file=sys.stderr)

@@ -177,8 +177,8 @@ def cmd_check(args, console) -> int:
     if args.log:
         Path(args.log).write_text("\n\n".join(f"===== {o.lab} / {o.tool}: {o.status}\n{o.log}" for o in outcomes))
     bad = [o for o in outcomes if o.status != "clean"]
-    for o in bad:
-        console.print(f"[red]{o.lab} / {o.tool}: {o.status}[/]\n{o.log[-3000:]}")
+    for o in bad:  # the last of each failing run's log, on stderr beside the other errors
+        print(f"cuadv check: {o.lab} / {o.tool}: {o.status}\n{o.log[-3000:]}", file=sys.stderr)
     if getattr(args, "json", False):
         import json
 

@@ -35,7 +35,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import data_ptr, device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
-from ..launch import LaunchConfig, launch, prepare
+from ..launching import LaunchConfig, launch, prepare
 from ..memo import BoundedMemo
 from ..waiting import wait
 

@@ -212,7 +212,7 @@ def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, s
     key = (kernel_name, blocks, arch)
     launcher = _aux_launchers.get(key)
     if launcher is None:  # the kernel, its configuration and the device checks: once per key
-        from ..launch import LaunchConfig, prepare
+        from ..launching import LaunchConfig, prepare
 
         launcher = _aux_launchers.put(key, prepare(binning_module(arch).kernel(kernel_name),
                                                    LaunchConfig(grid=blocks, block=AUX_THREADS)))
@@ -312,7 +312,7 @@ class _Counter:
               edges: EdgeSpec | None = None) -> None:
         """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins); ``edges``: also write those bin
         edges (in the widening pass, one launch fewer)."""
-        from ..launch import launch
+        from ..launching import launch
 
         plan = self.choose(idx_ptr, n, stream)
         if self._counts is None or self._counts.ptr == 0:

@@ -215,7 +215,7 @@ class HistogramEngine:
 
     def launch_config(self, plan: HistogramPlan, n: int, units: int | None = None):
         """The kernel and the LaunchConfig of ``plan`` for ``n`` elements (the persistent grid)."""
-        from ..launch import LaunchConfig
+        from ..launching import LaunchConfig
 
         grid = self._grid(plan, n, units)
         config = self._configs.get((plan, grid))
@@ -253,7 +253,7 @@ class PreparedHistogram:
 
     def __post_init__(self):
         from ..interop import stream_handle
-        from ..launch import LaunchConfig
+        from ..launching import LaunchConfig
 
         self._stream = stream_handle(self.stream, self.out)  # None: the current stream of the arrays' library
         cluster = self.plan.cluster if self.plan.clustered else None
@@ -263,7 +263,7 @@ class PreparedHistogram:
         self._args = self.plan.kernel_args(self.src.ptr, self.src.size, self.dst.ptr)
 
     def __call__(self):
-        from ..launch import launch
+        from ..launching import launch
 
         check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self._stream), "cuMemsetD32Async")
         launch(self._kernel, self._config, *self._args, stream=self._stream)

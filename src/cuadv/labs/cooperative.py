@@ -43,7 +43,7 @@ from ..cooperative import (BLOCK_SUM_TYPES, PHASE_BLOCK, RING_BLOCK, TILE_SIZES,
                            two_phase_reference)
 from ..dims import PORTABLE_CLUSTER_SIZE
 from ..errors import LaunchConfigError, ValidationError
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from .base import RunContext, readback
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..compiler import shipped
 from ..domains import in_domain, stream_domain, why_not
 from ..errors import LaunchConfigError, UnsupportedFeatureError, ValidationError
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from ..params import c_struct
 from ..report.results import LabResult, Spread, Table, spread_map
 from ..timing import synchronize, synchronize_device

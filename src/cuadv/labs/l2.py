@@ -22,7 +22,7 @@ import numpy as np
 from ..compiler import shipped
 from ..errors import LaunchConfigError, ValidationError
 from ..l2 import SetAside, hit_ratio_for, persist, reset_persisting_lines, set_stream_window, unsupported_reason
-from ..launch import AccessPolicyWindow, LaunchConfig, launch
+from ..launching import AccessPolicyWindow, LaunchConfig, launch
 from ..params import c_struct
 from ..report.results import LabResult, Selection, Spread, Table
 from ..timing import EventPair, synchronize, time_gpu

@@ -3,9 +3,9 @@ parallelism and device graph launch, on the same N tasks.
 
 Shows: the cost per task of N tiny tasks (N = 10 ... 100,000; one warp each, whose only effect is
 counts[i] += 1) under
-  - one host launch per task: cuadv through a prepared launcher (``cuadv.launch`` module's
-    ``prepare``: checked once, arguments packed in place), cuadv through ``cuadv.launch(...)`` per
-    call, and CuPy's RawKernel as the peer,
+  - one host launch per task: cuadv through a prepared launcher (``cuadv.prepare``: checked once,
+    arguments packed in place), cuadv through ``cuadv.launch(...)`` per call, and CuPy's RawKernel
+    as the peer,
   - a CUDA graph with one kernel node per task (captured once, replayed),
   - a persistent kernel (SMs x resident blocks) whose warps take tasks from one global atomic
     ticket, one task per ticket (the atomic hot spot) or 16 per ticket; its exit protocol loses and

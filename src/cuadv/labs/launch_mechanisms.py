@@ -15,7 +15,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..compiler import INCLUDE_DIR, CompiledModule, kernel_source, shipped
 from ..errors import CuadvError, ValidationError
-from ..launch import LaunchConfig, launch, prepare
+from ..launching import LaunchConfig, launch, prepare
 from ..params import c_struct
 from ..persistent import check_task_count as _check_task_count, check_tasks_per_ticket, resident_grid
 from ..timing import synchronize, synchronize_device
@@ -276,7 +276,7 @@ class DeviceGraphLaunch(Mechanism):
     def _warm(self) -> None:
         """Check both configurations without launching: a kernel that launches device graphs may only
         run inside a graph (launched directly it fails with CUDA_ERROR_NOT_SUPPORTED)."""
-        from ..launch import prepare
+        from ..launching import prepare
 
         for kernel in (self.task_kernel, self.launcher):
             prepare(kernel, LaunchConfig(grid=1, block=WARP))

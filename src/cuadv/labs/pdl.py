@@ -30,7 +30,7 @@ import numpy as np
 
 from ..compiler import shipped
 from ..errors import ValidationError
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from ..pdl import Chain as PdlChain, prepare_chain
 from ..report.results import LabResult, Selection, Spread, Table, spread_map
 from ..timing import EventPair, synchronize, synchronize_device, time_gpu

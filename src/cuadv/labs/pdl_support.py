@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import LaunchConfigError
-from ..launch import LaunchConfig
+from ..launching import LaunchConfig
 from ..params import c_struct
 from ..pdl import launch_chain, prepare_chain
 from ..timing import synchronize, synchronize_device

@@ -25,7 +25,7 @@ from ..device import current_device
 from ..errors import ValidationError
 from ..graphs import Graph
 from ..kernel import max_active_blocks_per_sm
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from ..memory import HostWords
 from ..params import c_struct
 from ..report.results import LabResult, Table

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from ..errors import LaunchConfigError, ValidationError
-from ..launch import LaunchConfig
+from ..launching import LaunchConfig
 from ..params import StructArgument, c_struct
 from ..tma import kernels as _kernels
 from ..tma.kernels import GEMV_VECTORS_PER_BLOCK, MAX_READING, Launch, Plan2D, TmaCopyConfig, _launcher

@@ -215,7 +215,7 @@ def prepare_cuadv_per_unit(src: Any, dst: Any, box: tuple[int, int], chunk: int,
     does by default with chunk 4). Returns the launcher and a label."""
     import torch
 
-    from ..launch import launch
+    from ..launching import launch
     from ..tma.kernels import TmaCopyConfig, TmaOps
 
     config = TmaCopyConfig(stages=chunk, lookahead=chunk, chunk=chunk, burst=chunk, persistent=False)

@@ -42,7 +42,7 @@ from ..features import require, why_not
 from ..graphs import Graph
 from ..interop import stream_handle
 from ..kernel import Kernel
-from ..launch import LaunchConfig, Launcher, prepare
+from ..launching import LaunchConfig, Launcher, prepare
 
 PDL_CHOICES = (True, False, "auto")
 PDL_FALLBACK = "pdl=False (plain stream order: each kernel starts after the previous one ends) or pdl='auto'"

@@ -38,7 +38,7 @@ from ..compiler import CompiledModule, compile_source
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm
-from ..launch import LaunchConfig, Launcher, prepare
+from ..launching import LaunchConfig, Launcher, prepare
 from ..params import StructArgument, c_struct
 from ..signature import split_params
 from ..state_pool import StatePool

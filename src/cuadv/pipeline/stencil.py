@@ -18,7 +18,7 @@ from ..arch import parse_arch
 from ..compiler import shipped
 from ..errors import LaunchConfigError
 from ..interop import device_array, overlaps, stream_handle
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from ..memo import BoundedMemo
 from ..params import StructArgument, c_struct
 from ..state_pool import StatePool

@@ -22,7 +22,7 @@ from ..compiler import CompiledModule, shipped
 from ..device import current_device
 from ..errors import LaunchConfigError
 from ..kernel import Kernel, max_active_blocks_per_sm
-from ..launch import LaunchConfig, launch
+from ..launching import LaunchConfig, launch
 from .params import ThreadTileParams, TmaTileParams
 from .tensormap import L2_PROMOTIONS, TensorMap, TiledLayout, describe_array
 

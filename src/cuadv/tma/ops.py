@@ -42,7 +42,7 @@ from ..device import current_device
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import device_array, empty, library_of, overlaps, stream_handle, torch_allocation_stream, writable
-from ..launch import Launcher, prepare
+from ..launching import Launcher, prepare
 from ..memo import BoundedMemo
 from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import (TensorMapError, TiledLayout, describe_array, element_size, pitch_elements,

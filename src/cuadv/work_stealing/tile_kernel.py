@@ -18,7 +18,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launch import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, checked_priority, prepare
+from ..launching import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, checked_priority, prepare
 from ..memo import BoundedMemo
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
