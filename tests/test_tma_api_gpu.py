@@ -233,6 +233,36 @@ def test_stream_none_follows_a_torch_side_stream(torch):
     assert bool((doubled == 6).all())
 
 
+def test_a_kept_one_shot_copy_follows_a_torch_side_stream(torch):
+    """The second one-shot call on the same arrays only launches (the kept launch): it still goes to torch's
+    current stream, behind the producer's work queued there."""
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    x = torch_pitched(torch, (600, 500), torch.float32, gen)
+    dst = cuadv.tma.empty_pitched(x.shape, torch.float32, like=x)
+    cuadv.tma.copy(x, dst)  # checked and kept
+    _warm(lambda: x.fill_(3.0))
+    _warm(lambda: dst * 2)
+    dst.fill_(float("nan"))
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    gate = StreamGate()
+    try:
+        with torch.cuda.stream(side):
+            gate.hold(side.cuda_stream)
+            x.fill_(3.0)
+            assert cuadv.tma.copy(x, dst) is dst  # stream=None: torch's current stream, side
+            doubled = dst * 2
+        peek = torch.cuda.Stream()
+        with torch.cuda.stream(peek):
+            seen = dst.cpu()
+        peek.synchronize()
+        assert torch.isnan(seen).all()  # nothing ran: the kept launch is queued on side behind the gate
+    finally:
+        gate.release()
+    side.synchronize()
+    assert bool((doubled == 6).all())
+
+
 def test_an_explicit_stream_wins(cp, rng):
     x, host = random_pitched(cp, (257, 300), "float32", rng)
     s = cp.cuda.Stream(non_blocking=True)

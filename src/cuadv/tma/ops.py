@@ -138,7 +138,12 @@ def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **option
             options["box"] = _shape2(options["box"], "box")
         except TypeError:
             return cls(src, dst, stream=stream, **options)(stream=stream)  # raises the constructor's TypeError
-    key = _launch_key(cls.op, src, dst, options)
+    try:
+        h = None if dst is None else stream_handle(stream, src)
+    except Exception:  # a bad stream, or a src no stream can be found for: the op's own checks raise it
+        key = None
+    else:  # describing both arrays on h orders their producers' pending work before a kept launch
+        key = _launch_key(cls.op, src, dst, options, order_on=h)
     kept = _KEPT_LAUNCHES.get(key) if key is not None else None
     if kept is None:
         op = cls(src, dst, stream=stream, **options)
@@ -148,7 +153,7 @@ def _launch_once(cls: type["_TileOp"], src: Any, dst: Any, stream: Any, **option
         return result
     launcher, blob = kept
     if launcher is not None:
-        _enqueue(launcher, blob, (_tma_view(src)[0], _tma_view(dst)[0]), stream, src)
+        launcher(blob, stream=h)
     return dst
 
 
@@ -161,9 +166,10 @@ def _enqueue(launcher: Launcher, blob: bytes, views: tuple[Any, ...], stream: An
     launcher(blob, stream=h)
 
 
-def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any]) -> tuple | None:
+def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any], order_on: int | None = None) -> tuple | None:
     """What a one-shot call's launch depends on, or None where it is not kept: no dst (each call allocates one),
-    options that are not plain values, or arrays that cannot be described (the checks then raise)."""
+    options that are not plain values, or arrays that cannot be described (the checks then raise). ``order_on``:
+    the stream the launch will use; each array's producer's pending work is ordered before it."""
     if dst is None:
         return None
     box, config = options.get("box"), options.get("config")
@@ -173,7 +179,7 @@ def _launch_key(op: str, src: Any, dst: Any, options: dict[str, Any]) -> tuple |
         arrays = []
         for array in (src, dst):
             view, implied = _tma_view(array)
-            a = device_array(view)
+            a = device_array(view, stream=order_on)
             arrays.append((a.ptr, a.shape, a.strides, a.typestr, a.type_name, a.readonly, implied))
         key = (op, *arrays, None if box is None else tuple(box), options.get("dtype"), config)
         hash(key)
