@@ -63,3 +63,17 @@ def test_a_prepared_chain_refuses_what_is_no_stream(monkeypatch):
     with pytest.raises(KernelArgumentError, match="cannot use str as a stream"):
         chain(stream="default")
     assert launched == []
+
+
+def test_an_array_on_another_gpu_in_a_later_link_raises_before_any_link_launches(monkeypatch):
+    from .runtime_fakes import DeviceArray
+
+    launched = []
+    monkeypatch.setattr(pdl, "_caps", H200.as_dict)  # the chain runs on GPU 0
+    monkeypatch.setattr(pdl, "prepare", lambda kernel, config: lambda *a, **k: launched.append(kernel.name))
+    steps = [(FakeKernel("k0"), CFG, (DeviceArray(device=0), np.uint32(5))),
+             (FakeKernel("k1"), CFG, (DeviceArray(device=1), np.uint32(5)))]
+    for call in (pdl.launch_chain, pdl.prepare_chain):
+        with pytest.raises(KernelArgumentError, match=r"step 1 \(k1\): argument 0: the array is in the memory of GPU 1"):
+            call(steps)
+    assert launched == []

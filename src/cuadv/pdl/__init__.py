@@ -85,16 +85,17 @@ def as_steps(steps: Sequence[StepLike]) -> tuple[Step, ...]:
     return tuple(out)
 
 
-def check_arguments(steps: Sequence[Step]) -> None:
-    """Each step's arguments against its kernel's parameters (count, then packing: types and sizes), so a
-    bad argument in link 5 raises before link 0 is launched."""
+def check_arguments(steps: Sequence[Step], device: int | None = None) -> None:
+    """Each step's arguments against its kernel's parameters (count, then packing: types and sizes; with
+    ``device``, the GPU whose memory each array is in), so a bad argument in link 5 raises before link 0 is
+    launched."""
     for i, s in enumerate(steps):
         sizes = s.kernel.param_sizes
         if len(s.args) != len(sizes):
             raise KernelArgumentError(f"step {i} ({s.kernel.name}): the kernel takes {len(sizes)} arguments, "
                                       f"got {len(s.args)}")
         try:
-            PackedArguments(s.args, sizes, s.kernel.signature)
+            PackedArguments(s.args, sizes, s.kernel.signature, device)
         except KernelArgumentError as exc:
             raise KernelArgumentError(f"step {i} ({s.kernel.name}): {exc}") from None
 
@@ -132,8 +133,10 @@ class Chain:
         self.steps = as_steps(steps)
         if not isinstance(graph, bool):
             raise ValueError(f"graph must be True or False, got {graph!r}")
-        check_arguments(self.steps)
-        self.pdl = resolve_pdl(pdl, _caps())
+        check_arguments(self.steps)  # counts and types: no GPU needed
+        caps = _caps()
+        self.pdl = resolve_pdl(pdl, caps)
+        check_arguments(self.steps, caps["ordinal"])  # and every array in the memory of the GPU the chain runs on
         self.configs = link_configs(self.steps, self.pdl)
         self.launchers: tuple[Launcher, ...] = tuple(prepare(s.kernel, c) for s, c in zip(self.steps, self.configs))
         self._like = tuple(a for s in self.steps for a in s.args)  # what stream=None follows
