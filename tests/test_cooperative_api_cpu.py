@@ -147,6 +147,7 @@ def test_two_phase_refuses_before_the_gpu():
 
 class FakeCaps:
     sm_count = 132
+    shared_mem_per_block_optin = 232448
 
     def __init__(self, **features):
         self.features = {"compute_capability": (8, 0), "cluster_launch": False, "cooperative_launch": False}
@@ -155,12 +156,16 @@ class FakeCaps:
     def as_dict(self):
         return dict(self.features)
 
+    def cc_string(self):
+        return "{}.{}".format(*self.features["compute_capability"])
+
 
 class FakeKernel(Kernel):
     """A Kernel with nothing loaded (occupancy queries and launches would fail)."""
 
     name = "fake"
     static_shared_bytes = 0
+    max_threads_per_block = 1024
     compile_time_cluster = None
 
     def __init__(self):
@@ -186,6 +191,45 @@ def test_grid_sync_grid_over_the_co_resident_maximum(monkeypatch):
     with pytest.raises(LaunchConfigError, match=r"cooperative grid of 1057 blocks exceeds the co-resident maximum "
                                                 r"1056 \(132 SMs, 256 threads and 1024 B .*fallback: .*two_kernels"):
         co.grid_sync_launch(FakeKernel(), 256, grid=1057, shared_mem=1024)
+
+
+def test_occupancy_queries_check_the_block_against_the_kernel_before_the_driver(monkeypatch):
+    """Shared memory over the opt-in limit and a block over the kernel's own thread limit raise LaunchConfigError
+    naming the limit; the occupancy API (which would first raise the kernel's shared-memory attribute, a driver
+    error naming nothing) is never asked."""
+    def no_query(*args, **kwargs):
+        raise AssertionError("the occupancy API was asked")
+
+    monkeypatch.setattr(co, "_caps", lambda: FakeCaps(cooperative_launch=True, cluster_launch=True))
+    for name in ("max_active_blocks_per_sm", "max_cluster_size", "max_active_clusters"):
+        monkeypatch.setattr(co, name, no_query)
+    monkeypatch.setattr(co, "launch", _no_launch)
+    small = FakeKernel()
+    small.max_threads_per_block = 256  # as __launch_bounds__(256) or its registers would set it
+    for query in (lambda k, **kw: co.max_cooperative_grid(k, 512, **kw),
+                  lambda k, **kw: co.grid_sync_launch(k, 512, **kw),
+                  lambda k, **kw: co.largest_cluster(k, 512, **kw),
+                  lambda k, **kw: co.active_clusters(k, 512, 2, **kw)):
+        with pytest.raises(LaunchConfigError, match="exceeds the per-block limit of 232448 B"):
+            query(FakeKernel(), shared_mem=300_000)
+        with pytest.raises(LaunchConfigError, match="block of 512 threads exceeds this kernel's limit of 256"):
+            query(small)
+
+
+def test_grid_sync_where_no_block_fits_says_so(monkeypatch):
+    monkeypatch.setattr(co, "_caps", lambda: FakeCaps(cooperative_launch=True))
+    monkeypatch.setattr(co, "max_active_blocks_per_sm", lambda k, block, smem: 0)
+    monkeypatch.setattr(co, "launch", _no_launch)
+    with pytest.raises(LaunchConfigError, match=r"no block of fake with 256 threads and 1024 B shared memory fits on "
+                                                r"an SM \(occupancy 0\)"):
+        co.grid_sync_launch(FakeKernel(), 256, shared_mem=1024)
+
+
+@pytest.mark.parametrize("mode", ["grid_sync", "two_kernels"])
+def test_two_phase_refuses_an_empty_grid_in_either_mode(monkeypatch, mode):
+    monkeypatch.setattr(co, "_caps", lambda: pytest.fail("checked on the GPU"))
+    with pytest.raises(LaunchConfigError, match=r"grid dimension x = 0 is outside \[1, 2147483647\]"):
+        co.prepare_two_phase(FakeDeviceArray(typestr="<u4"), mode=mode, grid=0)
 
 
 def test_cluster_helpers_without_clusters_name_the_fallback(monkeypatch):

@@ -169,18 +169,26 @@ def check_shared_memory(kernel: Kernel, shared_mem: int, caps: DeviceCaps) -> No
             f"{caps.cc_string()}, CUDA Programming Guide: Technical Specifications per Compute Capability)")
 
 
+def check_block(kernel: Kernel, block: Dim3 | int | Sequence[int], shared_mem: int, caps: DeviceCaps) -> None:
+    """What the compiled kernel allows one block: its thread limit and the shared memory per block. Run before
+    any occupancy query, which would raise the kernel's dynamic shared-memory limit first (a driver error
+    that names no limit) or answer 0 blocks for a block the kernel cannot run at all."""
+    threads = volume(as_dim3(block))
+    if threads > kernel.max_threads_per_block:
+        raise LaunchConfigError(
+            f"block of {threads} threads exceeds this kernel's limit of {kernel.max_threads_per_block} "
+            "(set by its registers or __launch_bounds__)")
+    check_shared_memory(kernel, shared_mem, caps)
+
+
 def check_config(kernel: Kernel, config: LaunchConfig) -> int:
     """Device checks: everything that depends on the GPU and on the compiled kernel. Returns the ordinal of
     the GPU checked against (the launch's)."""
     device = current_device()
     caps = device.caps
     features = caps.as_dict()
+    check_block(kernel, config.block, config.shared_mem, caps)
     threads = volume(config.block)  # type: ignore[arg-type]
-    if threads > kernel.max_threads_per_block:
-        raise LaunchConfigError(
-            f"block of {threads} threads exceeds this kernel's limit of {kernel.max_threads_per_block} "
-            "(set by its registers or __launch_bounds__)")
-    check_shared_memory(kernel, config.shared_mem, caps)
     total_shared = config.shared_mem + kernel.static_shared_bytes
     kernel.ensure_dynamic_shared(config.shared_mem)
     fixed = kernel.compile_time_cluster

@@ -9,6 +9,8 @@ import pytest
 import cuadv.persistent as ps
 from cuadv.errors import LaunchConfigError
 
+from .runtime_fakes import HOPPER, DeviceArray, FakeDevice, RefusingKernel, fake_gpu  # noqa: F401 (a fixture)
+
 BUMP = dict(params="unsigned int* counts", task="if (lane == 0) atomicAdd(counts + task, 1u);")
 
 
@@ -55,3 +57,24 @@ def test_launch_mistakes(n_tasks, kwargs, error, text):
 def test_prepare_persistent_needs_a_persistent_kernel():
     with pytest.raises(TypeError, match="kernel must be a PersistentKernel, got NoneType"):
         ps.prepare_persistent(None, 10)
+
+
+def test_shared_memory_over_the_gpu_limit_names_it_before_the_driver_is_asked(monkeypatch, fake_gpu):
+    """The resident grid's occupancy query would raise the kernel's shared-memory limit first: the driver refuses
+    (RefusingKernel) without naming the limit. cuadv's check comes first and names it."""
+    import cuadv.device as device
+
+    fake_gpu(HOPPER)
+    monkeypatch.setattr(device, "current_device", lambda: FakeDevice(HOPPER))
+    kernel = RefusingKernel("cuadv_persistent", sizes=(24, 8))
+    monkeypatch.setattr(ps.PersistentKernel, "kernel", lambda self: kernel)
+    bump = ps.PersistentKernel(**BUMP, shared_mem=300_000)
+    with pytest.raises(LaunchConfigError, match="shared_mem = 300000 B dynamic .* exceeds the per-block limit of "
+                                                "232448 B"):
+        bump.prepare(10, DeviceArray("uint32"))
+
+
+def test_numpy_integers_are_ints_for_every_option():
+    bump = ps.PersistentKernel(**BUMP, block=np.int32(64), min_blocks_per_sm=np.int32(2), shared_mem=np.int64(0))
+    assert (bump.block, bump.min_blocks_per_sm, bump.shared_mem) == (64, 2, 0)
+    assert type(bump.min_blocks_per_sm) is int and type(bump.shared_mem) is int

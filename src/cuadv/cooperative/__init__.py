@@ -35,7 +35,7 @@ from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import data_ptr, device_array, empty, overlaps, stream_handle, writable, zeros
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters, max_cluster_size
-from ..launching import LaunchConfig, launch, prepare
+from ..launching import LaunchConfig, check_block, launch, prepare
 from ..memo import BoundedMemo
 from ..waiting import wait
 
@@ -126,6 +126,14 @@ def _check_kernel(kernel: Any) -> None:
     if not isinstance(kernel, Kernel):
         raise KernelArgumentError(f"kernel must be a cuadv Kernel (CompiledModule.kernel(name)), got "
                                   f"{type(kernel).__name__}")
+
+
+def _check_occupancy_query(kernel: Any, block: Any, shared_mem: int, cluster: Any = None) -> None:
+    """An occupancy query's inputs: the kernel, the pure limits of a block, its shared memory and cluster (as a
+    LaunchConfig checks them), then what this kernel allows a block on this GPU, before the driver is asked."""
+    _check_kernel(kernel)
+    LaunchConfig(grid=1 if cluster is None else cluster, block=block, shared_mem=shared_mem, cluster=cluster)
+    check_block(kernel, block, shared_mem, _caps())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,8 +315,7 @@ def max_cooperative_grid(kernel: Kernel, block: Dim3 | int | Sequence[int], shar
     """The largest grid (in blocks) a cooperative launch of ``kernel`` accepts on this GPU now: blocks
     per SM at this block size and dynamic shared memory (the occupancy API) times the SM count. MIG
     or other processes can lower it; every cooperative launch is checked against it."""
-    _check_kernel(kernel)
-    LaunchConfig(grid=1, block=block, shared_mem=shared_mem)  # the block and shared-memory limits, before the GPU
+    _check_occupancy_query(kernel, block, shared_mem)
     return max_active_blocks_per_sm(kernel, block, shared_mem) * _sms()
 
 
@@ -324,6 +331,11 @@ def _cooperative_config(kernel: Kernel, block, grid: int | None, shared_mem: int
     require("cooperative_launch", caps.as_dict(), name="cooperative launch (grid.sync())",
             fallback=TWO_KERNELS_FALLBACK)
     top = max_cooperative_grid(kernel, block, shared_mem)
+    if top == 0:  # the kernel's registers or shared memory leave no room for one such block on an SM
+        raise LaunchConfigError(
+            f"no block of {kernel.name} with {volume(as_dim3(block))} threads and "
+            f"{shared_mem + kernel.static_shared_bytes} B shared memory fits on an SM (occupancy 0), so no "
+            f"cooperative grid can run; use a smaller block or less shared memory")
     blocks = top if grid is None else volume(as_dim3(grid))
     if blocks > top:
         raise LaunchConfigError(
@@ -428,12 +440,13 @@ class TwoPhase:
             raise ValueError(f"mode must be 'grid_sync' or 'two_kernels', got {self.mode!r}")
         _check_block(self.block)
         smem = self.block * 4
+        LaunchConfig(grid=1 if self.grid is None else self.grid, block=self.block, shared_mem=smem)  # before the GPU
         if self.mode == "grid_sync":
             self.config = _cooperative_config(kernel("two_phase"), self.block, self.grid, smem)
             prepare(kernel("two_phase"), self.config)
         else:
             top = max_cooperative_grid(kernel("two_phase"), self.block, smem)
-            self.config = LaunchConfig(grid=self.grid or top, block=self.block, shared_mem=smem)
+            self.config = LaunchConfig(grid=top if self.grid is None else self.grid, block=self.block, shared_mem=smem)
             prepare(kernel("phase1"), self.config), prepare(kernel("phase2"), self.config)
         self.grid = self.config.grid_blocks
         self._partials = None
@@ -467,6 +480,7 @@ def largest_cluster(kernel: Kernel, block: Dim3 | int | Sequence[int], shared_me
     shared memory (cuOccupancyMaxPotentialClusterSize); portable sizes (<= 8) unless ``non_portable``.
     UnsupportedFeatureError (fallback: no cluster) on a GPU without clusters."""
     require("cluster_launch", _caps().as_dict(), name="thread block clusters", fallback=NO_CLUSTER_FALLBACK)
+    _check_occupancy_query(kernel, block, shared_mem)
     return max_cluster_size(kernel, block, shared_mem, non_portable=non_portable)
 
 
@@ -478,6 +492,7 @@ def active_clusters(kernel: Kernel, block: Dim3 | int | Sequence[int], cluster: 
     if min(c) < 1:
         raise LaunchConfigError(f"cluster dimensions must be >= 1, got {c}")
     require("cluster_launch", _caps().as_dict(), name="thread block clusters", fallback=NO_CLUSTER_FALLBACK)
+    _check_occupancy_query(kernel, block, shared_mem, c)
     return max_active_clusters(kernel, block, c, shared_mem)
 
 
@@ -489,6 +504,7 @@ def cluster_config(kernel: Kernel, grid: Any, block: Any, cluster: Any = None, s
     Refused before launch: no cluster support (UnsupportedFeatureError, fallback: no cluster), a shape
     that does not divide the grid, one larger than ``largest_cluster`` for this kernel.
     """
+    _check_kernel(kernel)
     if cluster is None and kernel.compile_time_cluster is None:
         raise LaunchConfigError(f"kernel {kernel.name} declares no __cluster_dims__; give a run-time cluster")
     config = LaunchConfig(grid=grid, block=block, cluster=cluster, shared_mem=shared_mem)

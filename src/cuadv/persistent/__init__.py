@@ -35,10 +35,11 @@ import numpy as np
 
 from ..args import PackedArguments
 from ..compiler import CompiledModule, compile_source
+from ..dims import is_int
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..interop import stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm
-from ..launching import LaunchConfig, Launcher, prepare
+from ..launching import LaunchConfig, Launcher, check_block, prepare
 from ..params import StructArgument, c_struct
 from ..signature import split_params
 from ..state_pool import StatePool
@@ -86,11 +87,13 @@ def resident_grid(kernel: Kernel, block: int, shared_mem: int = 0) -> int:
     """SMs x the blocks of ``kernel`` resident per SM (its own occupancy): a grid that runs at once."""
     from ..device import current_device
 
+    caps = current_device().caps
+    check_block(kernel, block, shared_mem, caps)  # a clear limit before the occupancy query asks the driver
     per_sm = max_active_blocks_per_sm(kernel, block, shared_mem)
     if per_sm < 1:
         extra = f" and {shared_mem} B dynamic shared memory" if shared_mem else ""
         raise LaunchConfigError(f"{kernel.name} does not fit an SM with {block} threads{extra} per block")
-    return per_sm * current_device().caps.sm_count
+    return per_sm * caps.sm_count
 
 
 def grid_for(resident: int, block: int, n: int, per_ticket: int) -> int:
@@ -143,15 +146,15 @@ class PersistentKernel:
                 or block % WARP:
             raise LaunchConfigError(f"block must be a multiple of {WARP} threads from {WARP} to 1024 (each warp is "
                                     f"a worker), got {block!r}")
-        if isinstance(min_blocks_per_sm, bool) or not isinstance(min_blocks_per_sm, int) or min_blocks_per_sm < 1:
+        if not is_int(min_blocks_per_sm) or min_blocks_per_sm < 1:
             raise LaunchConfigError(f"min_blocks_per_sm must be an int >= 1, got {min_blocks_per_sm!r}")
-        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
+        if not is_int(shared_mem) or shared_mem < 0:
             raise LaunchConfigError(f"shared_mem must be an int >= 0 bytes, got {shared_mem!r}")
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"name must be a C identifier, got {name!r}")
         self.params, self.task, self.prologue, self.preamble = params.strip(), task, prologue, preamble
-        self.block, self.name, self.shared_mem = int(block), name, shared_mem
-        self.min_blocks_per_sm = min_blocks_per_sm
+        self.block, self.name, self.shared_mem = int(block), name, int(shared_mem)
+        self.min_blocks_per_sm = int(min_blocks_per_sm)
         self.n_params = count_params(self.params)  # the user's arguments after n_tasks
         self._modules: dict[str, CompiledModule] = {}
         self._resident: dict[str, int] = {}  # arch -> this kernel's resident grid on the current device
