@@ -96,3 +96,25 @@ def test_stream_domain_names_are_checked_before_the_driver(monkeypatch):
     with pytest.raises(LaunchConfigError, match="got None"):
         with domains.in_domain(0, None):
             pass
+
+
+def test_stream_domains_on_a_gpu_with_one_domain(monkeypatch):
+    """'remote' raises naming the capability and the fallback; 'default' is what every launch gets already, so it
+    sets nothing; and a stream's domain reads 'default'. None of it reaches the driver."""
+    from types import SimpleNamespace
+
+    import cuadv.device as device
+    import cuadv.domains as domains
+    from bad_input.runtime_fakes import AMPERE  # the bad-input corpus's fakes (pytest puts tests/ on the path)
+    from cuadv.errors import UnsupportedFeatureError
+
+    monkeypatch.setattr(device, "current_device", lambda: SimpleNamespace(caps=AMPERE))
+    monkeypatch.setattr(domains, "ready_driver", lambda: pytest.fail("reached the driver"))
+    with pytest.raises(UnsupportedFeatureError, match="memory sync domains.*fallback: launch in the default domain"):
+        domains.set_stream_domain(7, "remote")
+    with pytest.raises(UnsupportedFeatureError, match="fallback: launch in the default domain"):
+        with domains.in_domain(7, "remote"):
+            pytest.fail("entered the block")
+    domains.set_stream_domain(7, "default")
+    with domains.in_domain(7, "default"):
+        assert domains.stream_domain(7) == "default"

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from ._cuda import check, driver, ready_driver
 from .errors import LaunchConfigError
-from .features import why_not as _feature_why_not
+from .features import require, why_not as _feature_why_not
 from .interop import stream_handle
 from .launching import MEM_SYNC_DOMAINS
 
@@ -70,11 +70,26 @@ def _attr():
     return drv.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN
 
 
+def _has_domains() -> bool:
+    """Whether this GPU has the domains to choose from (``registry_reason`` says why not)."""
+    from .device import current_device
+
+    return registry_reason(current_device().caps.as_dict()) is None
+
+
 def set_stream_domain(stream: Any, domain: str) -> None:
     """Put every later launch on ``stream`` (a CuPy / torch / cuda.core stream or a handle) in ``domain``,
-    unless a launch names its own (``LaunchConfig(mem_sync_domain=...)``)."""
+    unless a launch names its own (``LaunchConfig(mem_sync_domain=...)``). On a GPU with one domain,
+    ``"remote"`` raises UnsupportedFeatureError naming the fallback and ``"default"`` is what every launch
+    gets already (nothing to set)."""
     check_domain(domain)
     handle = stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
+    if not _has_domains():
+        if domain == "default":
+            return
+        from .device import current_device
+
+        require("mem_sync_domains", current_device().caps.as_dict(), name="memory sync domains", fallback=FALLBACK)
     drv = ready_driver()
     value = drv.CUstreamAttrValue()
     value.memSyncDomain = getattr(drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{domain.upper()}")
@@ -83,8 +98,10 @@ def set_stream_domain(stream: Any, domain: str) -> None:
 
 
 def stream_domain(stream: Any) -> str:
-    """The domain later launches on ``stream`` go to."""
+    """The domain later launches on ``stream`` go to ("default" on a GPU with one domain)."""
     handle = stream_handle(stream)
+    if not _has_domains():
+        return "default"
     drv = ready_driver()
     value = check(drv.cuStreamGetAttribute(drv.CUstream(handle), _attr()),
                   "cuStreamGetAttribute(MEM_SYNC_DOMAIN)")
