@@ -13,6 +13,7 @@ from .library_fakes import FakeArray, forbid
 
 X, OUT = 0x100000, 0x200000
 COEF = dict(c_center=0.5, c_neighbour=0.125)
+DEVICE_HAS_TMA = pipeline._device_has_tma  # the real check, before the fixture forbids it
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +58,37 @@ def test_a_tma_variant_on_a_gpu_without_tma_names_the_fallback(monkeypatch):
     with pytest.raises(UnsupportedFeatureError, match=r"stencil variant 'tma_store' \(TMA\) needs compute capability "
                                                       r">= 9.0 \(got 8.0\); fallback: variant='thread' or 'mbar'"):
         pipeline.stencil(x64(), variant="tma_store", **COEF)
+
+
+def test_a_variant_without_a_built_kernel_is_refused_before_any_compile():
+    from cuadv.pipeline import STENCIL_VARIANTS, Variant
+    from cuadv.pipeline.stencil import VARIANTS
+
+    unbuilt = Variant("tile", "thread", 3)
+    assert unbuilt not in VARIANTS and STENCIL_VARIANTS["thread"] in VARIANTS
+    for call in (pipeline.stencil, pipeline.prepare_stencil):
+        with pytest.raises(ValueError, match=r"has no built kernel: a Variant must be one of "
+                                             r"cuadv.pipeline.stencil.VARIANTS"):
+            call(x64(), variant=unbuilt, **COEF)
+
+
+def test_a_gpu_before_compute_capability_8_names_the_capability_and_the_fallback(monkeypatch):
+    """None of the stencil's kernels builds below 8.0 (they stage tiles with cp.async): the check comes before any
+    compile, so the error is no NVRTC log."""
+    from types import SimpleNamespace
+
+    import cuadv.device as device
+
+    from .runtime_fakes import AMPERE
+
+    monkeypatch.setattr(pipeline, "_device_has_tma", DEVICE_HAS_TMA)
+    turing = SimpleNamespace(compute_capability=(7, 5), cc_string=lambda: "7.5")
+    monkeypatch.setattr(device, "current_device", lambda: SimpleNamespace(caps=turing))
+    with pytest.raises(UnsupportedFeatureError, match=r"asynchronous copies into shared memory \(cp.async\) needs "
+                                                      r"compute capability >= 8.0 \(got 7.5\); fallback: "):
+        pipeline.prepare_stencil(x64(), **COEF)
+    monkeypatch.setattr(device, "current_device", lambda: SimpleNamespace(caps=AMPERE))
+    assert DEVICE_HAS_TMA() == (False, "8.0")
 
 
 def test_tma_stores_into_rows_that_end_inside_16_bytes_are_refused(monkeypatch):

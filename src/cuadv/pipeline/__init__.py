@@ -20,7 +20,7 @@ from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureE
 from ..interop import DeviceArray, device_array, empty, overlaps, stream_handle, writable
 from ..tma.tensormap import tma_store_overruns
 from .stencil import (
-    SYNC, Grid2D, Stencil, Trace, Variant, reference, tile, tma,
+    SYNC, VARIANTS, Grid2D, Stencil, Trace, Variant, reference, tile, tma,
 )
 
 __all__ = ["stencil", "prepare_stencil", "PreparedStencil", "Stencil", "Variant", "STENCIL_VARIANTS", "Trace",
@@ -59,16 +59,29 @@ def _kernels() -> Stencil:
     return _STENCILS[arch]
 
 
+ASYNC_COPY_FALLBACK = "the same stencil as array operations (shifted slices of x; no staging in shared memory)"
+
+
 def _device_has_tma() -> tuple[bool, str]:
+    """Whether this GPU has TMA, and its compute capability; UnsupportedFeatureError below 8.0, where none of the
+    stencil's kernels builds (they stage tiles with asynchronous copies, cp.async)."""
     from ..device import current_device
 
     caps = current_device().caps
-    return caps.compute_capability >= (9, 0), caps.cc_string()
+    if caps.compute_capability < (8, 0):
+        raise UnsupportedFeatureError("the stencil's asynchronous copies into shared memory (cp.async)",
+                                      "compute capability >= 8.0", caps.cc_string(), ASYNC_COPY_FALLBACK)
+    return caps.tma, caps.cc_string()
 
 
 def _named(name: Any) -> Variant | None:
-    """The variant ``name`` stands for (None: 'auto'); ValueError for anything else."""
+    """The variant ``name`` stands for (None: 'auto'); ValueError for anything else, and for a Variant whose kernel
+    is not built (the shipped module holds those of ``cuadv.pipeline.stencil.VARIANTS`` only)."""
     if isinstance(name, Variant):
+        if name not in VARIANTS:
+            raise ValueError(f"variant {name.label} has no built kernel: a Variant must be one of "
+                             "cuadv.pipeline.stencil.VARIANTS (or name one of "
+                             f"{', '.join(map(repr, STENCIL_VARIANTS))})")
         return name
     if isinstance(name, str) and (name == "auto" or name in STENCIL_VARIANTS):
         return STENCIL_VARIANTS.get(name)
@@ -203,7 +216,8 @@ def stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: float,
 
     ``out``: a float32 device array of x's shape (may be pitched; must not overlap x), or None for a new one in x's
     library (torch in, torch out; anything else, CuPy). ``variant``: 'auto' (the fastest measured that this GPU and
-    these arrays allow), 'tma_store', 'tma', 'thread', 'mbar', 'sync', or a cuadv.pipeline.Variant. ``stream``:
+    these arrays allow), 'tma_store', 'tma', 'thread', 'mbar', 'sync', or a cuadv.pipeline.Variant of
+    cuadv.pipeline.stencil.VARIANTS. ``stream``:
     None for the current stream of x's library. Returns ``out``. For repeated calls use prepare_stencil."""
     return prepare_stencil(x, out, c_center=c_center, c_neighbour=c_neighbour, variant=variant,
                            stream=stream)(x, out, stream=stream)
