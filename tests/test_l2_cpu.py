@@ -95,3 +95,19 @@ def test_set_aside_and_window_limits_are_checked_before_the_driver():
         set_set_aside(39_321_601, caps)
     with pytest.raises(LaunchConfigError, match="exceeds the maximum window 134213632 B"):
         set_stream_window(0, AccessPolicyWindow(0x1000, 134_213_633), caps)
+    with pytest.raises(TypeError, match="set-aside must be an int number of bytes, got str '1M'"):
+        set_set_aside("1M", caps)
+    for bad in (1.5, True):
+        with pytest.raises(TypeError, match="set-aside must be an int number of bytes"):
+            set_set_aside(bad, caps)
+    with pytest.raises(TypeError, match=r"window must be a cuadv.AccessPolicyWindow or None, got tuple"):
+        set_stream_window(0, (0x1000, 4096), caps)
+
+
+def test_persist_takes_an_address_as_a_numpy_integer():
+    import numpy as np
+
+    from cuadv.l2 import persist
+
+    window = persist(np.uint64(0x7F00_0000_0000), 4096, caps=Caps(), stream=0)
+    assert (window.ptr, window.nbytes) == (0x7F00_0000_0000, 4096) and not window.active

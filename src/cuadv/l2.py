@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._cuda import check, driver, ready_driver
-from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
+from .dims import is_int
+from .errors import CudaDriverError, LaunchConfigError
 from .features import require as require_feature
 from .interop import device_array, stream_handle
 from .launching import AccessPolicyWindow
@@ -69,13 +70,6 @@ def unsupported_reason(caps) -> str | None:
     return None
 
 
-def require(caps) -> None:
-    reason = unsupported_reason(caps)
-    if reason:
-        raise UnsupportedFeatureError("L2 persistence", "a GPU with persisting L2 (not MIG)",
-                                      f"{caps.persisting_l2_max_bytes} B persisting L2", "no window")
-
-
 def _limit():
     return driver().CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 
@@ -92,12 +86,15 @@ def set_set_aside(nbytes: int, caps=None) -> int:
 
         caps = current_device().caps
     check_set_aside(nbytes, int(_caps_dict(caps)["persisting_l2_max_bytes"]))
-    check(ready_driver().cuCtxSetLimit(_limit(), nbytes), f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE={nbytes})")
+    check(ready_driver().cuCtxSetLimit(_limit(), int(nbytes)), f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE={nbytes})")
     return get_set_aside()
 
 
 def check_set_aside(nbytes: int, maximum: int) -> None:
-    """A set-aside must lie in [0, the device's persisting-L2 maximum]."""
+    """A set-aside is an int number of bytes in [0, the device's persisting-L2 maximum]."""
+    if not is_int(nbytes):
+        raise TypeError(f"persisting L2 set-aside must be an int number of bytes, got {type(nbytes).__name__} "
+                        f"{nbytes!r}")
     if not 0 <= nbytes <= maximum:
         raise LaunchConfigError(f"persisting L2 set-aside of {nbytes} B is outside [0, {maximum}] "
                                 "(the device's persisting-L2 maximum)")
@@ -128,6 +125,9 @@ def set_stream_window(stream: Any, window: AccessPolicyWindow | None, caps=None)
 
         caps = current_device().caps
     if window is not None:
+        if not isinstance(window, AccessPolicyWindow):
+            raise TypeError(f"window must be a cuadv.AccessPolicyWindow or None, got {type(window).__name__} "
+                            f"{window!r}")
         check_window_bytes(window.num_bytes, int(_caps_dict(caps)["access_policy_max_window_bytes"]))
     drv = ready_driver()
     value = drv.CUstreamAttrValue()
@@ -264,11 +264,6 @@ class Persist:
                 f"set_aside={self.requested_set_aside}, active={self.active})")
 
 
-def _is_int(value: Any) -> bool:
-    """An int or NumPy integer (``arr.nbytes`` of NumPy is one), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | None = None, stream: Any = None,
             set_aside: int | None = None, caps=None) -> Persist:
     """A context manager that keeps ``array_or_ptr`` (a device array, or an address with ``nbytes``) in the
@@ -293,7 +288,7 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
         caps = current_device().caps
     features = _caps_dict(caps)
     require_feature("l2_persistence", features, name="L2 persistence (cuadv.l2.persist)", fallback=FALLBACK)
-    if isinstance(array_or_ptr, bool) or not isinstance(array_or_ptr, int):
+    if not is_int(array_or_ptr):  # a device array (an address is an int or a NumPy integer)
         array = device_array(array_or_ptr)  # KernelArgumentError for host arrays
         # A strided array (rows a pitch apart, a slice) spans more than nbytes: the window covers its whole extent,
         # from its lowest byte, padding included.
@@ -302,7 +297,7 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
         like: tuple = (array_or_ptr,)
         if nbytes is None:
             nbytes = size
-        elif _is_int(nbytes) and nbytes > size:
+        elif is_int(nbytes) and nbytes > size:
             raise LaunchConfigError(f"nbytes = {nbytes} exceeds the array's {size} B; the window lies inside the array")
     else:
         ptr, like = int(array_or_ptr), ()
@@ -310,14 +305,14 @@ def persist(array_or_ptr: Any, nbytes: int | None = None, *, hit_ratio: float | 
             raise LaunchConfigError(f"a device address must be positive, got {array_or_ptr!r}")
         if nbytes is None:
             raise LaunchConfigError("persist(address) needs nbytes: the window's size in bytes")
-    if not _is_int(nbytes) or nbytes <= 0:
+    if not is_int(nbytes) or nbytes <= 0:
         raise LaunchConfigError(f"nbytes must be a positive int (the window's size in bytes), got {nbytes!r}")
     nbytes = int(nbytes)
     check_window_bytes(nbytes, int(features["access_policy_max_window_bytes"]))
     maximum = int(features["persisting_l2_max_bytes"])
     if set_aside is None:
         set_aside = maximum
-    elif not _is_int(set_aside):
+    elif not is_int(set_aside):
         raise LaunchConfigError(f"set_aside must be an int number of bytes, got {set_aside!r}")
     check_set_aside(set_aside, maximum)
     return Persist(ptr, nbytes, None if hit_ratio is None else float(hit_ratio), stream_handle(stream, *like),
