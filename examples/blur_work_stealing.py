@@ -1,4 +1,4 @@
-"""A Gaussian blur written once and run under every scheduling policy (cuadv.TileKernel).
+"""A Gaussian blur written once and run under three scheduling policies (cuadv.TileKernel).
 
 The CUDA Programming Guide's motivating case for a prologue: a convolution whose coefficients do not depend on the
 tile. Here the prologue computes the Gaussian weights into shared memory once per running block;
@@ -6,7 +6,8 @@ each tile is a 32 x 32 patch of output, loaded with its halo into shared memory.
 
     PYTHONPATH=src python examples/blur_work_stealing.py [height width]
 
-Validates every policy against NumPy (float64) and prints the time of each.
+Runs fixed_work, fixed_blocks and auto (clc, steal or fixed_work, whichever this GPU has), validates each against
+NumPy (float64) and prints its time.
 """
 
 from __future__ import annotations

@@ -151,7 +151,8 @@ def test_schedule_layout_matches_header():
 
 
 @pytest.mark.parametrize("cluster", [1, (2, 1, 1), (2, 2, 1)])
-@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto"]),
+@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal",
+                                                        "auto"]),
                                             ("sm_100a", ["fixed_work", "fixed_blocks", "atomic_counter", "steal", "clc",
                                                          "auto"])])
 def test_every_policy_compiles(arch, policies, cluster):
@@ -421,8 +422,8 @@ def test_steal_stream_launches_alternate_phases_and_captures_count_exits(fake_oc
     kernels, _ = fake_occupancy
     pool, flags = _HostPool(), []
     monkeypatch.setattr(tile_kernel, "_pool", pool)
-    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, schedule, *args, stream:
-                                                                  flags.append((stream, schedule.flags, schedule.state))))
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(
+        lambda kernel, config, schedule, *args, stream: flags.append((stream, schedule.flags, schedule.state))))
     k = TileKernel("int* x", "", policy="steal", quantum_us=math.inf, block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
     for stream in (1, 1, 2, 1):
@@ -493,7 +494,8 @@ def test_atomic_counter_ptx_takes_tiles_from_a_counter():
     assert "atom.global.add.u64" in ptx  # the claim
     assert "mbarrier.init" not in ptx and "clusterlaunchcontrol" not in ptx and ".sys" not in ptx
     clustered = TileKernel("unsigned int* count", COUNT_BODY, cluster=(2, 1, 1), name="count_tiles")
-    assert "st.shared::cluster.u64" in clustered.compile("sm_90a", "atomic_counter").ptx  # the next unit, to every block
+    # the next unit, to every block
+    assert "st.shared::cluster.u64" in clustered.compile("sm_90a", "atomic_counter").ptx
 
 
 def test_atomic_counter_grid_is_the_resident_one(fake_occupancy):
@@ -539,3 +541,191 @@ def test_runnable_policies_are_what_resolve_policy_accepts():
     assert runnable_policies((8, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "auto")
     assert runnable_policies((9, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "steal", "auto")
     assert runnable_policies((10, 0)) == ("fixed_work", "fixed_blocks", "atomic_counter", "clc", "steal", "auto")
+
+
+# -- a Schedule takes shapes as every cuadv API does -------------------------------------------------------------
+
+@pytest.mark.parametrize("tiles, cluster, packed", [(5, 1, (5, 1, 1, 1, 1, 1)), ((5,), (1,), (5, 1, 1, 1, 1, 1)),
+                                                    ((6, 4), (2, 2), (6, 4, 1, 2, 2, 1)),
+                                                    (np.int64(5), [1], (5, 1, 1, 1, 1, 1)),
+                                                    ((np.int32(6), 2), (3,), (6, 2, 1, 3, 1, 1))])
+def test_schedule_shapes_missing_dimensions_are_one(tiles, cluster, packed):
+    """An int or a short tuple is (x, 1, 1) or (x, y, 1), as everywhere in cuadv (it was broadcast: tiles=5 packed
+    5 x 5 x 5 tiles)."""
+    import struct
+
+    s = Schedule(tiles=tiles, cluster=cluster)
+    assert (s.tiles, s.cluster) == (packed[:3], packed[3:])
+    assert struct.unpack("<3I3I", s.kernel_param_bytes()[:24]) == packed
+
+
+def test_schedule_fields_at_their_limits_pack():
+    s = Schedule(tiles=(2**31 - 1, 65535, 65535), cluster=(1, 1, 1), quantum_ns=2**64 - 1, prologue_factor=2**32 - 1,
+                 state_ptr=2**64 - 32, phase=1, min_units=2**32 - 1, report_ptr=2**64 - 8, count_exits=True)
+    b = s.kernel_param_bytes()
+    assert int.from_bytes(b[24:32], "little") == 2**64 - 1 and int.from_bytes(b[32:36], "little") == 2**32 - 1
+    assert int.from_bytes(b[40:48], "little") == 2**64 - 16  # phase 1: the pair's second state
+    assert int.from_bytes(b[36:40], "little") == COUNT_EXITS | PHASE1
+
+
+# -- clc needs an architecture- or family-specific target --------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm_100", "sm_120"])
+def test_a_plain_target_from_sm_100_runs_steal_for_auto_and_refuses_clc(arch, monkeypatch):
+    """clc's cancel uses .multicast::cluster::all, which ptxas accepts only for sm_100a / sm_100f and the like: on a
+    plain target auto is steal, and clc raises naming the target and the fallback, before anything compiles."""
+    from cuadv.work_stealing import policy_for_arch, tile_kernel
+
+    assert policy_for_arch("auto", arch) == "steal"
+    assert policy_for_arch("auto", arch + "a") == policy_for_arch("auto", arch + "f") == "clc"
+    assert policy_for_arch("clc", arch + "f") == "clc" and policy_for_arch("steal", arch) == "steal"
+    compiled = []
+    monkeypatch.setattr(tile_kernel, "compile_source", lambda source, name, arch: compiled.append((name, source)))
+    k = TileKernel("unsigned int* count", COUNT_BODY, name="count_tiles")
+    with pytest.raises(UnsupportedFeatureError) as info:
+        k.compile(arch, "clc")
+    assert str(info.value) == (f"Cluster Launch Control (policy 'clc') needs an {arch}a or {arch}f target "
+                               "(.multicast::cluster::all, which its cluster-wide cancel uses, exists only on "
+                               f"architecture- and family-specific targets) (got target {arch}); fallback: "
+                               "policy='steal' (software CLC, same loop) or policy='auto'")
+    assert compiled == []
+    k.compile(arch)  # the kernel's policy, auto
+    assert [name for name, _ in compiled] == ["count_tiles_steal"]
+    assert "cuadv::ws::Steal;" in compiled[0][1]
+
+
+def test_auto_builds_for_a_plain_sm_100_target():
+    k = TileKernel("unsigned int* count", COUNT_BODY, name="count_tiles")
+    ptx = k.compile("sm_100").ptx  # a ptxas error before: auto was clc
+    assert "clusterlaunchcontrol" not in ptx and "elect.sync" in ptx
+
+
+def test_the_tile_grid_limits_are_the_launch_grid_limits():
+    from cuadv.dims import MAX_GRID
+    from cuadv.work_stealing import MAX_TILES
+
+    assert MAX_TILES is MAX_GRID  # fixed_work launches one block per tile
+
+
+# -- a call-time policy takes that policy's options ---------------------------------------------------------------
+
+def _launch_recorder(monkeypatch, kernels):
+    """Launches recorded as (config, schedule); the kernel of each policy from ``kernels`` (policy resolved)."""
+    from types import SimpleNamespace
+
+    from cuadv.work_stealing import tile_kernel
+
+    launched = []
+    monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
+    monkeypatch.setattr(tile_kernel, "_counters", _HostPool())
+    monkeypatch.setattr(tile_kernel, "driver", lambda: SimpleNamespace(cuMemsetD32Async=lambda *args: (0,)))
+    monkeypatch.setattr(tile_kernel, "_reports", SimpleNamespace(take=lambda: (np.zeros(1, np.uint64), 0x5000)))
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, schedule, *args, stream:
+                                                                  launched.append((config, schedule))))
+    return launched
+
+
+@pytest.mark.parametrize("built", ["fixed_work", "fixed_blocks", "atomic_counter"])
+@pytest.mark.parametrize("called", ["steal", "auto"])
+def test_a_call_time_steal_on_a_kernel_built_for_another_policy_gets_the_default_quantum(fake_occupancy, monkeypatch,
+                                                                                        built, called):
+    """Such a kernel could not be given a quantum, so its steal launches take the documented default (50 us), and
+    the full tile grid until a slice is reported; they ran with quantum 0 (never yielding) on the resident grid."""
+    from types import SimpleNamespace
+
+    kernels, _ = fake_occupancy
+    launched = _launch_recorder(monkeypatch, kernels)
+    k = TileKernel("int* x", "", policy=built, block=256)
+    monkeypatch.setattr(k, "compile", lambda arch, policy: SimpleNamespace(
+        kernel=lambda name: kernels["steal" if policy == "steal" else "fixed_blocks"]))
+    k(100_000, 0x2000, stream=3, policy=called)  # auto: steal on the stand-in 9.0
+    config, schedule = launched[-1]
+    assert k.last_launch.policy == "steal" and schedule.quantum_ns == 50_000 and schedule.report_ptr == 0x5000
+    assert config.grid == (100_000, 1, 1)
+    k(100_000, 0x2000, stream=3)  # the kernel's own policy: no quantum
+    assert launched[-1][1].quantum_ns == 0 and k.last_launch.policy == built
+
+
+def test_steal_options_apply_to_steal_launches_only(fake_occupancy, monkeypatch):
+    """A kernel built for steal (or auto) with a quantum and min_tiles may be launched with another policy, which
+    runs without them, as auto does where it runs fixed_work; its steal launches keep them."""
+    kernels, _ = fake_occupancy
+    launched = _launch_recorder(monkeypatch, kernels)
+    k = TileKernel("int* x", "", policy="auto", block=256, quantum_us=10.0, min_tiles=4)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks" if policy else "steal"],
+                                                          policy or "steal"))
+    k(100_000, 0x2000, stream=3, policy="fixed_blocks")
+    config, schedule = launched[-1]
+    assert schedule.quantum_ns == 0 and schedule.min_units == 1 and config.grid == (3 * 132, 1, 1)
+    k(100_000, 0x2000, stream=3)
+    config, schedule = launched[-1]
+    assert schedule.quantum_ns == 10_000 and schedule.min_units == 4
+    assert config.grid == (steal_grid_units(100_000, 4, 8 * 132), 1, 1)
+
+
+# -- a trace outlives its stream; a tile order has landed before a launch can read it ----------------------------
+
+def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occupancy, monkeypatch):
+    """The stream may be destroyed before the records are read (its handle then names nothing, or another stream):
+    the records wait for an event recorded after the launch and are copied on a stream of cuadv's own. A captured
+    launch records no event (one recorded in a capture cannot be waited for) and is read from its stream."""
+    from types import SimpleNamespace
+
+    from cuadv.work_stealing import tile_kernel, trace as trace_module
+
+    kernels, _ = fake_occupancy
+    log = []
+
+    class Buffer:  # the trace buffer, in host memory
+        def __init__(self, nbytes, fill=None):
+            self.ptr, self.nbytes = 0x9000, nbytes
+
+        def fill(self, byte, stream=None):
+            log.append(("poison", stream))
+
+        def to_host(self, dtype, stream, what):
+            log.append(("copy", stream))
+            return np.full(self.nbytes, 0xFF, np.uint8)
+
+    monkeypatch.setattr(tile_kernel, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(tile_kernel, "_new_event", lambda: "event")
+    monkeypatch.setattr(tile_kernel, "_record", lambda event, stream: log.append(("record", event, stream)))
+    monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, *args, stream:
+                                                                  log.append(("launch", stream))))
+    monkeypatch.setattr(trace_module, "wait", lambda target, what=None: log.append(("wait", target)))
+    monkeypatch.setattr(trace_module, "_copy_stream", lambda: 0xC0)
+    monkeypatch.setattr(trace_module, "driver", lambda: SimpleNamespace(cuEventDestroy=lambda e: log.append(
+        ("destroy", e))))
+    k = TileKernel("int* x", "", policy="fixed_blocks", block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks"], "fixed_blocks"))
+    trace = k(1000, 0x2000, stream=7, trace=True)
+    assert log == [("poison", 7), ("launch", 7), ("record", "event", 7)]
+    log.clear()
+    assert trace.records.shape == (1000,) and not trace.written.any()
+    assert log == [("wait", "event"), ("copy", 0xC0), ("destroy", "event")]
+    log.clear()
+    captured = k(1000, 0x2000, stream=99, trace=True)
+    assert log == [("poison", 99), ("launch", 99)]
+    log.clear()
+    assert captured.records.shape == (1000,) and log == [("copy", 99)]
+
+
+def test_a_tile_order_has_landed_when_it_is_made(monkeypatch):
+    """The upload is a copy from pageable memory, which may return before its DMA lands on the device; a launch on a
+    non-blocking stream does not wait for it, so the constructor waits for it."""
+    from cuadv.work_stealing import TileOrder, trace as trace_module
+
+    log = []
+
+    class Buffer:
+        def __init__(self, nbytes, fill=0):
+            log.append(("alloc", nbytes, fill))
+
+        def from_host(self, array):
+            log.append(("copy", array.dtype, array.tolist()))
+
+    monkeypatch.setattr(trace_module, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(trace_module, "wait", lambda target=None, what=None: log.append(("wait", target)))
+    assert TileOrder([2, 0, 1]).units == 3
+    assert log == [("alloc", 12, None), ("copy", np.uint32, [2, 0, 1]), ("wait", 0)]

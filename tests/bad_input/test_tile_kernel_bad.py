@@ -11,7 +11,10 @@ import pytest
 from cuadv.errors import CompileError, KernelArgumentError, LaunchConfigError
 from cuadv.work_stealing import TileKernel, TileOrder
 
-from .runtime_fakes import HOPPER, DeviceArray, FakeKernel, RefusingKernel, fake_gpu  # noqa: F401 (fixture)
+from . import runtime_fakes
+from .runtime_fakes import HOPPER, DeviceArray, FakeKernel, RefusingKernel
+
+fake_gpu = runtime_fakes.fake_gpu  # the fixture, bound here (not imported) so pyflakes sees no unused import
 
 PARAMS = "float* data, unsigned long long n"
 
@@ -19,6 +22,7 @@ PARAMS = "float* data, unsigned long long n"
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(policy="greedy"), ValueError, r"policy must be one of fixed_work, fixed_blocks, atomic_counter, clc, "
                                         r"steal, auto; got 'greedy'"),
+    (dict(policy=3), TypeError, r"policy must be a str, one of fixed_work, .*, auto; got 3 \(int\)"),
     (dict(block=0), LaunchConfigError, r"block dimension x = 0 is outside \[1, 1024\]"),
     (dict(block=(64, 32)), LaunchConfigError, r"block of 2048 threads exceeds the limit of 1024 threads per block"),
     (dict(block=64.0), LaunchConfigError, r"block must be an int or a tuple of 1 to 3 ints .*got 64\.0 \(float\)"),
@@ -39,6 +43,13 @@ PARAMS = "float* data, unsigned long long n"
     (dict(min_blocks_per_sm=1.5), LaunchConfigError, r"min_blocks_per_sm must be an int >= 1, got 1\.5"),
     (dict(prologue_factor=-1), LaunchConfigError, r"prologue_factor must be an int >= 0, got -1"),
     (dict(prologue_factor=True), LaunchConfigError, r"prologue_factor must be an int >= 0, got True"),
+    # 32 and 64 bits in the schedule: refused here, not as NumPy's OverflowError at every call
+    (dict(prologue_factor=2**32), LaunchConfigError, r"prologue_factor must be at most 2\*\*32 - 1 \(a 32-bit field "
+                                                     r"of the schedule\), got 4294967296"),
+    (dict(policy="steal", quantum_us=1e17), LaunchConfigError, r"quantum_us = 1e\+17 exceeds the 1\.845e\+16 us a "
+                                                               r"64-bit count of nanoseconds holds; math\.inf: never "
+                                                               r"yield"),
+    (dict(policy="auto", quantum_us=2**64), LaunchConfigError, r"quantum_us = 18446744073709551616 exceeds"),
     (dict(policy="steal", quantum_us=10.0, min_tiles=0), LaunchConfigError,
      r"min_tiles must be None or an int from 1 to 2\*\*32 - 1, got 0"),
     (dict(policy="steal", quantum_us=10.0, min_tiles=True), LaunchConfigError,
@@ -233,3 +244,104 @@ def test_gpu_argument_count_after_the_schedule(cp):
     k(64, data)
     cp.cuda.Device().synchronize()
     assert (data.get() == 1).all()
+
+
+# -- a call with no tiles: nothing is launched, but a bad call raises as it would with tiles ---------------
+@pytest.mark.parametrize("tiles", [0, (0, 3), (4, 1, 0)])
+@pytest.mark.parametrize("call, error, message", [
+    (dict(args=(DeviceArray("float64"), 4)), KernelArgumentError,
+     r"kernel 'cuadv_tiles', argument 0 \(float\* data\): got a float64 array, but float\* reads float32 elements"),
+    (dict(args=(DeviceArray(), -4)), KernelArgumentError,
+     r"kernel 'cuadv_tiles', argument 1 \(unsigned long long n\): -4 is outside the range of unsigned long long"),
+    (dict(priority="high"), LaunchConfigError, r"priority must be an int \(or None\), got 'high'"),
+    (dict(priority=7), LaunchConfigError, r"priority 7 is outside the device's range \[-5 \(high\), 0 \(low\)\]"),
+    (dict(stream="nope"), KernelArgumentError, r"cannot use str as a stream"),
+    (dict(stream=-1), KernelArgumentError, r"stream handle -1 is not a CUstream"),
+])
+def test_a_call_with_no_tiles_is_checked_as_one_with_tiles(fake_gpu, monkeypatch, tiles, call, error, message):
+    fake_gpu(HOPPER)
+    k = TileKernel(PARAMS, "", policy="fixed_work")
+    _with_fake_kernel(monkeypatch, k, "fixed_work")
+    call = {"stream": 0, **call}
+    args = call.pop("args", (DeviceArray(), 4))
+    with pytest.raises(error, match=message):
+        k(tiles, *args, **call)
+
+
+def test_a_good_call_with_no_tiles_launches_nothing(fake_gpu, monkeypatch):
+    fake_gpu(HOPPER)  # its driver fails the test if a launch reaches it
+    k = TileKernel(PARAMS, "", policy="fixed_work")
+    _with_fake_kernel(monkeypatch, k, "fixed_work")
+    assert k((0, 3), DeviceArray(), 4, stream=0, priority=-1) is None
+    trace = k(0, DeviceArray(), 4, stream=0, trace=True)
+    assert trace.policy == "fixed_work" and trace.records.shape == (0,) and k.last_launch is None
+
+
+# -- a cluster larger than the kernel can use: the same error under every policy --------------------------
+@pytest.mark.parametrize("policy, quantum_us", [("fixed_work", None), ("fixed_blocks", None), ("atomic_counter", None),
+                                                ("steal", math.inf), ("steal", None)])
+def test_a_cluster_larger_than_the_kernel_takes_names_the_limit_under_every_policy(fake_gpu, monkeypatch, policy,
+                                                                                   quantum_us):
+    """fixed_blocks, atomic_counter and steal without slices size their grid from an occupancy query, which for a
+    cluster the kernel cannot use gives 0 (or fails in the driver): the cluster size is checked before it, as
+    fixed_work's launch checks it."""
+    from cuadv.work_stealing import tile_kernel
+
+    occupancy = fake_gpu(HOPPER)
+    occupancy.non_portable = 8  # this kernel's largest cluster: 8 blocks
+    monkeypatch.setattr(tile_kernel, "max_active_clusters",
+                        lambda *args, **kwargs: pytest.fail("the occupancy of a cluster was queried before its size "
+                                                            "was checked"))
+    k = TileKernel(PARAMS, "", policy=policy, cluster=16, quantum_us=quantum_us)
+    _with_fake_kernel(monkeypatch, k, policy)
+    with pytest.raises(LaunchConfigError, match=r"cluster of 16 blocks exceeds the largest cluster this kernel can use "
+                                                r"here \(8 blocks, non-portable limit, 256 threads and 0 B shared "
+                                                r"memory per block\)"):
+        k(64, DeviceArray(), 4, stream=0)
+    with pytest.raises(LaunchConfigError, match=r"cluster of 16 blocks exceeds the largest cluster"):
+        k(0, DeviceArray(), 4, stream=0)  # no tiles: the same check
+
+
+def test_a_cluster_the_kernel_takes_sizes_the_resident_grid(fake_gpu, monkeypatch):
+    from cuadv.work_stealing import tile_kernel
+
+    fake_gpu(HOPPER)
+    monkeypatch.setattr(tile_kernel, "max_active_clusters", lambda kernel, block, cluster, shared_mem=0: 5)
+    k = TileKernel(PARAMS, "", policy="fixed_blocks", cluster=(2, 2))
+    fake = _with_fake_kernel(monkeypatch, k, "fixed_blocks")
+    assert k.launch_config(fake, "fixed_blocks", (64, 2)).grid == (10, 2, 1)  # 5 clusters of 2 x 2 blocks
+
+
+# -- launch_config: the public way to size a grid, checked and resolved as a call is ----------------------
+@pytest.mark.parametrize("policy, tiles, kwargs, error, message", [
+    ("steal", 3.5, {}, LaunchConfigError, r"tiles must be an int or a tuple of 1 to 3 ints \(x, y, z\), got 3\.5"),
+    ("steal", (4, 65536), {}, LaunchConfigError, r"tile count y = 65536 is outside \[0, 65535\]"),
+    ("steal", (0, 4), {}, LaunchConfigError, r"tiles \(0, 4, 1\) hold no tile: a launch over none has no "
+                                             r"configuration"),
+    ("greedy", 1000, {}, ValueError, r"policy must be one of fixed_work, .*, auto; got 'greedy'"),
+    (None, 1000, {}, TypeError, r"policy must be a str, one of .*; got None \(NoneType\)"),
+    ("steal", 1000, dict(min_units=0), LaunchConfigError, r"min_units must be None or an int from 1 to 2\*\*32 - 1, "
+                                                          r"got 0"),
+    ("steal", 1000, dict(min_units=2.0), LaunchConfigError, r"min_units must be None or an int .*got 2\.0"),
+    ("steal", (2**31 - 1, 2), {}, LaunchConfigError, r"policy 'steal' takes at most 2147483647 units of work"),
+    ("steal", 1000, dict(priority="high"), LaunchConfigError, r"priority must be an int \(or None\), got 'high'"),
+])
+def test_a_launch_config_request_breaking_its_rule(fake_gpu, monkeypatch, policy, tiles, kwargs, error, message):
+    fake_gpu(HOPPER)
+    k = TileKernel(PARAMS, "", policy="steal", quantum_us=math.inf)
+    fake = _with_fake_kernel(monkeypatch, k, "steal")
+    with pytest.raises(error, match=message):
+        k.launch_config(fake, policy, tiles, **kwargs)
+
+
+def test_launch_config_takes_tiles_as_a_call_does_and_resolves_auto(fake_gpu, monkeypatch):
+    from cuadv.work_stealing import tile_kernel
+
+    fake_gpu(HOPPER)
+    monkeypatch.setattr(tile_kernel, "max_active_blocks_per_sm", lambda kernel, block, shared_mem=0: 2)
+    k = TileKernel(PARAMS, "", policy="steal", quantum_us=math.inf)
+    fake = _with_fake_kernel(monkeypatch, k, "steal")
+    resident = (2 * HOPPER.sm_count, 1, 1)  # steal without slices: the blocks that fit at once
+    assert k.launch_config(fake, "steal", 100_000).grid == resident
+    assert k.launch_config(fake, "auto", (100_000,)).grid == resident  # auto is steal on 9.0
+    assert k.launch_config(fake, "fixed_work", 100_000).grid == (100_000, 1, 1)

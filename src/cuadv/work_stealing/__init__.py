@@ -1,7 +1,7 @@
 """Work stealing: one tile body under fixed-work, fixed-blocks, Cluster Launch Control and software CLC.
 
-CUDA Programming Guide 4.12 (work stealing with Cluster Launch Control). The user writes a prologue and a tile body once; cuadv wraps them in the
-scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
+CUDA Programming Guide 4.12 (work stealing with Cluster Launch Control). The user writes a prologue and a tile body
+once; cuadv wraps them in the scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
 
 - ``fixed_work``: one block per tile (hardware balancing and preemption, one prologue per tile);
 - ``fixed_blocks``: SM count x occupancy blocks stride over the tiles (one prologue per block);
@@ -14,7 +14,8 @@ scheduling loop of ``include/cuadv/work_stealing.cuh`` for the chosen policy:
 - ``steal``: software CLC for 9.x GPUs: a grid of one block per tile (or per ``min_tiles`` tiles, by
   default what one time slice held in the kernel's previous launch) whose blocks take tickets and give
   the SM back after ``quantum_us``, so higher-priority kernels get in;
-- ``auto``: ``clc`` where the GPU has it, else ``steal`` (9.x), else ``fixed_work`` (below 9.0).
+- ``auto``: ``clc`` where the GPU has it, else ``steal`` (9.x), else ``fixed_work`` (below 9.0); compiled for a
+  plain target from sm_100 on (sm_100, sm_120), which cannot build clc, ``steal``.
 
 Example::
 
@@ -24,9 +25,9 @@ Example::
     scale((n + 255) // 256, data, np.int32(n), np.float32(2.0))  # tiles first, then the kernel's arguments
 
 Modules (this file only re-exports): ``policies`` (policy names, resolution, input checks),
-``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``trace`` (``TileOrder``, ``Trace``), ``tile_kernel`` (``TileKernel``), ``timeline``
-(the per-SM plot of a trace), ``perfetto`` (a trace as Chrome / Perfetto JSON). The per-launch
-scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
+``schedule`` (the ``Schedule`` kernel parameter, slice reports), ``trace`` (``TileOrder``, ``Trace``),
+``tile_kernel`` (``TileKernel``), ``timeline`` (the per-SM plot of a trace), ``perfetto`` (a trace as Chrome /
+Perfetto JSON). The per-launch scheduler counters are ``cuadv.state_pool.StatePool`` (re-exported here).
 """
 
 from .policies import (DEFAULT_PROLOGUE_FACTOR, DEFAULT_QUANTUM_US, MAX_STEAL_UNITS, MAX_TILES, POLICIES,

@@ -8,9 +8,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..dims import Dim3
+from ..dims import MAX_CLUSTER_SIZE, MAX_GRID, Dim3, is_int
+from ..errors import LaunchConfigError
 from ..params import StructArgument, c_struct
 from ..state_pool import STATE_BYTES
+from .policies import MAX_U32, MAX_U64, check_cluster, check_tiles
 
 COUNT_EXITS = 1  # Schedule flags: kCountExits in work_stealing.cuh
 PHASE1 = 2  # Schedule flags: kPhase1 (a stream launch given the second StealState of its slot's pair)
@@ -22,11 +24,18 @@ SCHEDULE_DTYPE = c_struct("cuadv::ws::Schedule", [
     ("tiles", "<u4", (3,)), ("cluster", "<u4", (3,)), ("quantum_ns", "<u8"), ("prologue_factor", "<u4"),
     ("flags", "<u4"), ("state", "<u8"), ("trace_ptr", "<u8"), ("order_ptr", "<u8"), ("min_units", "<u4"),
     ("reserved", "<u4"), ("report_ptr", "<u8")], size=80)
+# The integer fields of Schedule and their largest values (the widths above; phase selects one of a pair).
+_MAX_X, _MAX_YZ = MAX_GRID[0], MAX_GRID[1]
+_INT_FIELDS = (("quantum_ns", MAX_U64), ("prologue_factor", MAX_U32), ("state_ptr", MAX_U64), ("trace_ptr", MAX_U64),
+               ("order_ptr", MAX_U64), ("phase", 1), ("min_units", MAX_U32), ("report_ptr", MAX_U64))
 
 
 @dataclass(frozen=True)
 class Schedule(StructArgument):
-    """The scheduler's kernel parameter (cuadv::ws::Schedule)."""
+    """The scheduler's kernel parameter (cuadv::ws::Schedule). ``tiles`` and ``cluster``: an int or 1 to 3 ints
+    (x, y, z; missing ones 1), as every cuadv shape; at least one tile per axis (a launch with no tiles must not
+    be made), within the grid limits, the cluster 1 to 16 blocks dividing the tile grid. Every field is checked
+    here, so a bad one raises naming it rather than when the launch packs it."""
 
     LAYOUT: ClassVar[np.dtype] = SCHEDULE_DTYPE
 
@@ -41,6 +50,42 @@ class Schedule(StructArgument):
     phase: int = 0  # steal, stream launches: which state of the pair at state_ptr this launch counts in (kPhase1)
     min_units: int = 1  # steal: units a block runs before its slice may end
     report_ptr: int = 0  # steal: where a block's slice and pace are reported (SliceReport), 0: nowhere
+
+    def __post_init__(self):
+        # Every launch builds one: what TileKernel passes ((x, y, z) shapes and fields that are Python ints, all in
+        # range) passes this one expression; anything else takes the checks that name what is wrong (_check).
+        t, c = self.tiles, self.cluster
+        if type(t) is tuple and type(c) is tuple and len(t) == 3 and len(c) == 3:
+            (tx, ty, tz), (cx, cy, cz) = t, c
+            q, pf, mu, ph = self.quantum_ns, self.prologue_factor, self.min_units, self.phase
+            sp, tp, op, rp = self.state_ptr, self.trace_ptr, self.order_ptr, self.report_ptr
+            if (type(tx) is type(ty) is type(tz) is type(cx) is type(cy) is type(cz) is int
+                    and type(q) is type(pf) is type(mu) is type(ph) is type(sp) is type(tp) is type(op) is type(rp)
+                    is int and type(self.count_exits) is bool
+                    and 0 < tx <= _MAX_X and 0 < ty <= _MAX_YZ and 0 < tz <= _MAX_YZ
+                    and cx > 0 and cy > 0 and cz > 0 and cx * cy * cz <= MAX_CLUSTER_SIZE
+                    and not (tx % cx or ty % cy or tz % cz)
+                    and 0 <= q <= MAX_U64 and 0 <= pf <= MAX_U32 and 0 <= mu <= MAX_U32 and 0 <= ph <= 1
+                    and 0 <= sp <= MAX_U64 and 0 <= tp <= MAX_U64 and 0 <= op <= MAX_U64 and 0 <= rp <= MAX_U64):
+                return
+        self._check()
+
+    def _check(self) -> None:
+        cluster = check_cluster(self.cluster)
+        tiles = check_tiles(self.tiles, cluster)
+        if 0 in tiles:
+            raise LaunchConfigError(f"a Schedule takes at least one tile along each axis, got tiles {tiles}: a launch "
+                                    "with no tiles must not be made (it would clear nothing)")
+        object.__setattr__(self, "tiles", tiles)  # frozen: the (x, y, z) the layout packs
+        object.__setattr__(self, "cluster", cluster)
+        for name, limit in _INT_FIELDS:
+            value = getattr(self, name)
+            if not is_int(value):
+                raise TypeError(f"Schedule {name} must be an int, got {value!r} ({type(value).__name__})")
+            if not 0 <= value <= limit:
+                raise LaunchConfigError(f"Schedule {name} = {value} is outside [0, {limit}]")
+        if not isinstance(self.count_exits, (bool, np.bool_)):
+            raise TypeError(f"Schedule count_exits must be True or False, got {self.count_exits!r}")
 
     @property
     def state(self) -> int:

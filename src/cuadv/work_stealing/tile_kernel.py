@@ -11,20 +11,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._cuda import check, driver
+from ..args import pack_argument
 from ..compiler import CompiledModule, compile_source
 from ..device import current_device
-from ..dims import MAX_CLUSTER_SIZE, Dim3, as_dim3, is_int, volume
+from ..dims import MAX_GRID, Dim3, is_int, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import stream_handle
+from ..interop import capturing, stream_handle
 from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launching import MAX_LAUNCHERS, LaunchConfig, Launcher, check_shared_memory, checked_priority, prepare
+from ..launching import (MAX_LAUNCHERS, LaunchConfig, Launcher, check_config, check_shared_memory, checked_priority,
+                         prepare)
 from ..memo import BoundedMemo
 from ..memory import DeviceBuffer, HostWords
-from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_STEAL_UNITS, MAX_TILES, POLICIES, RESIDENT_GRID,
-                       check_quantum, check_tiles, policy_for_arch, resolve_policy)
+from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_U32, RESIDENT_GRID, TAKES_QUANTUM, check_cluster,
+                       check_policy, check_quantum, check_steal_units, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import Schedule, SliceReport, learned_min_units, steal_grid_units
-from ..state_pool import StatePool
+from ..state_pool import StatePool, _new_event, _record
 from .trace import TRACE_DTYPE, TileOrder, Trace
 
 _reports = HostWords()  # page-locked words steal launches report their spent slices to (one per TileKernel)
@@ -75,9 +77,10 @@ class TileKernel:
     ``min_blocks_per_sm``: the second __launch_bounds__ argument; raising it caps registers so more
     blocks stay resident (more memory requests in flight for a long-lived block).
     ``quantum_us`` (steal): a block stops taking tiles after this long and gives its SM back, so
-    higher-priority work gets in within about one quantum plus one tile; math.inf: never.
+    higher-priority work gets in within about one quantum plus one tile; math.inf: never. None: 50 us (also
+    for a call with ``policy="steal"`` on a kernel built for another policy, which takes no quantum).
     ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
-    when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off.
+    when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off; at most 2**32 - 1.
     ``min_tiles`` (steal with a quantum): a block runs at least this many tiles (units, with clusters)
     before its slice may end, so ceil(units / min_tiles) blocks take every tile; the grid is that many
     plus one spare wave of the blocks that fit at once (``steal_grid_units``: the last blocks to replace
@@ -105,8 +108,7 @@ class TileKernel:
                  block: int | Sequence[int] = 256, cluster: int | Sequence[int] = 1, quantum_us: float | None = None,
                  preamble: str = "", name: str = "cuadv_tiles", shared_mem: int = 0, min_blocks_per_sm: int = 1,
                  prologue_factor: int = DEFAULT_PROLOGUE_FACTOR, min_tiles: int | None = None):
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        check_policy(policy)
         for part, text in (("params", params), ("body", body), ("prologue", prologue), ("preamble", preamble)):
             if not isinstance(text, str):
                 raise TypeError(f"TileKernel {part} must be C++ source text (a str), got {type(text).__name__}")
@@ -120,19 +122,23 @@ class TileKernel:
         self.policy, self.name, self.shared_mem = policy, name, int(shared_mem)
         self.min_blocks_per_sm = int(min_blocks_per_sm)  # __launch_bounds__ occupancy hint (caps registers)
         self.block = LaunchConfig(grid=1, block=block).block
-        self.cluster = as_dim3(cluster, "cluster")
-        if min(self.cluster) < 1 or volume(self.cluster) > MAX_CLUSTER_SIZE:
-            raise LaunchConfigError(f"cluster {self.cluster} must have 1 to {MAX_CLUSTER_SIZE} blocks")
-        self.quantum_ns = check_quantum(quantum_us, policy)
+        self.cluster = check_cluster(cluster)
+        check_quantum(quantum_us, policy)  # a quantum given to a policy that takes none raises
+        # The quantum of this kernel's steal launches: also those of a call with policy="steal" (or "auto" resolving
+        # to it) on a kernel built for another policy, which could not be given one, so the default.
+        self.quantum_ns = check_quantum(quantum_us if policy in TAKES_QUANTUM else None, "steal")
         if not is_int(prologue_factor) or prologue_factor < 0:
             raise LaunchConfigError(f"prologue_factor must be an int >= 0, got {prologue_factor!r}")
-        self.prologue_factor = prologue_factor
-        if min_tiles is not None and (not is_int(min_tiles) or not 1 <= min_tiles < 2**32):
+        if prologue_factor > MAX_U32:  # Schedule.prologue_factor is 32 bits: checked here, not at every call
+            raise LaunchConfigError(f"prologue_factor must be at most 2**32 - 1 (a 32-bit field of the schedule), "
+                                    f"got {prologue_factor}")
+        self.prologue_factor = int(prologue_factor)
+        if min_tiles is not None and (not is_int(min_tiles) or not 1 <= min_tiles <= MAX_U32):
             raise LaunchConfigError(f"min_tiles must be None or an int from 1 to 2**32 - 1, got {min_tiles!r}")
-        if min_tiles is not None and min_tiles > 1 and (policy not in ("steal", "auto") or self.quantum_ns == 0):
+        if min_tiles is not None and min_tiles > 1 and (policy not in TAKES_QUANTUM or self.quantum_ns == 0):
             raise LaunchConfigError("min_tiles applies to policy 'steal' with a finite quantum only "
                                     f"(policy {policy!r}, quantum_us {quantum_us!r})")
-        self.min_tiles = min_tiles  # None: learned from this kernel's slice reports
+        self.min_tiles = None if min_tiles is None else int(min_tiles)  # None: learned from this kernel's slice reports
         self._report: np.ndarray | None = None  # host view of the word steal launches report their slices to
         self._report_ptr = 0
         self._modules: dict[tuple[str, str], CompiledModule] = {}
@@ -152,7 +158,8 @@ class TileKernel:
                                 prologue=self.prologue, body=self.body)
 
     def compile(self, arch: str, policy: str | None = None) -> CompiledModule:
-        """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch."""
+        """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch
+        (``policy_for_arch``: on a plain target such as sm_100, auto is steal and clc raises before compiling)."""
         concrete = policy_for_arch(policy or self.policy, arch)
         key = (arch, concrete)
         module = self._modules.get(key)
@@ -185,12 +192,27 @@ class TileKernel:
         if self.min_tiles is not None:
             return self.min_tiles
         report = self.slice_report
-        return learned_min_units(report, units, self._resident_units(kernel)) if report else 1
+        if report is None:  # nothing learned yet: the full tile grid, without an occupancy query
+            return 1
+        return learned_min_units(report, units, self._resident_units(kernel))
 
-    def launch_config(self, kernel: Kernel | None, policy: str, tiles: Dim3, priority: int | None = None,
-                      min_units: int | None = None) -> LaunchConfig:
-        """The launch configuration of ``policy`` over ``tiles``; ``kernel`` must be that policy's own
-        kernel (``self.kernel(policy)[0]``): its occupancy sizes the grids that fit at once."""
+    def launch_config(self, kernel: Kernel | None, policy: str, tiles: int | Sequence[int],
+                      priority: int | None = None, min_units: int | None = None) -> LaunchConfig:
+        """The launch configuration of ``policy`` over ``tiles`` (an int or 1 to 3 ints, at least one tile);
+        ``kernel`` must be that policy's own kernel (``self.kernel(policy)[0]``): its occupancy sizes the grids
+        that fit at once. ``policy``: one of POLICIES, "auto" resolved for the current GPU as a call resolves it.
+        ``min_units``: the units a steal block runs before its slice may end (None: this kernel's, learned)."""
+        tiles = check_tiles(tiles, self.cluster)
+        if volume(tiles) == 0:
+            raise LaunchConfigError(f"tiles {tiles} hold no tile: a launch over none has no configuration (a "
+                                    "TileKernel call with no tiles launches nothing)")
+        policy = check_policy(policy)
+        if policy == "auto":
+            policy = resolve_policy(policy, current_device().caps.compute_capability)
+        if min_units is not None and (not is_int(min_units) or not 1 <= min_units <= MAX_U32):
+            raise LaunchConfigError(f"min_units must be None or an int from 1 to 2**32 - 1, got {min_units!r}")
+        check_steal_units(policy, volume(tiles) // volume(self.cluster))
+        priority = checked_priority(priority)  # before an occupancy query
         cluster = self.cluster if volume(self.cluster) > 1 else None
         # fixed_blocks, and steal that never yields: a grid that fits at once. Steal with a quantum needs
         # ceil(units / min_units) blocks, whose later ones replace those that gave their SM back, and a spare wave
@@ -202,7 +224,7 @@ class TileKernel:
         needed = steal_grid_units(units, k, self._resident_units(kernel)) if smaller else units
         if policy in RESIDENT_GRID or (policy == "steal" and self.quantum_ns == 0):
             grid = (min(self._resident_units(kernel), units) * self.cluster[0], self.cluster[1], self.cluster[2])
-        elif smaller and needed * self.cluster[0] <= MAX_TILES[0]:
+        elif smaller and needed * self.cluster[0] <= MAX_GRID[0]:
             grid = (needed * self.cluster[0], self.cluster[1], self.cluster[2])
         else:  # the tile grid (also when the smaller grid would not fit in x: it has more blocks than needed)
             grid = tiles
@@ -216,16 +238,26 @@ class TileKernel:
         """Blocks (or clusters) of this compiled kernel that fit on the GPU at once: the fixed_blocks grid."""
         n = self._resident.get(kernel)
         if n is None:
-            check_shared_memory(kernel, self.shared_mem, current_device().caps)  # before the occupancy query raises it
             if volume(self.cluster) > 1:
+                # A launch's device checks on one cluster first (as fixed_work's launch runs them): a cluster larger
+                # than the kernel can use would make the occupancy query give 0 or fail in the driver.
+                self._check_one_cluster(kernel)
                 n = max_active_clusters(kernel, self.block, self.cluster, self.shared_mem)
             else:
+                check_shared_memory(kernel, self.shared_mem, current_device().caps)  # before the query raises it
                 n = max_active_blocks_per_sm(kernel, self.block, self.shared_mem) * current_device().caps.sm_count
             if n < 1:
                 raise LaunchConfigError(f"no block of {volume(self.block)} threads and {self.shared_mem} B shared "
                                         "memory fits on an SM")
             self._resident[kernel] = n
         return n
+
+    def _check_one_cluster(self, kernel: Kernel, priority: int | None = None) -> int:
+        """A launch's device checks (cuadv.launching.check_config: block, shared memory, cluster size, priority)
+        for a grid of one cluster; the GPU's ordinal."""
+        cluster = self.cluster if volume(self.cluster) > 1 else None
+        return check_config(kernel, LaunchConfig(grid=self.cluster, block=self.block, cluster=cluster,
+                                                 shared_mem=self.shared_mem, priority=priority))
 
     def _launcher(self, kernel: Kernel, policy: str, tiles: Dim3, priority: int | None, min_units: int) -> Launcher:
         """The checked launcher of ``launch_config(kernel, policy, tiles, priority, min_units)``: made (and its
@@ -245,7 +277,12 @@ class TileKernel:
                  order: TileOrder | None = None) -> Trace | None:
         """Launch over a tile grid. With ``trace=True`` returns the per-tile Trace (read when first used).
         ``order``: a TileOrder over the units (tiles / cluster size) to hand them out in that order.
-        ``stream=None``: the current stream of the arguments' library (torch's for tensors, else CuPy's)."""
+        ``stream=None``: the current stream of the arguments' library (torch's for tensors, else CuPy's).
+        ``policy``: this launch's policy, any of POLICIES (None: the kernel's), resolved for the current GPU as the
+        kernel's is; each compiles to its own kernel. A launch that runs steal takes the kernel's ``quantum_us``
+        and ``min_tiles`` (a kernel built for a policy without them: the 50 us default and a learned min_tiles);
+        launches of other policies ignore them, as ``auto`` does where it runs fixed_work or clc.
+        With no tiles nothing is launched, after the same checks of the stream, priority and arguments."""
         t = check_tiles(tiles, self.cluster)
         units = volume(t) // volume(self.cluster)
         if not isinstance(trace, (bool, np.bool_)):
@@ -258,15 +295,17 @@ class TileKernel:
         kernel, concrete = self.kernel(policy)
         expected = len(kernel.param_sizes) - 1  # the schedule comes first, passed here
         if len(args) != expected:
-            raise KernelArgumentError(f"TileKernel {self.name!r} takes {expected} argument{'s' if expected != 1 else ''}"
-                                      f" after tiles ({self.params or 'none'}), got {len(args)}")
+            raise KernelArgumentError(f"TileKernel {self.name!r} takes {expected} "
+                                      f"argument{'s' if expected != 1 else ''} after tiles ({self.params or 'none'}), "
+                                      f"got {len(args)}")
         quantum = self.quantum_ns if concrete == "steal" else 0
-        if concrete == "steal" and units > MAX_STEAL_UNITS:
-            raise LaunchConfigError(f"policy 'steal' takes at most {MAX_STEAL_UNITS} units of work (tiles / cluster "
-                                    f"size); got {units}")
-        if volume(t) == 0:
-            return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
+        check_steal_units(concrete, units)
         handle = stream_handle(stream, *args)
+        if volume(t) == 0:  # nothing to launch, but a bad call raises as it would with tiles
+            device = self._check_one_cluster(kernel, priority)
+            for index, (value, size) in enumerate(zip(args, kernel.param_sizes[1:]), start=1):
+                pack_argument(value, size, index, kernel.signature, device)
+            return Trace(concrete, t, records=np.zeros(0, TRACE_DTYPE)) if trace else None
         min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
         launcher = self._launcher(kernel, concrete, t, priority, min_units)  # before a trace buffer or a state slot
         config = launcher.config
@@ -290,6 +329,13 @@ class TileKernel:
                                     min_units=min_units, report_ptr=self._report_ptr if quantum else 0)
                 launcher(schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
-        return Trace(concrete, t, buffer=trace_buf, stream=handle) if trace_buf else None
+        if trace_buf is None:
+            return None
+        done = None
+        if not (captured if pool else capturing(handle)):  # an event recorded in a capture cannot be waited for
+            # The stream may be destroyed before the records are read: they wait for this event instead.
+            done = _new_event()
+            _record(done, handle)
+        return Trace(concrete, t, buffer=trace_buf, stream=handle, done=done)
 
     launch = __call__

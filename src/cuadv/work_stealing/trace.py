@@ -3,12 +3,17 @@ per-tile record of which SM ran which tile when (``Trace``)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
+from .._cuda import check, driver
+from ..device import current_device
 from ..dims import Dim3
 from ..errors import LaunchConfigError
 from ..memory import DeviceBuffer
 from ..params import c_struct
+from ..waiting import wait
 
 # cuadv::ws::TraceRecord (work_stealing.cuh)
 TRACE_DTYPE = c_struct("cuadv::ws::TraceRecord",
@@ -27,12 +32,16 @@ class TileOrder:
             raise LaunchConfigError(f"a tile order is a 1-D integer array, got {perm.dtype} of shape {perm.shape}")
         if perm.size and (perm.min() < 0 or perm.max() >= perm.size or
                           np.bincount(perm.astype(np.int64), minlength=perm.size).max() != 1):
-            raise LaunchConfigError(f"a tile order must be a permutation of 0 .. {perm.size - 1}: every unit exactly once")
+            raise LaunchConfigError(f"a tile order must be a permutation of 0 .. {perm.size - 1}: every unit exactly "
+                                    "once")
         if perm.size > 2**32 - 1:
             raise LaunchConfigError(f"a tile order holds at most 2**32 - 1 units, got {perm.size}")
         self.units = int(perm.size)
         self.buffer = DeviceBuffer(max(perm.size, 1) * 4, fill=None)
         self.buffer.from_host(perm.astype(np.uint32))
+        # A copy from pageable memory may return before its DMA lands; a launch on a non-blocking stream would not
+        # wait for it (CUDA Driver API, API synchronization behavior), so the order is complete before any launch.
+        wait(0, what="the upload of a tile order")
 
     @classmethod
     def heaviest_first(cls, costs) -> "TileOrder":
@@ -43,21 +52,40 @@ class TileOrder:
 class Trace:
     """Which SM ran which tile when: one record per tile (``TRACE_DTYPE``), nanoseconds of %globaltimer.
 
-    Returned by a traced launch without waiting for it; ``records`` waits for the launch on first use.
+    Returned by a traced launch without waiting for it; ``records`` waits for the launch on first use. ``done``:
+    an event recorded after the launch (owned by the Trace), which ``records`` waits for instead of ``stream``, so
+    the launch's stream may be destroyed meanwhile; without one (a launch captured into a graph) ``records`` waits
+    for ``stream``, which must then still exist.
     """
 
     def __init__(self, policy: str, tiles: Dim3, records: np.ndarray | None = None,
-                 buffer: DeviceBuffer | None = None, stream: int = 0):
+                 buffer: DeviceBuffer | None = None, stream: int = 0, done=None):
         self.policy, self.tiles = policy, tiles
-        self._records, self._buffer, self._stream = records, buffer, stream
+        self._records, self._buffer, self._stream, self._done = records, buffer, stream, done
 
     @property
     def records(self) -> np.ndarray:
         if self._records is None:
-            self._records = self._buffer.to_host(np.uint8, stream=self._stream,
-                                                 what=f"the traced {self.policy} launch").view(TRACE_DTYPE)
+            what = f"the traced {self.policy} launch"
+            stream = self._stream
+            if self._done is not None:
+                wait(self._done, what=what)
+                stream = _copy_stream()  # the launch's may be gone; the legacy stream would wait for every other
+            self._records = self._buffer.to_host(np.uint8, stream=stream, what=what).view(TRACE_DTYPE)
             self._buffer = None
+            self._destroy_event()
         return self._records
+
+    def _destroy_event(self) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            driver().cuEventDestroy(done)
+
+    def __del__(self):
+        try:
+            self._destroy_event()
+        except Exception:  # at interpreter exit the driver may be gone
+            pass
 
     @property
     def written(self) -> np.ndarray:
@@ -88,3 +116,19 @@ class Trace:
         from .perfetto import to_chrome_trace
 
         return to_chrome_trace([self], path, names=None if name is None else [name])
+
+
+_copy_lock = threading.Lock()
+_copy_handle: int | None = None
+
+
+def _copy_stream() -> int:
+    """A non-blocking stream of this process that finished traces are copied to the host on (made once)."""
+    global _copy_handle
+    current_device()  # the context the launches ran in, current in this thread: the stream and the copy are its
+    with _copy_lock:
+        if _copy_handle is None:
+            drv = driver()
+            _copy_handle = int(check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)),
+                                     "cuStreamCreate"))
+        return _copy_handle

@@ -88,7 +88,7 @@ struct TraceRecord {
   unsigned long long start_ns;  // %globaltimer before the body
   unsigned long long end_ns;    // %globaltimer after thread 0 finished the body
 };
-static_assert(sizeof(TraceRecord) == 24, "TraceRecord layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(TraceRecord) == 24, "TraceRecord layout is mirrored in cuadv/work_stealing/trace.py");
 
 // The scheduler's kernel parameter; pass it `const __grid_constant__`.
 struct Schedule {
@@ -105,7 +105,7 @@ struct Schedule {
   unsigned int reserved;
   unsigned long long* report;     // Steal: what a slice held or would hold (SliceReport), for sizing the next launch; or nullptr
 };
-static_assert(sizeof(Schedule) == 80, "Schedule layout is mirrored in cuadv/work_stealing.py");
+static_assert(sizeof(Schedule) == 80, "Schedule layout is mirrored in cuadv/work_stealing/schedule.py");
 
 // What the first sampled block of a launch to leave saw (report_slice), packed in one word so the host reads it whole:
 // (slice / ns per unit, rounded up) << 32 | ns per unit (its prologue included). The host
