@@ -24,6 +24,7 @@ range=(0, bins) at the bin counts where one candidate counts in place and the ot
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import numbers
 from dataclasses import dataclass, field, replace
@@ -37,19 +38,24 @@ from ..interop import DeviceArray, data_ptr, overlaps, stream_handle, writable
 from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
-from .plans import MAX_BINS, VARIANTS, HistogramPlan
+from .plans import MAX_BINS, VARIANTS, HistogramPlan, check_bins
 from .zeroed import ZEROED
 
 # Input element types: NumPy name -> C type of the binning kernels.
 INPUT_TYPES = {"int32": "int", "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
                "float32": "float", "float64": "double"}
 INTEGER_TYPES = ("int32", "int64", "uint8", "uint16")
+FLOAT32_EDGE_TYPES = ("float32", "uint8", "uint16")  # inputs numpy gives float32 edges (with float32 range bounds)
+# range bounds numpy turns into float32 or float64 edges, the two the kernels read (float16 bounds give float16
+# edges, longdouble ones longdouble edges)
+RANGE_TYPES = (int, float, np.integer, np.float32, np.float64)
 CHUNK = 1 << 26  # elements binned per pass: a 256 MiB int32 index buffer at most
 DIRECT_CHUNK = 1 << 31  # elements counted per launch where the input is the index (uint32 counters stay exact)
 SAMPLES = 4096  # elements the skew check of variant="auto" reads
 SKEW_SHARE = (3, 4)  # auto takes the skew-aware path when this share of the sampled in-range values is hot
 AUX_THREADS = 256  # binning.cu kernels
 NO_FOLD = 0xFFFFFFFF  # hist_widen: no slot folded into the last bin
+KEPT_LENGTHS = 4  # output lengths whose counters (plan, uint32 counts) a prepared bincount keeps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,16 +78,6 @@ def check_dtype(name: str, *, integer_only: bool = False, what: str = "x") -> No
         raise TypeError(f"{what} has dtype {name}; cuadv counts {kind} of dtype {', '.join(allowed)}")
 
 
-def check_bins(bins: Any) -> int:
-    if not isinstance(bins, numbers.Integral) or isinstance(bins, (bool, np.bool_)):
-        raise TypeError(f"bins must be an int (even bins; arrays of edges are not supported), got "
-                        f"{type(bins).__name__} {bins!r}")
-    bins = int(bins)
-    if not 1 <= bins <= MAX_BINS:
-        raise ValueError(f"bins = {bins} is outside [1, {MAX_BINS}]")
-    return bins
-
-
 def check_range(range: Any) -> tuple[Any, Any] | None:
     if range is None:
         return None
@@ -90,8 +86,14 @@ def check_range(range: Any) -> tuple[Any, Any] | None:
     except (TypeError, ValueError):
         raise ValueError(f"range must be a pair (lo, hi), got {range!r}") from None
     for v in (lo, hi):
-        if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"range must hold two real numbers, got {range!r}")
+        if not isinstance(v, RANGE_TYPES) or isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"range must hold two real numbers, got {range!r}: Python int or float, NumPy integer, "
+                            f"float32 or float64 scalars, not {type(v).__name__}")
+    for v in (lo, hi):
+        try:
+            float(v)
+        except OverflowError:  # a Python int past float64: numpy could not make edges of it
+            raise ValueError(f"range holds an int of {v.bit_length()} bits, beyond float64's range") from None
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"range {range!r} is not finite")
     if not lo < hi:
@@ -115,6 +117,51 @@ def check_stream(stream: Any) -> Any:
 def output_library(src: DeviceArray) -> str:
     """Torch in, torch out; anything else (CuPy, cuda.core, Numba) gives CuPy arrays."""
     return "torch" if src.library == "torch" else "cupy"
+
+
+def check_output_library(src: DeviceArray) -> None:
+    """The library of the arrays a call makes for ``src`` can be imported: checked before any GPU work (without
+    CuPy a non-torch input would otherwise fail after the min/max pass)."""
+    if output_library(src) == "cupy" and not _cupy_importable():
+        raise ModuleNotFoundError(f"a {type(src.owner).__name__} input gives CuPy output (torch in, torch out; any "
+                                  'other array in, CuPy out), and CuPy is not installed: pip install "cuadv[cupy]", '
+                                  "or pass a CuPy or torch array", name="cupy")
+
+
+def _cupy_importable() -> bool:
+    try:
+        return importlib.util.find_spec("cupy") is not None  # None also where sys.modules['cupy'] is None
+    except ValueError:  # a module object without a spec is there: importable
+        return True
+
+
+def check_minlength(minlength: Any) -> int:
+    if not isinstance(minlength, numbers.Integral) or isinstance(minlength, (bool, np.bool_)):
+        if _is_array(minlength):  # bincount(x, w): numpy's and torch's second argument is weights
+            raise TypeError(f"bincount got a {type(minlength).__name__} as its second argument: weights are not "
+                            "supported (cuadv.bincount counts only); the second argument is minlength, an int")
+        raise TypeError(f"minlength must be an int, got {type(minlength).__name__}")
+    if minlength < 0:
+        raise ValueError(f"'minlength' must not be negative, got {minlength}")
+    if minlength > MAX_BINS:
+        raise ValueError(f"minlength = {minlength} exceeds the most bins, {MAX_BINS}")
+    return int(minlength)
+
+
+def _is_array(v: Any) -> bool:
+    """A list, a tuple or an array of one dimension or more (0-d arrays and NumPy scalars have shape ())."""
+    if isinstance(v, (list, tuple)):
+        return True
+    shape = getattr(v, "shape", None)
+    if shape is None:
+        shape = (getattr(v, "__cuda_array_interface__", None) or {}).get("shape")
+    return shape is not None and len(tuple(shape)) > 0
+
+
+def check_vector(src: DeviceArray) -> DeviceArray:
+    if len(src.shape) != 1:
+        raise ValueError(f"bincount needs a 1-D array, got shape {src.shape}")
+    return src
 
 
 def check_out_length(dst: DeviceArray, length: int) -> None:
@@ -152,7 +199,8 @@ def binning_module(arch: str):
     from ..compiler import shipped
 
     exprs = [f"hist_minmax<{c}>" for c in INPUT_TYPES.values()]
-    exprs += [f"hist_bin_index<{c}, double>" for c in INPUT_TYPES.values()] + ["hist_bin_index<float, float>"]
+    exprs += [f"hist_bin_index<{c}, double>" for c in INPUT_TYPES.values()]
+    exprs += [f"hist_bin_index<{INPUT_TYPES[t]}, float>" for t in FLOAT32_EDGE_TYPES]
     exprs += [f"hist_narrow<{INPUT_TYPES[t]}>" for t in INTEGER_TYPES]
     exprs += ["hist_edges<float>", "hist_edges<double>", "hist_widen<float>", "hist_widen<double>"]
     return shipped("binning.cu", arch=arch, name_expressions=exprs, name="histogram_binning")
@@ -178,6 +226,13 @@ class Scratch:
     def release(self, stream: int) -> None:
         if self.ptr and not self.keep:
             check(driver().cuMemFreeAsync(self.ptr, stream), "cuMemFreeAsync")
+            self.ptr = 0
+
+    def discard(self) -> None:
+        """Frees a kept buffer now, as its owner lets it go: cuMemFree (``memory.free``) waits for the GPU work
+        queued on it, so a count still reading it on any stream finishes first."""
+        if self.ptr and self.keep:
+            free(self.ptr)
             self.ptr = 0
 
     def __del__(self):  # a fallback: a one-shot call that raised has freed its scratch already (_free_after_failure)
@@ -355,6 +410,14 @@ class _Counter:
             self._counts.release(stream)  # stream-ordered, after the call's last use of it
             self._counts = None
 
+    def discard(self, stream: int) -> None:
+        """Gives the counts up for good: kept ones freed now (Scratch.discard), a call's own as release does."""
+        if self.keep and self._counts is not None:
+            self._counts.discard()
+            self._counts = None
+        else:
+            self.release(stream)
+
 
 def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[Any, Any]:
     """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy."""
@@ -481,6 +544,7 @@ class PreparedHistogram:
             raise ValueError(f"x has {src.size} elements of {src.dtype}; this prepared histogram was made for "
                              f"{self.src.size} of {self.src.dtype}")
         dst = None if out is None else check_out(out, self.bins, src)
+        check_output_library(src)  # the edges are always a new array
         h = self._stream_of(self.stream, x)
         try:
             return self._count(src, x, out, dst, h)
@@ -558,11 +622,12 @@ class PreparedHistogram:
 
     @property
     def plan(self) -> HistogramPlan | None:
-        """The plan in use (None until the first call where ``auto`` samples the data). Where int32 input over
-        range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins),
+        """The plan the calls count with: a named variant's from the start; with ``auto`` None until the first call
+        that counts chooses it (from a sample of the data where the bins do not fit one block). Where int32 input
+        over range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins),
         or the exchange over bins with a closed last bin. A one-shot object (what ``histogram`` makes) gates the
         skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other)."""
-        if self.unit is not None and self._unit_ok:
+        if self.unit is not None and self._unit_ok is not False:  # in place, or (before the first count) will be
             return self.unit.plan
         return self.counter.plan
 
@@ -605,14 +670,16 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
 
     x: a C-contiguous device array (CuPy, torch, anything with ``__cuda_array_interface__`` or DLPack) of
     int32, int64, uint8, uint16, float32 or float64, any shape (flattened). bins: an int in [1, 2**30].
-    range: (lo, hi), finite, lo < hi; default (x.min(), x.max()) as NumPy (widened by 0.5 when equal;
-    (0, 1) for empty input). Values outside the range (and NaN) are ignored; bin i counts
+    range: (lo, hi) of Python ints or floats, NumPy integers, float32 or float64 scalars (others raise TypeError:
+    NumPy would make float16 or longdouble edges), finite, lo < hi; default (x.min(), x.max()) as NumPy (widened
+    by 0.5 when equal; (0, 1) for empty input). Values outside the range (and NaN) are ignored; bin i counts
     edges[i] <= v < edges[i + 1], the last bin also v == edges[-1]; the edges are numpy's
     (``numpy.histogram_bin_edges``), and each value is placed against them exactly as numpy places it.
 
-    Returns int64 counts and the edges (float64; float32 for float32 input, as NumPy 2) in the input's
-    library (torch in, torch out; else CuPy). ``out``: a writable int64 array of shape (bins,) in that
-    library, sharing no memory with x, filled and returned (a call that raises leaves it as it was).
+    Returns int64 counts and the edges (float64; float32 for float32 input, as NumPy 2, and NumPy's types for
+    NumPy-scalar bounds: float32 ones keep uint8 and uint16 input's edges float32) in the input's library (torch
+    in, torch out; else CuPy, which must then be installed). ``out``: a writable int64 array of shape (bins,) in
+    that library, sharing no memory with x, filled and returned (a call that raises leaves it as it was).
     variant: 'auto' or one of 'global', 'shared', 'dsm', 'hot', 'exchange' (see ``cuadv.histograms``); an
     unsupported variant raises UnsupportedFeatureError naming the fallback.
     stream: None = the current stream of x's library.
@@ -638,48 +705,55 @@ def histogram(x: Any, bins: int = 10, range: Any = None, *, out: Any = None, var
 
 
 class PreparedBincount:
-    """``bincount`` with its checks done and its kernels, plans (one per output length) and scratch
-    kept. Each call takes the data's min and max (one wait for the stream): the length is
-    max(x.max() + 1, minlength), and a negative value raises ValueError. Calls on different streams
-    must not overlap (shared scratch)."""
+    """``bincount`` with its checks done and its kernels, plans and scratch kept: a counter (plan and uint32
+    counts) per output length, for the last KEPT_LENGTHS lengths counted (the counts of the least recently used
+    go when another length comes: freed at once, which waits for the GPU work queued on them). Each call takes
+    the data's min and max (one wait for the stream): the length is max(x.max() + 1, minlength), and a negative
+    value raises ValueError. Calls on different streams must not overlap (shared scratch)."""
 
     def __init__(self, x: Any, minlength: int = 0, *, variant: str = "auto", stream: Any = None,
                  keep: bool = True):
         from .. import interop
 
-        self.src = check_input(x, integer_only=True)
-        if len(self.src.shape) != 1:
-            raise ValueError(f"bincount needs a 1-D array, got shape {self.src.shape}")
-        if not isinstance(minlength, numbers.Integral) or isinstance(minlength, (bool, np.bool_)):
-            raise TypeError(f"minlength must be an int, got {type(minlength).__name__}")
-        if minlength < 0:
-            raise ValueError(f"'minlength' must not be negative, got {minlength}")
-        if minlength > MAX_BINS:
-            raise ValueError(f"minlength = {minlength} exceeds the most bins, {MAX_BINS}")
-        self.minlength = int(minlength)
+        self.src = check_vector(check_input(x, integer_only=True))
+        self.minlength = check_minlength(minlength)
         self.variant = check_variant(variant)
         self.stream, self.x, self.keep = check_stream(stream), x, keep
         self.eng = engine()
-        self._counters: dict[int, _Counter] = {}
+        self.eng.require_variant(self.variant)  # needs no data: before the min/max pass
+        self._counters: dict[int, _Counter] = {}  # by slots, least recently used first
         self._index: Scratch | None = None
         self._stream_of = interop.stream_handle
 
-    def _counter(self, bins: int, index_dtype: str) -> _Counter:
-        c = self._counters.get(bins)
+    def _slots(self, length: int) -> tuple[int, str]:
+        """(slots, index type) of the counter for outputs of ``length`` bins: int32 and uint8 input is the index
+        (uint8 over at most its 256 values), other input (and uint8 for hot and exchange) is narrowed to int32."""
+        name = self.src.type_name
+        if name == "int32" or (name == "uint8" and self.variant not in ("hot", "exchange")):
+            return (min(length, 256) if name == "uint8" else length), name
+        return length, "int32"
+
+    def _counter(self, bins: int, index_dtype: str, stream: int) -> _Counter:
+        c = self._counters.pop(bins, None)
         if c is None:
             c = _Counter(self.eng, bins, index_dtype, self.variant, self.keep)
             if self.variant != "auto":
                 c.plan = self.eng.plan(bins, index_dtype, self.variant)
-            self._counters[bins] = c
+            # Bounded: each kept counter holds device memory, and a caller's lengths follow its data.
+            while len(self._counters) >= KEPT_LENGTHS:
+                self._counters.pop(next(iter(self._counters))).discard(stream)
+        self._counters[bins] = c  # the most recently used last
         return c
 
     def __call__(self, x: Any = None, *, out: Any = None) -> Any:
         x = self.x if x is None else x
-        src = self.src if x is self.x and not self.keep else check_input(x, integer_only=True)
+        src = self.src if x is self.x and not self.keep else check_vector(check_input(x, integer_only=True))
         if src.dtype != self.src.dtype or src.size != self.src.size:
             raise ValueError(f"x has {src.size} elements of {src.dtype}; this prepared bincount was made for "
                              f"{self.src.size} of {self.src.dtype}")
         dst = None if out is None else check_out(out, None, src)  # before any GPU work; its length once it is known
+        if out is None:
+            check_output_library(src)
         h = self._stream_of(self.stream, x)
         try:
             return self._count(src, x, out, dst, h)
@@ -707,18 +781,17 @@ class PreparedBincount:
         if length == 0:
             return result
         name = src.type_name
+        bins, index_dtype = self._slots(length)
         if src.size == 0:
             check(driver().cuMemsetD8Async(out_ptr, 0, 8 * length, h), "cuMemsetD8Async")
-        elif name == "int32" or (name == "uint8" and self.variant not in ("hot", "exchange")):
-            # the input is the index: counted in place
-            bins = min(length, 256) if name == "uint8" else length
-            counter = self._counter(bins, name)
+        elif index_dtype == name:  # the input is the index: counted in place
+            counter = self._counter(bins, name, h)
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
                 counter.count(src.ptr + start * src.dtype.itemsize, m, out_ptr, length, i > 0, h)
             counter.release(h)
-        else:  # int64, uint16: narrowed to an int32 index first
-            counter = self._counter(length, "int32")
+        else:  # int64, uint16 (uint8 for hot and exchange): narrowed to an int32 index first
+            counter = self._counter(bins, "int32", h)
             chunk = min(CHUNK, src.size)
             if self._index is None or self._index.ptr == 0 or self._index.nbytes < 4 * chunk:
                 self._index = Scratch(4 * chunk, h, self.keep)
@@ -735,8 +808,10 @@ class PreparedBincount:
         return result
 
     def plan(self, length: int) -> HistogramPlan | None:
-        """The plan used for outputs of ``length`` bins (None before such a call)."""
-        c = self._counters.get(length) or self._counters.get(min(length, 256))
+        """The plan used for outputs of ``length`` bins: that of the counter the calls use for that length (uint8
+        input: one over its 256 values for every length past 256); None before such a call, or once
+        KEPT_LENGTHS other lengths have been counted since."""
+        c = self._counters.get(self._slots(length)[0])
         return None if c is None else c.plan
 
 
@@ -751,10 +826,11 @@ def bincount(x: Any, minlength: int = 0, *, out: Any = None, variant: str = "aut
     1-D non-negative integer device array ``x`` (int32, int64, uint8, uint16), length
     max(x.max() + 1, minlength), in the input's library (torch in, torch out; else CuPy).
 
-    No ``weights`` (counts only). A negative value raises ValueError as numpy does; the check is the
-    min/max pass that also gives the length (one read of x on the GPU, one 2-value copy to the host,
-    which waits for the stream, as cupy.bincount does). ``out``: a writable int64 array of that length,
-    sharing no memory with x (a call that raises leaves it as it was).
+    No ``weights`` (counts only: an array as the second argument raises TypeError). A negative value raises
+    ValueError as numpy does; the check is the min/max pass that also gives the length (one read of x on the GPU,
+    one 2-value copy to the host, which waits for the stream, as cupy.bincount does). Every other check (an
+    unsupported variant included) runs before it. ``out``: a writable int64 array of that length, sharing no memory
+    with x (a call that raises leaves it as it was; its length is checked once the min/max pass gives it).
     Float input raises TypeError (numpy: cannot cast safely). At most 2**30 bins.
     """
     if out is not None:  # its type and library before any GPU call; its length once the data's max is known

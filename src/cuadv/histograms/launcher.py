@@ -16,7 +16,7 @@ import numpy as np
 from .._cuda import check, driver
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
-from ..interop import DeviceArray
+from ..interop import DeviceArray, overlaps, writable
 from ..memo import BoundedMemo
 from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EXCHANGE_HOT, EXCHANGE_SORTS,
                     EXCHANGE_VECTORS, MAX_ELEMENTS, TMA_RINGS, HistogramPlan, _one_block_holds, hot_max,
@@ -36,6 +36,9 @@ def device_array(obj: Any, what: str) -> DeviceArray:
     dtype = arr.dtype
     if dtype is None:
         raise ValueError(f"{what} has element type {arr.type_name}, which NumPy does not know")
+    if dtype.str.startswith(">"):  # the GPU reads and writes little-endian: '>i4' would be read byte-swapped
+        raise TypeError(f"{what} has big-endian byte order ({dtype.str}); the GPU reads little-endian data: pass "
+                        f"a little-endian array (astype('{dtype.newbyteorder('<').str}'))")
     if not arr.contiguous:
         raise KernelArgumentError(f"{what} must be C-contiguous (strides {arr.strides} for shape {arr.shape})")
     if arr.size and arr.ptr % dtype.itemsize:
@@ -48,7 +51,7 @@ def _dtype_name(dtype: np.dtype) -> str:
     for name, (_ctype, np_dtype) in DTYPES.items():
         if dtype == np_dtype:
             return name
-    raise ValueError(f"histogram input must be int32 or uint8, got {dtype}")
+    raise TypeError(f"histogram input must be int32 or uint8, got {dtype} (cuadv.histogram takes the other types)")
 
 
 PLAN_MEMO = 512  # plans (and grid sizes) an engine keeps; past this the oldest is dropped
@@ -106,15 +109,21 @@ class HistogramEngine:
             require("tma", caps.as_dict(), name="the TMA-fed shared histogram (stages > 0)",
                     fallback="stages=0 (register loads)")
         if not caps.cluster_launch:
-            if variant in CLUSTERED or cluster is not None or aggregate or counter_bits is not None:
-                require("cluster_launch", caps.as_dict(), name="the DSM histogram (thread block clusters)",
-                        fallback="variant='shared', 'hot' or 'global'")
+            # a cluster size, aggregation or counter width asks for clusters whatever the variant
+            self.require_variant("dsm" if cluster is not None or aggregate or counter_bits is not None else variant)
             if variant == "auto":  # no clusters: the whole histogram in one block, else global atomics
                 variant = "shared" if _one_block_holds(bins + 1, dtype, caps.shared_mem_per_block_optin) else "global"
             return plan_histogram(bins, dtype, variant, hot=hot, vectors=vectors, sort=sort, stages=stages, **limits)
         return plan_histogram(bins, dtype, variant, cluster, aggregate, counter_bits, hot=hot, vectors=vectors,
                               sort=sort, stages=stages, largest_cluster=caps.max_cluster_size_nonportable,
                               tma=caps.tma, **limits)
+
+    def require_variant(self, variant: str) -> None:
+        """UnsupportedFeatureError naming the fallback where this GPU cannot run ``variant`` at any bin count (the
+        clustered ones without clusters): a check that needs no data, for callers to make before any launch."""
+        if variant in CLUSTERED and not self.caps.cluster_launch:
+            require("cluster_launch", self.caps.as_dict(), name="the DSM histogram (thread block clusters)",
+                    fallback="variant='shared', 'hot' or 'global'")
 
     def options(self, bins: int, dtype: str, aggregate: bool = True, extras: bool = True) -> list[dict]:
         """Every variant that can hold ``bins`` bins here: global, shared (with sm_90 also fed by TMA rings of
@@ -208,9 +217,14 @@ class HistogramEngine:
             from ..interop import empty, stream_handle
 
             out = empty(src.library, (bins,), np.uint32, like=x, stream=stream_handle(stream, x))
-        dst = device_array(out, "out")
+        dst = writable(device_array(out, "out"), "out")
         if dst.dtype != np.uint32 or dst.size != bins:
             raise KernelArgumentError(f"out must be a uint32 array of {bins} elements, got {dst.dtype} x {dst.size}")
+        if len(dst.shape) != 1:
+            raise ValueError(f"out must be 1-D (one count per bin), got shape {dst.shape}")
+        if overlaps(dst, src):
+            raise ValueError(f"out (bytes {dst.ptr:#x} + {dst.nbytes}) overlaps x (bytes {src.ptr:#x} + {src.nbytes}): "
+                             "the counts would overwrite the data being counted; pass a separate array")
         return PreparedHistogram(self, plan, src, dst, out, stream, self._grid(plan, src.size, units))
 
     def launch_config(self, plan: HistogramPlan, n: int, units: int | None = None):

@@ -11,7 +11,9 @@ chooses among them (``variant="auto"``) from the bins, the input type and the GP
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +51,9 @@ MAX_REPLICAS = 32  # one per lane: conflict-free banks
 H200_SHARED_PER_BLOCK = 232_448  # opt-in limit (227 KB); the default when no GPU is asked
 H200_SHARED_PER_SM = 233_472
 BLOCK_RESERVED = 1024  # shared memory the system reserves per resident block
-THREADS = 1024  # per block, every variant (the kernels' __launch_bounds__)
+# Threads per block, every variant (the kernels' __launch_bounds__): the most per block. Fewer, larger blocks mean
+# fewer private histograms to zero and flush; the occupancy API then decides how many fit an SM.
+THREADS = 1024
 
 
 def _counter_bytes(slots: int, bits: int) -> int:
@@ -299,15 +303,21 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
     return exprs
 
 
-def check_bins(bins: int, dtype: str) -> None:
-    if dtype not in DTYPES:
+def check_bins(bins: Any, dtype: str | None = None) -> int:
+    """``bins`` as an int in [1, MAX_BINS]: TypeError where it is no int (bool included), ValueError outside. The
+    one check of a bin count (``cuadv.histogram``'s too). With ``dtype`` also the input type the count kernels read
+    (int32 or uint8) and uint8's 256 values."""
+    if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"histogram input must be int32 or uint8, got {dtype}")
-    if not isinstance(bins, (int, np.integer)) or isinstance(bins, bool):
-        raise ValueError(f"bins must be an int, got {type(bins).__name__}")
+    if not isinstance(bins, numbers.Integral) or isinstance(bins, (bool, np.bool_)):
+        raise TypeError(f"bins must be an int (even bins; arrays of edges are not supported), got "
+                        f"{type(bins).__name__} {bins!r}")
+    bins = int(bins)
     if not 1 <= bins <= MAX_BINS:
         raise ValueError(f"bins = {bins} is outside [1, {MAX_BINS}]")
     if dtype == "uint8" and bins > 256:
         raise ValueError(f"uint8 input holds values 0..255, so bins must be <= 256 (got {bins})")
+    return bins
 
 
 def check_cluster(cluster: int, largest: int = 16) -> None:
@@ -317,13 +327,6 @@ def check_cluster(cluster: int, largest: int = 16) -> None:
         raise LaunchConfigError(f"the histogram's cluster size must be a power of two in 1..16, got {cluster!r}")
     if cluster > largest:
         raise LaunchConfigError(f"cluster size {cluster} exceeds this GPU's largest cluster {largest}")
-
-
-def _threads(shared_bytes: int, shared_per_sm: int) -> int:
-    """Threads per block for the shared-memory kernels: always 1024 (the most per block). Fewer,
-    larger blocks mean fewer private histograms to zero and flush; the occupancy API then decides
-    how many fit an SM (two on Hopper when the registers and shared memory allow)."""
-    return THREADS
 
 
 def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", cluster: int | None = None,
@@ -449,8 +452,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
         if stages:
             return _plan_shared_tma(bins, dtype, need, bits, (stages, vectors or 1), shared_limit, shared_per_sm)
         r = _replicas(need, shared_limit)
-        return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r,
-                             threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
+        return HistogramPlan("shared", dtype, bins, counter_bits=bits, replicas=r, shared_bytes=need * r)
     if variant == "hot":
         return _plan_hot(bins, hot, shared_limit)
     if variant == "exchange":
@@ -466,7 +468,7 @@ def plan_histogram(bins: int, dtype: str = "int32", variant: str = "auto", clust
             if need <= shared_limit:
                 r = _replicas(need, shared_limit)
                 return HistogramPlan("dsm", dtype, bins, cluster=c, counter_bits=bits, replicas=r, aggregate=aggregate,
-                                     threads=_threads(need * r, shared_per_sm), shared_bytes=need * r)
+                                     shared_bytes=need * r)
     c = sizes[-1]
     shard = -(-slots // c)
     bits = widths[-1]

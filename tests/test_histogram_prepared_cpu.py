@@ -1,0 +1,131 @@
+"""The prepared forms without a GPU: what a PreparedBincount keeps per output length (a bounded number of counters,
+the evicted one's buffer freed), what ``plan`` reports before and after calls, and the one bins check shared by
+the plans and the public calls. The driver, the kernels and the min/max pass are faked; plans are made for a fake
+H200."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import cuadv
+import cuadv.launching
+from cuadv.histograms import api, plan_histogram, plans
+from cuadv.histograms.launcher import HistogramEngine
+
+from bad_input.library_fakes import H200, FakeCupy  # the bad-input corpus's fakes (pytest puts tests/ on the path)
+
+X = 0x100000
+OUT = 0x900000
+
+
+class Driver:
+    """The driver calls of a prepared bincount's counting: each cuMemAlloc a new address, memsets accepted."""
+
+    def __init__(self):
+        self.allocs: list[int] = []
+
+    def cuMemAlloc(self, nbytes):
+        self.allocs.append(0x10_0000_0000 + 0x100_0000 * len(self.allocs))
+        return 0, self.allocs[-1]
+
+    def cuMemsetD32Async(self, ptr, value, count, stream):
+        return (0,)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Calls of a prepared bincount run on the host: the min/max pass returns (0, the next of ``maxima``), the
+    kernels are not launched, and the kept buffers' frees (memory.free) are recorded in ``frees``."""
+    from types import SimpleNamespace
+
+    eng = HistogramEngine(H200)
+    drv, frees = Driver(), []
+    state = SimpleNamespace(eng=eng, drv=drv, frees=frees, maxima=iter(()))
+    monkeypatch.setattr(api, "engine", lambda: eng)
+    monkeypatch.setattr(api, "driver", lambda: drv)
+    monkeypatch.setattr(api, "free", frees.append)
+    monkeypatch.setattr(api, "_order_after_producer", lambda x, stream: None)
+    monkeypatch.setattr(api, "_minmax", lambda src, stream, arch, sm: (src.dtype.type(0),
+                                                                          src.dtype.type(next(state.maxima))))
+    monkeypatch.setattr(api, "_aux_launch", lambda *a, **k: None)
+    monkeypatch.setattr(api, "_new_output", lambda src, x, length, dtype, stream: FakeCupy((length,), "<i8",
+                                                                                            address=OUT))
+    monkeypatch.setattr(api, "data_ptr", lambda arr: OUT)
+    monkeypatch.setattr(api, "_cupy_importable", lambda: True)  # the CuPy output is faked
+    monkeypatch.setattr(cuadv.launching, "launch", lambda *a, **k: None)
+    monkeypatch.setattr(eng, "launch_config", lambda plan, n, units=None: (None, None))
+    return state
+
+
+def call_with_lengths(state, p, lengths):
+    for length in lengths:
+        state.maxima = iter([length - 1])
+        p()
+
+
+def test_a_prepared_bincount_keeps_the_counters_of_its_last_lengths_only(counting):
+    """Each output length has its counter (plan and uint32 counts, one cuMemAlloc): at most KEPT_LENGTHS are kept,
+    the least recently used going first, its buffer freed (memory.free, which waits for the work queued on it)."""
+    p = cuadv.prepare_bincount(FakeCupy((1 << 20,), "<i4", address=X), stream=0)
+    call_with_lengths(counting, p, [1000, 1001, 1002, 1003, 1000])  # 1000 again: the most recently used now
+    assert len(counting.drv.allocs) == 4 and counting.frees == []
+    call_with_lengths(counting, p, [1004])  # past the bound: 1001, the least recently used, goes
+    assert counting.frees == [counting.drv.allocs[1]]
+    assert p.plan(1001) is None and all(p.plan(n) is not None for n in (1000, 1002, 1003, 1004))
+    call_with_lengths(counting, p, range(2000, 2200))  # a caller whose lengths follow its data
+    held = [c._counts.ptr for c in p._counters.values()]
+    assert len(p._counters) == api.KEPT_LENGTHS == 4
+    assert len(counting.drv.allocs) - len(counting.frees) == 4  # every other buffer freed...
+    assert sorted(counting.frees + held) == sorted(counting.drv.allocs)  # ...once, and none still held
+    assert sorted(p._counters) == [2196, 2197, 2198, 2199]
+
+
+def test_a_prepared_bincounts_plan_is_that_of_the_counter_its_calls_use(counting):
+    """plan(length) looks up the counter a call of that length counts with: int32 input has one per length,
+    uint8 input (counted in place) one over its 256 values for any length past 256."""
+    p = cuadv.prepare_bincount(FakeCupy((1000,), "<i4", address=X), variant="global", stream=0)
+    assert p.plan(256) is None
+    call_with_lengths(counting, p, [256])
+    assert p.plan(256) == counting.eng.plan(256, "int32", "global")
+    assert p.plan(300) is None  # no call had 300 bins: another counter (and plan) would count them
+    u8 = cuadv.prepare_bincount(FakeCupy((1000,), "|u1", address=X), minlength=300, variant="global", stream=0)
+    call_with_lengths(counting, u8, [256])  # max 255: the length is minlength, 300
+    assert u8.plan(300) is u8.plan(256) == counting.eng.plan(256, "uint8", "global")
+    assert u8.plan(100) is None
+
+
+def test_a_prepared_histograms_plan_is_the_one_its_calls_count_with_from_the_start(monkeypatch):
+    """A named variant's plan is known when prepared: for int32 over range=(0, bins), counted in place, the plan
+    for bins + 1 slots (not the binning path's over bins); with auto, None until a call chooses."""
+    eng = HistogramEngine(H200)
+    monkeypatch.setattr(api, "engine", lambda: eng)
+    x = FakeCupy((1000,), "<i4", address=X)
+    in_place = api.PreparedHistogram(x, 4096, range=(0, 4096), variant="global")
+    assert in_place.plan == eng.plan(4097, "int32", "global") and in_place.plan.bins == 4097
+    binned = api.PreparedHistogram(x, 4096, range=(0.5, 4096.5), variant="global")
+    assert binned.plan == eng.plan(4096, "int32", "global")
+    assert api.PreparedHistogram(x, 4096, range=(0, 4096)).plan is None  # auto: chosen by the first call
+
+
+@pytest.mark.parametrize("bins", [2.0, True, np.bool_(True), "3", None, np.arange(3)])
+def test_one_bins_check_for_the_plans_and_the_public_calls(bins):
+    """plan_histogram (count_bins' rule) and histogram share one check: a bins that is no int is a TypeError."""
+    assert api.check_bins is plans.check_bins
+    with pytest.raises(TypeError, match="bins must be an int") as planned:
+        plan_histogram(bins)
+    with pytest.raises(TypeError) as checked:
+        api.check_bins(bins)
+    assert str(planned.value) == str(checked.value)
+    assert plans.check_bins(np.int64(7)) == 7 and type(plans.check_bins(np.int64(7))) is int
+
+
+def test_every_plan_runs_the_most_threads_per_block():
+    """The thread count is a constant (the kernels' __launch_bounds__), not a function of the shared memory."""
+    for bins, dtype, variant in itertools.product((10, 4096, 100_000, 1 << 20), ("int32", "uint8"), plans.VARIANTS):
+        try:
+            plan = plan_histogram(bins, dtype, variant)
+        except (ValueError, cuadv.LaunchConfigError):
+            continue
+        assert plan.threads == plans.THREADS == 1024
+    assert not hasattr(plans, "_threads")
