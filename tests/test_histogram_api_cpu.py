@@ -164,6 +164,22 @@ def test_the_binning_rule_is_numpys(dtype, bins):
         assert np.array_equal(got, want), (dtype, bins, r)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+@pytest.mark.parametrize("bins", [1, 7, 256, 4096, 65536])
+def test_the_binning_rule_is_numpys_with_float32_edges_of_integers(dtype, bins):
+    """float32 range bounds give uint8 and uint16 input float32 edges (hist_bin_index<T, float>), which numpy bins
+    against in float32 too."""
+    rng = np.random.default_rng(bins)
+    x = rng.integers(0, np.iinfo(dtype).max, size=20_000, endpoint=True).astype(dtype)
+    for r in [(0, 256), (3.3, 1000.7), (-5, 60000.5), (0.1, 0.9)]:
+        r = (np.float32(r[0]), np.float32(r[1]))
+        want, edges = np.histogram(x, bins=bins, range=r)
+        mine = np.histogram_bin_edges(np.empty(0, dtype=dtype), bins, range=r)
+        assert mine.dtype == edges.dtype == np.float32 and np.array_equal(mine, edges)
+        idx = bin_index_model(x, mine)
+        assert np.array_equal(np.bincount(idx[idx >= 0], minlength=bins), want), (dtype, bins, r)
+
+
 def test_a_one_shot_counter_leaves_the_skew_choice_to_the_gpu():
     """choose() of a one-shot auto counter over bins one block does not hold makes no GPU call: it keeps the
     usual plan and sets the skew-aware one beside it, for count() to launch both gated on the sample's verdict.
