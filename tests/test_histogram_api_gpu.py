@@ -66,6 +66,18 @@ def test_histogram_matches_numpy_auto(cp, dtype, bins, dist):
             assert np.array_equal(cp.asnumpy(hist), want), (dtype, bins, dist, n, r)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+@pytest.mark.parametrize("bins", [7, 256, 4096])
+def test_float32_range_bounds_bin_small_integers_against_float32_edges(cp, dtype, bins):
+    """NumPy makes float32 edges for uint8 and uint16 input with float32 bounds, and bins against them."""
+    host = np.random.default_rng(bins).integers(0, np.iinfo(dtype).max, size=300_007, endpoint=True).astype(dtype)
+    for r in [(np.float32(3.3), np.float32(200.7)), (np.float32(-5), np.float32(60000.5))]:
+        want, want_edges = np.histogram(host, bins=bins, range=r)
+        hist, edges = histogram(cp.asarray(host), bins, range=r)
+        assert edges.dtype == want_edges.dtype == np.float32 and np.array_equal(cp.asnumpy(edges), want_edges)
+        assert np.array_equal(cp.asnumpy(hist), want), (dtype, bins, r)
+
+
 @pytest.mark.parametrize("variant", VARIANTS[1:])
 @pytest.mark.parametrize("bins", BINS)
 @pytest.mark.parametrize("dtype", ["int32", "float32", "uint16"])
