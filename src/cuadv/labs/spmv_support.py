@@ -605,6 +605,8 @@ def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]
         import torch
     except ImportError:
         missing["torch.sparse"] = "torch is not installed"
+    except Exception as exc:  # torch's own import failing (a custom-op schema it could not parse, 2026-12-04)
+        missing["torch.sparse"] = f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
     else:
         t = torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (dev.offsets, dev.cols, dev.vals)),
                                     size=(m.n_rows, m.n_cols))

@@ -347,6 +347,8 @@ def _torch_peer() -> tuple[str, Callable[[Any, Any], Spread] | None]:
         import torch
     except ImportError:
         return "torch is not installed", None
+    except Exception as exc:  # torch's own import failing: the peer is left out, the lab goes on
+        return f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})", None
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} has no CUDA device", None
     from ..timing import time_gpu
