@@ -182,6 +182,19 @@ def test_clc_on_sm90_does_not_compile():
         compile_source(k.source("clc"), name="clc_on_hopper", arch="sm_90a")
 
 
+@pytest.mark.parametrize("arch, cancels", [("sm_100a", True), ("sm_100f", True), ("sm_100", False), ("sm_120", False)])
+def test_the_headers_auto_takes_clc_only_where_the_target_has_its_multicast_response(arch, cancels):
+    """cuadv::ws::Auto in C++ chooses as policy_for_arch does: clc's cancel answers the whole cluster
+    (.multicast::cluster::all), which only architecture- and family-specific targets have; plain ones run Steal."""
+    from cuadv.compiler import compile_source
+
+    k = TileKernel("unsigned int* count", COUNT_BODY)
+    source = k.source("steal").replace("using cuadv_policy = cuadv::ws::Steal;", "using cuadv_policy = cuadv::ws::Auto;")
+    assert "cuadv::ws::Auto;" in source
+    ptx = compile_source(source, name=f"auto_{arch}", arch=arch).ptx
+    assert ("clusterlaunchcontrol.try_cancel" in ptx) == cancels
+
+
 def test_clc_ptx_has_try_cancel_and_steal_does_not():
     k = TileKernel("unsigned int* count", COUNT_BODY)
     clc = k.compile("sm_100a", "clc").ptx

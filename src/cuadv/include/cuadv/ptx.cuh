@@ -12,6 +12,15 @@
 #define CUADV_ARCH 9999  // host pass of nvcc: nothing is emitted
 #endif
 
+// An architecture- or family-specific target (sm_90a, sm_100a, sm_100f, ...), where the instructions that exist only
+// there may be used (multicast TMA at full speed, clusterlaunchcontrol's multicast response).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
+    defined(__CUDA_ARCH_SPECIFIC__) || defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
+#define CUADV_ARCH_SPECIFIC 1
+#else
+#define CUADV_ARCH_SPECIFIC 0
+#endif
+
 namespace cuadv::ptx {
 
 using u32 = cuda::std::uint32_t;

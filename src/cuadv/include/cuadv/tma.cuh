@@ -36,13 +36,7 @@ struct alignas(64) TensorMap {
 };
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
-    defined(__CUDA_ARCH_SPECIFIC__) || defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
-#define CUADV_ARCH_SPECIFIC 1  // an sm_XXa / sm_XXXf target: multicast is supported at full speed
-#else
-#define CUADV_ARCH_SPECIFIC 0
-#endif
-
+// CUADV_ARCH_SPECIFIC (ptx.cuh): an sm_XXa / sm_XXXf target, where multicast is supported at full speed.
 template <int D>
 constexpr bool arch_specific() { return D != 0 || CUADV_ARCH_SPECIFIC != 0; }
 

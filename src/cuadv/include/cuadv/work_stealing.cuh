@@ -24,7 +24,8 @@
 //                         slice held (or, where no slice ends, what one would hold at the pace of a
 //                         block that found the work gone), from which the host sizes the next
 //                         launch's min_units.
-//   Auto                  ClusterLaunchControl where the target has it (sm_100+), else Steal (sm_90), else FixedWork.
+//   Auto                  ClusterLaunchControl where the target has it (sm_100a / sm_100f and later a / f),
+//                         else Steal (sm_90 and plain sm_100+ targets), else FixedWork.
 //
 // Use (the tile grid is the launch grid for FixedWork and ClusterLaunchControl; FixedBlocks and
 // AtomicCounter launch the blocks (clusters) that fit at once, at most one per unit. Steal with a quantum needs
@@ -122,7 +123,9 @@ struct FixedBlocks {};
 struct AtomicCounter {};
 struct Steal {};
 struct ClusterLaunchControl {};
-#if CUADV_ARCH >= 1000
+// clc's cancel request answers every block of the cluster (.multicast::cluster::all), which only an sm_100a / sm_100f
+// (or later a / f) target has: a plain sm_100 or sm_120 target takes Steal, as cuadv's policy_for_arch does.
+#if CUADV_ARCH >= 1000 && (CUADV_ARCH_SPECIFIC || CUADV_ARCH == 9999)
 using Auto = ClusterLaunchControl;
 #elif CUADV_ARCH >= 900
 using Auto = Steal;
@@ -211,8 +214,9 @@ class Scheduler {
   static constexpr bool kCounter = cuda::std::is_same_v<Policy, AtomicCounter>;
   static constexpr bool kStrided = kCounter || cuda::std::is_same_v<Policy, FixedBlocks>;  // first unit: own index
   static constexpr bool kRequestLoop = kCancel || kSteal;
-  static_assert(!kCancel || CUADV_ARCH >= 1000,
-                "ClusterLaunchControl needs sm_100 or newer; use cuadv::ws::Steal (or Auto) below it");
+  static_assert(!kCancel || (CUADV_ARCH >= 1000 && (CUADV_ARCH_SPECIFIC || CUADV_ARCH == 9999)),
+                "ClusterLaunchControl needs sm_100a / sm_100f (or a later a / f target); use cuadv::ws::Steal (or "
+                "Auto) on others");
 
  public:
   __device__ explicit Scheduler(const Schedule& s) : s_(s), leader_(detail::first_thread()) {}
