@@ -104,6 +104,16 @@ def test_set_aside_and_window_limits_are_checked_before_the_driver():
         set_stream_window(0, (0x1000, 4096), caps)
 
 
+def test_a_set_aside_on_a_gpu_without_persisting_l2_names_the_capability_and_the_fallback(monkeypatch):
+    import cuadv.l2 as l2
+    from cuadv.errors import UnsupportedFeatureError
+
+    monkeypatch.setattr(l2, "ready_driver", lambda: pytest.fail("reached the driver"))
+    with pytest.raises(UnsupportedFeatureError, match=r"an L2 set-aside for persisting accesses needs .*fallback: "
+                                                      r"plain caching"):
+        set_set_aside(1 << 20, Caps(persisting_l2_max_bytes=0))
+
+
 def test_persist_takes_an_address_as_a_numpy_integer():
     import numpy as np
 

@@ -85,7 +85,10 @@ def set_set_aside(nbytes: int, caps=None) -> int:
         from .device import current_device
 
         caps = current_device().caps
-    check_set_aside(nbytes, int(_caps_dict(caps)["persisting_l2_max_bytes"]))
+    features = _caps_dict(caps)
+    if is_int(nbytes) and nbytes > 0:  # a set-aside of 0 B is what a GPU without persisting L2 has already
+        require_feature("l2_persistence", features, name="an L2 set-aside for persisting accesses", fallback=FALLBACK)
+    check_set_aside(nbytes, int(features["persisting_l2_max_bytes"]))
     check(ready_driver().cuCtxSetLimit(_limit(), int(nbytes)), f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE={nbytes})")
     return get_set_aside()
 
