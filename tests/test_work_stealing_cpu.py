@@ -581,6 +581,17 @@ def test_schedule_fields_at_their_limits_pack():
     assert int.from_bytes(b[36:40], "little") == COUNT_EXITS | PHASE1
 
 
+def test_a_launchs_schedule_packs_as_a_checked_one():
+    """Schedule.of_launch (TileKernel's, every launch, without the field checks) packs the bytes a Schedule made
+    by hand packs for the same values, defaults included."""
+    full = dict(quantum_ns=50_000, prologue_factor=19, state_ptr=0x7F00_0000_0020, trace_ptr=0x7F00_1000_0000,
+                order_ptr=0x7F00_2000_0000, count_exits=False, phase=1, min_units=7, report_ptr=0x7F00_3000_0008)
+    for values in ({}, full):
+        launch = Schedule.of_launch(tiles=(40, 2, 1), cluster=(2, 1, 1), **values)
+        checked = Schedule(tiles=(40, 2), cluster=2, **values)
+        assert launch == checked and launch.kernel_param_bytes() == checked.kernel_param_bytes()
+
+
 # -- clc needs an architecture- or family-specific target --------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_100", "sm_120"])

@@ -3,12 +3,12 @@ about its time slices (``SliceReport``), with the rule that sizes the next launc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
 
-from ..dims import MAX_CLUSTER_SIZE, MAX_GRID, Dim3, is_int
+from ..dims import Dim3, is_int
 from ..errors import LaunchConfigError
 from ..params import StructArgument, c_struct
 from ..state_pool import STATE_BYTES
@@ -25,7 +25,6 @@ SCHEDULE_DTYPE = c_struct("cuadv::ws::Schedule", [
     ("flags", "<u4"), ("state", "<u8"), ("trace_ptr", "<u8"), ("order_ptr", "<u8"), ("min_units", "<u4"),
     ("reserved", "<u4"), ("report_ptr", "<u8")], size=80)
 # The integer fields of Schedule and their largest values (the widths above; phase selects one of a pair).
-_MAX_X, _MAX_YZ = MAX_GRID[0], MAX_GRID[1]
 _INT_FIELDS = (("quantum_ns", MAX_U64), ("prologue_factor", MAX_U32), ("state_ptr", MAX_U64), ("trace_ptr", MAX_U64),
                ("order_ptr", MAX_U64), ("phase", 1), ("min_units", MAX_U32), ("report_ptr", MAX_U64))
 
@@ -52,23 +51,16 @@ class Schedule(StructArgument):
     report_ptr: int = 0  # steal: where a block's slice and pace are reported (SliceReport), 0: nowhere
 
     def __post_init__(self):
-        # Every launch builds one: what TileKernel passes ((x, y, z) shapes and fields that are Python ints, all in
-        # range) passes this one expression; anything else takes the checks that name what is wrong (_check).
-        t, c = self.tiles, self.cluster
-        if type(t) is tuple and type(c) is tuple and len(t) == 3 and len(c) == 3:
-            (tx, ty, tz), (cx, cy, cz) = t, c
-            q, pf, mu, ph = self.quantum_ns, self.prologue_factor, self.min_units, self.phase
-            sp, tp, op, rp = self.state_ptr, self.trace_ptr, self.order_ptr, self.report_ptr
-            if (type(tx) is type(ty) is type(tz) is type(cx) is type(cy) is type(cz) is int
-                    and type(q) is type(pf) is type(mu) is type(ph) is type(sp) is type(tp) is type(op) is type(rp)
-                    is int and type(self.count_exits) is bool
-                    and 0 < tx <= _MAX_X and 0 < ty <= _MAX_YZ and 0 < tz <= _MAX_YZ
-                    and cx > 0 and cy > 0 and cz > 0 and cx * cy * cz <= MAX_CLUSTER_SIZE
-                    and not (tx % cx or ty % cy or tz % cz)
-                    and 0 <= q <= MAX_U64 and 0 <= pf <= MAX_U32 and 0 <= mu <= MAX_U32 and 0 <= ph <= 1
-                    and 0 <= sp <= MAX_U64 and 0 <= tp <= MAX_U64 and 0 <= op <= MAX_U64 and 0 <= rp <= MAX_U64):
-                return
         self._check()
+
+    @classmethod
+    def of_launch(cls, **values) -> "Schedule":
+        """The Schedule TileKernel makes at every launch, from values its own checks passed ((x, y, z) shapes, ints
+        in range): built without ``__post_init__``, whose checks (about 10 us) are for Schedules made by hand."""
+        schedule = object.__new__(cls)
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(schedule, name, values[name] if name in values else default)
+        return schedule
 
     def _check(self) -> None:
         cluster = check_cluster(self.cluster)
@@ -96,6 +88,9 @@ class Schedule(StructArgument):
     def flags(self) -> int:
         """The device's flag word (packed by StructArgument under the layout's name)."""
         return (COUNT_EXITS if self.count_exits else 0) | (PHASE1 if self.phase else 0)
+
+
+_DEFAULTS = {f.name: f.default for f in fields(Schedule)}  # of_launch: tiles and cluster are always given
 
 
 @dataclass(frozen=True)

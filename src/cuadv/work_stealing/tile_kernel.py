@@ -322,11 +322,12 @@ class TileKernel:
             # steal's stream launches alternate between the two states of their slot (the phase); a captured one
             # counts exits in the first
             with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
-                schedule = Schedule(tiles=t, cluster=self.cluster, quantum_ns=quantum,
-                                    prologue_factor=self.prologue_factor, state_ptr=state_ptr,
-                                    trace_ptr=trace_buf.ptr if trace_buf else 0,
-                                    order_ptr=order.buffer.ptr if order else 0, count_exits=captured, phase=phase,
-                                    min_units=min_units, report_ptr=self._report_ptr if quantum else 0)
+                schedule = Schedule.of_launch(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+                                              prologue_factor=self.prologue_factor, state_ptr=state_ptr,
+                                              trace_ptr=trace_buf.ptr if trace_buf else 0,
+                                              order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
+                                              phase=phase, min_units=min_units,
+                                              report_ptr=self._report_ptr if quantum else 0)
                 launcher(schedule, *args, stream=handle)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         if trace_buf is None:
