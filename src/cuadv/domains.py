@@ -70,11 +70,11 @@ def _attr():
     return drv.CUstreamAttrID.CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN
 
 
-def _has_domains() -> bool:
-    """Whether this GPU has the domains to choose from (``registry_reason`` says why not)."""
+def _features() -> dict:
+    """This GPU's capabilities as the feature registry reads them."""
     from .device import current_device
 
-    return registry_reason(current_device().caps.as_dict()) is None
+    return current_device().caps.as_dict()
 
 
 def set_stream_domain(stream: Any, domain: str) -> None:
@@ -84,12 +84,10 @@ def set_stream_domain(stream: Any, domain: str) -> None:
     gets already (nothing to set)."""
     check_domain(domain)
     handle = stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
-    if not _has_domains():
-        if domain == "default":
-            return
-        from .device import current_device
-
-        require("mem_sync_domains", current_device().caps.as_dict(), name="memory sync domains", fallback=FALLBACK)
+    features = _features()
+    if domain == "default" and registry_reason(features) is not None:
+        return  # one domain: every launch is in it already
+    require("mem_sync_domains", features, name="memory sync domains", fallback=FALLBACK)
     drv = ready_driver()
     value = drv.CUstreamAttrValue()
     value.memSyncDomain = getattr(drv.CUlaunchMemSyncDomain, f"CU_LAUNCH_MEM_SYNC_DOMAIN_{domain.upper()}")
@@ -100,7 +98,7 @@ def set_stream_domain(stream: Any, domain: str) -> None:
 def stream_domain(stream: Any) -> str:
     """The domain later launches on ``stream`` go to ("default" on a GPU with one domain)."""
     handle = stream_handle(stream)
-    if not _has_domains():
+    if registry_reason(_features()) is not None:
         return "default"
     drv = ready_driver()
     value = check(drv.cuStreamGetAttribute(drv.CUstream(handle), _attr()),
