@@ -237,7 +237,8 @@ def test_the_edge_spec_kept_per_range_tells_every_range_apart():
 def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     """count() with an EdgeSpec: hist_widen<E> of the edges' type gets the counts, then the edges' own parameters
     (as hist_edges would), and is sized to cover the bins + 1 edges; without one, hist_widen<double> and null
-    edges. A prepared counter clears a new buffer once and then trusts the zeros hist_widen leaves."""
+    edges. A prepared counter clears a new buffer once and then trusts the zeros hist_widen leaves; the widening
+    pass is a programmatic dependent of the counting kernel on a GPU with PDL."""
     from test_histogram_cpu import FakeCaps
 
     class FakeScratch:
@@ -256,7 +257,8 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     launches = []
     monkeypatch.setattr(api, "Scratch", FakeScratch)
     monkeypatch.setattr(api, "driver", FakeDriver)
-    monkeypatch.setattr(api, "_aux_launch", lambda name, n, args, *rest, **kw: launches.append((name, n, args)))
+    monkeypatch.setattr(api, "_aux_launch",
+                        lambda name, n, args, *rest, **kw: launches.append((name, n, args, kw.get("pdl"))))
     caps = FakeCaps()
     caps.arch, caps.sm_count = "sm_90a", 132  # passed through to the (recorded) launch
     eng = api.HistogramEngine(caps)
@@ -265,7 +267,8 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     assert spec.ctype == "float" and spec.args() == (0x2000, 1000, -1.5, 0.25, 248.5)
     counter.count(0, 0, 0x3000, 1000, False, 7, edges=spec)
     counter.count(0, 0, 0x3000, 1000, False, 7)
-    (name, n, args), (plain, _, plain_args) = launches
+    (name, n, args, pdl), (plain, _, plain_args, _) = launches
+    assert pdl  # a programmatic dependent of the counting kernel where the GPU has PDL
     assert name == "hist_widen<float>" and n == 1001 and args[:7] == (0x1000, 1000, 1000, 0x3000, 1000, 0, api.NO_FOLD)
     assert args[7:] == spec.args()
     assert plain == "hist_widen<double>" and plain_args[7:] == (0, 0, 0.0, 0.0, 0.0)

@@ -324,6 +324,7 @@ class FakeCaps:
     shared_mem_per_sm = h.H200_SHARED_PER_SM
     cluster_launch = True
     tma = True
+    pdl = True
     max_cluster_size_nonportable = 16
     sm_count = 132
 

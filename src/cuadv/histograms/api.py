@@ -262,19 +262,21 @@ def _free_after_failure(holders: tuple, stream: int) -> None:
 
 
 def _aux_launch(kernel_name: str, n: int, args: tuple, stream: int, arch: str, sm_count: int,
-                grid: int | None = None) -> None:
+                grid: int | None = None, pdl: bool = False) -> None:
+    """Launches a kernel of binning.cu over ``n`` items; ``pdl``: as a programmatic dependent of the kernel before
+    it on the stream (the kernel must begin with griddepcontrol.wait, as hist_widen does)."""
     blocks = grid or max(1, min(-(-n // AUX_THREADS), 8 * sm_count))
-    key = (kernel_name, blocks, arch)
+    key = (kernel_name, blocks, arch, pdl)
     launcher = _aux_launchers.get(key)
     if launcher is None:  # the kernel, its configuration and the device checks: once per key
         from ..launching import LaunchConfig, prepare
 
         launcher = _aux_launchers.put(key, prepare(binning_module(arch).kernel(kernel_name),
-                                                   LaunchConfig(grid=blocks, block=AUX_THREADS)))
+                                                   LaunchConfig(grid=blocks, block=AUX_THREADS, pdl=pdl)))
     launcher(*args, stream=stream)
 
 
-_aux_launchers = BoundedMemo(1024)  # (kernel, grid, target) -> its launcher, for _aux_launch
+_aux_launchers = BoundedMemo(1024)  # (kernel, grid, target, pdl) -> its launcher, for _aux_launch
 
 
 def _to_device(dst_ptr: int, host: np.ndarray, stream: int) -> None:
@@ -396,8 +398,10 @@ class _Counter:
         widen = (counts, min(self.bins, out_len), self.bins, out_ptr, out_len, int(accumulate), fold)
         etype = "double" if edges is None else edges.ctype
         edge_args = (0, 0, 0.0, 0.0, 0.0) if edges is None else edges.args()
+        # A programmatic dependent where the GPU has PDL: placed as the counting kernel's blocks leave, not after the
+        # whole grid has drained and the next launch been processed.
         _aux_launch(f"hist_widen<{etype}>", max(out_len, self.bins, edge_args[1] + 1), widen + edge_args, stream,
-                    self.eng.caps.arch, self.eng.caps.sm_count)
+                    self.eng.caps.arch, self.eng.caps.sm_count, pdl=self.eng.caps.pdl)
         self._zeroed = True
 
     def release(self, stream: int) -> None:

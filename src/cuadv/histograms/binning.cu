@@ -15,6 +15,8 @@
 
 #include <cuda/std/cstdint>
 
+#include "cuadv/pdl.cuh"
+
 namespace cuadv_binning {
 using u32 = unsigned int;
 using u64 = unsigned long long;
@@ -146,6 +148,11 @@ __global__ void __launch_bounds__(256) hist_widen(u32* __restrict__ counts, u32 
                                                   long long* __restrict__ out, u64 len, u32 accumulate, u32 fold,
                                                   E* __restrict__ edges, u32 bins, double start, double step,
                                                   double stop) {
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the counting kernel (sm_90): its blocks are placed as the counting
+  // kernel's leave, and this orders every read of the counts behind that grid's completion and memory flush.
+  cuadv::pdl::wait();
+#endif
   const u64 end = len > slots ? len : slots;
   for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < end || (edges && i <= bins);
        i += static_cast<u64>(gridDim.x) * blockDim.x) {

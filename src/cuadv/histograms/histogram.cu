@@ -48,6 +48,7 @@
 #include <cooperative_groups.h>
 #include <cuda/std/cstdint>
 
+#include "cuadv/pdl.cuh"
 #include "cuadv/ptx.cuh"
 
 namespace cg = cooperative_groups;
@@ -159,17 +160,60 @@ static __device__ __forceinline__ void stream_values(const T* __restrict__ in, u
   for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
+// This block's share of the ring's stream: chunk c of `chunk_vecs` vectors starts at vec + c * chunk_vecs, and the
+// block takes chunks blockIdx.x + k * gridDim.x for k < mine (32-bit counts: fewer live registers).
+template <typename T>
+struct RingShare {
+  u64 head;          // scalar elements before the first 16-byte boundary
+  const uint4* vec;  // the first whole vector
+  u64 nvec;          // whole vectors
+  u32 chunk_vecs, chunk_bytes, nchunk, mine;
+  const uint4* first;  // this block's first chunk
+  u64 stride;          // vectors between this block's consecutive chunks
+
+  template <int V>
+  __device__ __forceinline__ static RingShare make(const T* in, u64 n) {
+    RingShare r;
+    r.head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(T);
+    if (r.head > n) r.head = n;
+    r.vec = reinterpret_cast<const uint4*>(in + r.head);
+    r.nvec = (n - r.head) / Layout<T>::kPerVec;
+    r.chunk_vecs = blockDim.x * V;
+    r.chunk_bytes = 16u * r.chunk_vecs;
+    r.nchunk = static_cast<u32>(r.nvec / r.chunk_vecs);  // n < 2^32 elements (the host checks)
+    r.mine = r.nchunk > blockIdx.x ? (r.nchunk - 1u - blockIdx.x) / gridDim.x + 1u : 0u;
+    r.first = r.vec + static_cast<u64>(blockIdx.x) * r.chunk_vecs;
+    r.stride = static_cast<u64>(gridDim.x) * r.chunk_vecs;
+    return r;
+  }
+
+  // Chunk k of this block into stage s of the ring; its bytes land on full[s]. Thread 0 only.
+  __device__ __forceinline__ void fetch(u32 k, u32 s, uint4* ring, u64* full) const {
+    ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
+    ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + k * stride, chunk_bytes, full + s);
+  }
+};
+
+// Thread 0 starts the ring: the first Stages chunks of this block (hist_block_tma: before it zeroes 16-bit counters,
+// so that the first bytes are on their way meanwhile).
+template <typename T, int Stages, int V>
+static __device__ __forceinline__ void start_ring(const T* __restrict__ in, u64 n, uint4* ring, u64* full) {
+  const RingShare<T> r = RingShare<T>::template make<V>(in, n);
+  for (u32 k = 0; k < Stages && k < r.mine; ++k) r.fetch(k, k, ring, full);
+}
+
 // The same stream with the whole chunks fed by the TMA unit (sm_90): chunk c (V vectors per thread, 16 KB per
 // vector at 1024 threads) is copied by cp.async.bulk into stage c % Stages of a ring in shared memory, so Stages
 // chunks per block are in flight whatever the registers allow (the register-fed loop holds one batch in flight
-// per thread). Thread 0 issues the copies; every thread reads its vectors of a stage into registers, releases
-// the stage, then counts them. full[s] (an mbarrier) completes when the copy into stage s has landed. A stage is
-// released through named barrier 1 + s: one bar.arrive per warp, and warp 0 waits in bar.sync for all of them
-// before thread 0 refills the stage. Against one mbarrier arrival per thread, that took uint8 at 256 bins from
-// 90.3% to 91.4% of the read-only ceiling on the H200 (docs/results/h200-2026-12-03-0655); two vectors per chunk,
-// half the waits and releases per byte, from there to 94.2%, and 16-bit counters at 64K bins from 77.9% to 91.6%.
-// Warp w cannot arrive at barrier 1 + s for chunk k + Stages before that barrier completed for chunk k: its
-// copy is issued only after. Needs blockDim.x a multiple of 32 and Stages <= 15 (barrier 0 is __syncthreads').
+// per thread). Thread 0 issues the copies (the first Stages in start_ring); every thread reads
+// its vectors of a stage into registers, releases the stage, then counts them. full[s] (an mbarrier) completes
+// when the copy into stage s has landed. A stage is released through named barrier 1 + s: one bar.arrive per
+// warp, and warp 0 waits in bar.sync for all of them before thread 0 refills the stage. Against one mbarrier
+// arrival per thread, that took uint8 at 256 bins from 90.3% to 91.4% of the read-only ceiling on the H200
+// (docs/results/h200-2026-12-03-0655); two vectors per chunk, half the waits and releases per byte, from there to
+// 94.2%, and 16-bit counters at 64K bins from 77.9% to 91.6%. Warp w cannot arrive at barrier 1 + s for chunk
+// k + Stages before that barrier completed for chunk k: its copy is issued only after. Needs blockDim.x a multiple
+// of 32 and Stages <= 15 (barrier 0 is __syncthreads').
 template <typename T, int Stages, int V, class Sink>
 static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ in, u64 n, Sink& sink, uint4* ring,
                                                          u64* full) {
@@ -177,26 +221,10 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
   constexpr int kPerVec = Layout<T>::kPerVec;
   const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   const u64 nthreads = static_cast<u64>(gridDim.x) * blockDim.x;
-
-  u64 head = ((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(T);
-  if (head > n) head = n;
-  if (tid < head) sink.scalar(static_cast<u32>(in[tid]));
-
-  const uint4* vec = reinterpret_cast<const uint4*>(in + head);
-  const u64 nvec = (n - head) / kPerVec;
-  const u32 chunk_vecs = blockDim.x * V;
-  const u32 chunk_bytes = 16u * chunk_vecs;
-  const u32 nchunk = static_cast<u32>(nvec / chunk_vecs);  // n < 2^32 elements (the host checks)
-  // This block's chunks: blockIdx.x + k * gridDim.x for k < mine (32-bit counts: fewer live registers).
-  const u32 mine = nchunk > blockIdx.x ? (nchunk - 1u - blockIdx.x) / gridDim.x + 1u : 0u;
-  const uint4* first = vec + static_cast<u64>(blockIdx.x) * chunk_vecs;
-  const u64 stride = static_cast<u64>(gridDim.x) * chunk_vecs;
-  if (threadIdx.x == 0) {
-    for (u32 k = 0; k < Stages && k < mine; ++k) {
-      ptx::mbarrier_arrive_expect_tx(full + k, chunk_bytes);
-      ptx::bulk_copy_global_to_shared(ring + k * chunk_vecs, first + k * stride, chunk_bytes, full + k);
-    }
-  }
+  const RingShare<T> r = RingShare<T>::template make<V>(in, n);
+  if (tid < r.head) sink.scalar(static_cast<u32>(in[tid]));
+  const u32 chunk_vecs = r.chunk_vecs;
+  const u32 mine = r.mine;
 
   u32 s = 0, parity = 0;  // stage of chunk k, and the phase parity of its barriers
   for (u32 k = 0; k < mine; ++k) {
@@ -210,9 +238,7 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
         ptx::named_barrier_sync(1u + s, blockDim.x);  // every warp's reads of stage s are done ...
         if (threadIdx.x == 0) {
           ptx::fence_proxy_async_shared_cta();  // ... before the copy (async proxy) overwrites it
-          ptx::mbarrier_arrive_expect_tx(full + s, chunk_bytes);
-          ptx::bulk_copy_global_to_shared(ring + s * chunk_vecs, first + (k + Stages) * stride, chunk_bytes,
-                                          full + s);
+          r.fetch(k + Stages, s, ring, full);
         }
       } else {
         ptx::named_barrier_arrive(1u + s, blockDim.x);  // release: this warp's reads of stage s are done
@@ -223,12 +249,12 @@ static __device__ __forceinline__ void stream_values_tma(const T* __restrict__ i
   }
 
   // Fewer than one chunk per block of whole vectors is left, then the scalar tail (as stream_values).
-  for (u64 i = static_cast<u64>(nchunk) * chunk_vecs + tid; i < nvec; i += nthreads) {
-    const uint4 v = load_stream(vec + i);
+  for (u64 i = static_cast<u64>(r.nchunk) * chunk_vecs + tid; i < r.nvec; i += nthreads) {
+    const uint4 v = load_stream(r.vec + i);
 #pragma unroll
     for (int j = 0; j < kPerVec; ++j) sink.scalar(element<T>(v, j));
   }
-  for (u64 i = head + nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
+  for (u64 i = r.head + r.nvec * kPerVec + tid; i < n; i += nthreads) sink.scalar(static_cast<u32>(in[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -413,19 +439,6 @@ struct SharedSink {
   }
 };
 
-// Sum of the R replicas of slot `local` in this block's counters.
-template <bool Packed>
-static __device__ __forceinline__ u32 slot_total(const u32* counters, u32 local, u32 log2r) {
-  u32 sum = 0;
-  const u32 base = Packed ? ((local >> 1) << log2r) : (local << log2r);
-  const u32 shift = Packed ? ((local & 1u) << 4) : 0u;
-  for (u32 r = 0; r < (1u << log2r); ++r) {
-    const u32 w = counters[base | r];
-    sum += Packed ? ((w >> shift) & 0xFFFFu) : w;
-  }
-  return sum;
-}
-
 // Where block (or cluster) `unit` starts its flush over `count` slots: the units flush at about the
 // same time, so they start at different bins instead of queueing on the same global addresses.
 static __device__ __forceinline__ u32 flush_start(u32 unit, u32 count) {
@@ -440,6 +453,29 @@ static __device__ __forceinline__ u32 counter_words(u32 bins, u32 log2c, u32 log
   return (Packed ? (shard + 1u) >> 1 : shard) << log2r;
 }
 
+// Adds this block's counters (its shard of the bins: bin (local << log2c) | rank for local index `local`) to the
+// global bins, one global atomic per nonzero bin, consecutive threads on consecutive local indices (a warp's atomics
+// share cache lines), each block starting where `unit` says, so that blocks flushing at about the same time do not
+// queue on the same addresses.
+template <bool Packed>
+static __device__ __forceinline__ void flush_counters(const u32* counters, u32* out, u32 bins, u32 log2c, u32 rank,
+                                                      u32 log2r, u32 unit) {
+  const u32 shard = (bins + (1u << log2c) - 1u) >> log2c;  // local indices of real bins in any block
+  const u32 start = flush_start(unit, shard);
+  for (u32 i = threadIdx.x; i < shard; i += blockDim.x) {
+    const u32 local = i < shard - start ? i + start : i - (shard - start);
+    const u32 bin = (local << log2c) | rank;
+    if (bin >= bins) continue;
+    u32 total = 0;  // the sum of the slot's R replicas
+    const u32 base = Packed ? ((local >> 1) << log2r) : (local << log2r);
+    const u32 shift = Packed ? ((local & 1u) << 4) : 0u;
+    for (u32 r = 0; r < (1u << log2r); ++r) {
+      const u32 w = counters[base | r];
+      total += Packed ? ((w >> shift) & 0xFFFFu) : w;
+    }
+    if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per block
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Skew-aware hybrid: the low bins [0, hot) in a private shared-memory histogram (32-bit counters,
@@ -838,12 +874,10 @@ static __device__ __forceinline__ void block_histogram(u32* __restrict__ out, u3
   }
 
   __syncthreads();  // every increment of this block is complete before the counters are read
-  const u32 start = cuadv_hist::flush_start(blockIdx.x, bins);
-  for (u32 i = threadIdx.x; i < bins; i += blockDim.x) {
-    const u32 bin = i < bins - start ? i + start : i - (bins - start);
-    const u32 total = cuadv_hist::slot_total<Packed>(counters, bin, log2r);
-    if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per block
-  }
+#if __CUDA_ARCH__ >= 900
+  cuadv::pdl::launch_dependents();  // the widening pass (a programmatic dependent) may be placed as blocks leave
+#endif
+  cuadv_hist::flush_counters<Packed>(counters, out, bins, 0u, 0u, log2r, blockIdx.x);
 }
 
 // Needs (bins + 1) * R * 4 B of dynamic shared memory (Packed: ceil((bins + 1) / 2) * R * 4 B).
@@ -881,9 +915,14 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
     for (int s = 0; s < Stages; ++s) ptx::mbarrier_init(full + s, 1u);  // thread 0's arrive.expect_tx per copy
     ptx::fence_mbarrier_init_release_cluster();  // the initialised barriers are visible before any copy completes on them
     ptx::fence_proxy_async_shared_cta();  // ... including to the async proxy that does the completing
+    // 16-bit counters (128 KB at 64K bins): the first chunks land while they are zeroed. The 32-bit kernels start
+    // the ring after it, as two blocks per SM take them only at 32 registers, which starting it here exceeds.
+    if constexpr (Packed) cuadv_hist::start_ring<T, Stages, V>(in, n, ring, full);
   }
-  // (block_histogram's first __syncthreads orders the barriers' initialisation before any use.)
+  // (block_histogram's first __syncthreads orders the barriers' initialisation before any other thread's wait.)
   block_histogram<T, Packed>(out, bins, log2r, counters, [&](auto& sink) {
+    if constexpr (!Packed)
+      if (threadIdx.x == 0) cuadv_hist::start_ring<T, Stages, V>(in, n, ring, full);
     cuadv_hist::stream_values_tma<T, Stages, V>(in, n, sink, ring, full);
   });
 }
@@ -917,16 +956,7 @@ __global__ void __launch_bounds__(1024) hist_cluster(const T* __restrict__ in, u
 
   cluster.sync();  // rules 1 and 3: every block's increments into every shard are complete; no block has left
   // From here each block reads only its own shard, so blocks may exit independently.
-  const u32 rank = cluster.block_rank();
-  const u32 shard = (bins + (1u << log2c) - 1u) >> log2c;  // local indices of real bins in any block
-  const u32 start = cuadv_hist::flush_start(blockIdx.x >> log2c, shard);
-  for (u32 i = threadIdx.x; i < shard; i += blockDim.x) {
-    const u32 local = i < shard - start ? i + start : i - (shard - start);
-    const u32 bin = (local << log2c) | rank;
-    if (bin >= bins) continue;
-    const u32 total = cuadv_hist::slot_total<Packed>(counters, local, log2r);
-    if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per cluster
-  }
+  cuadv_hist::flush_counters<Packed>(counters, out, bins, log2c, cluster.block_rank(), log2r, blockIdx.x >> log2c);
 #endif
 }
 
