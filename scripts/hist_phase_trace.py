@@ -2,8 +2,8 @@
 block_histogram (a text patch made here, not shipped) records per block %globaltimer at entry and exit and clock64
 at entry, after zeroing the counters, after the stream (every warp done) and after the flush, plus the SM. The
 plan 'auto' takes for each case runs at 1 GiB; printed per case: the launch's event time, the blocks' entry spread,
-the medians and maxima of each phase (cycles converted at the clock the stamps themselves measure), and how long the
-last block ran past the median block's end.
+the medians and extremes of each phase (cycles converted at the clock the stamps themselves measure), and the
+blocks' exits (first, median, last) after the first entry.
 
     PYTHONPATH=src python3 scripts/hist_phase_trace.py [--bins=B,...]
 """
@@ -11,6 +11,7 @@ last block ran past the median block's end.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -63,6 +64,7 @@ def main(only: tuple[int, ...]) -> None:
     from cuadv.compiler import compile_source, kernel_source
     from cuadv.device import current_device
     from cuadv.histograms.launcher import engine
+    from cuadv.kernel import max_active_blocks_per_sm
     from cuadv.launching import launch
     from cuadv.timing import time_gpu
 
@@ -80,6 +82,12 @@ def main(only: tuple[int, ...]) -> None:
         kernel = compile_source(source, name="histogram_traced", arch=caps.arch,
                                 name_expressions=[plan.kernel_expr]).kernel(plan.kernel_expr)
         x = cp.random.randint(0, bins, size=n, dtype=cp.int32).astype(dtype)
+        # The stamps cost registers: where the traced kernel fits fewer blocks per SM than the shipped one, its grid
+        # is cut to what is resident at once (else the surplus blocks run as a second wave).
+        resident = max_active_blocks_per_sm(kernel, plan.threads, plan.shared_bytes) * caps.sm_count
+        if resident < config.grid[0]:
+            print(f"  (traced kernel: {resident} blocks resident, the shipped one's grid {config.grid[0]})", flush=True)
+            config = replace(config, grid=resident)
         grid = config.grid[0]
         base = (bins + 1) & ~1
         out = cp.zeros(base + 2 * FIELDS * grid, dtype=cp.uint32)
