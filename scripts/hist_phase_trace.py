@@ -18,24 +18,11 @@ import numpy as np
 CASES = (("int32", 256), ("int32", 4096), ("int32", 65536), ("uint8", 256))
 FIELDS = 7  # per block: globaltimer in, clock in, clock zeroed, clock streamed, clock flushed, globaltimer out, SM
 
-STAMP = """
-static __device__ __forceinline__ unsigned long long trace_gt() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-static __device__ __forceinline__ unsigned trace_sm() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
-"""
-
 PATCHES = (
     ("  const u32 words = cuadv_hist::counter_words<Packed>(bins, 0, log2r);\n"
      "  for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;\n  __syncthreads();",
      "  unsigned long long* trace = reinterpret_cast<unsigned long long*>(out + ((bins + 1u) & ~1u)) + 7u * blockIdx.x;\n"
-     "  const unsigned long long g_in = trace_gt(), c_in = clock64();\n"
+     "  const unsigned long long g_in = ptx::globaltimer_ns(), c_in = clock64();\n"
      "  const u32 words = cuadv_hist::counter_words<Packed>(bins, 0, log2r);\n"
      "  for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;\n  __syncthreads();\n"
      "  const unsigned long long c_zeroed = clock64();"),
@@ -46,7 +33,7 @@ PATCHES = (
 END = ("\n}\n\n// Needs (bins + 1) * R * 4 B of dynamic shared memory",
        "\n  __syncthreads();\n  if (threadIdx.x == 0) {\n"
        "    trace[0] = g_in; trace[1] = c_in; trace[2] = c_zeroed; trace[3] = c_streamed; trace[4] = clock64();\n"
-       "    trace[5] = trace_gt(); trace[6] = trace_sm();\n  }\n}\n\n// Needs (bins + 1) * R * 4 B of dynamic shared memory")
+       "    trace[5] = ptx::globaltimer_ns(); trace[6] = ptx::smid();\n  }\n}\n\n// Needs (bins + 1) * R * 4 B of dynamic shared memory")
 
 
 def traced_source(source: str) -> str:
@@ -54,8 +41,7 @@ def traced_source(source: str) -> str:
         if source.count(old) != 1:
             raise SystemExit(f"the patch anchor is not in histogram.cu exactly once: {old[:60]!r}")
         source = source.replace(old, new)
-    head = source.index("namespace cuadv_hist {")
-    return source[:head] + STAMP + source[head:]
+    return source
 
 
 def main(only: tuple[int, ...]) -> None:
