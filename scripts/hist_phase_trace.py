@@ -1,6 +1,7 @@
 """Where the time of one histogram launch goes, block by block: a copy of histogram.cu with stamps added to
 block_histogram (a text patch made here, not shipped) records per block %globaltimer at entry and exit and clock64
-at entry, after zeroing the counters, after the stream (every warp done) and after the flush, plus the SM. The
+at entry, after zeroing the counters, after the stream (every warp done) and after the flush, plus the SM ("entry":
+of block_histogram, which in the 16-bit TMA kernel thread 0 reaches after issuing the ring's first copies). The
 plan 'auto' takes for each case runs at 1 GiB; printed per case: the launch's event time, the blocks' entry spread,
 the medians and extremes of each phase (cycles converted at the clock the stamps themselves measure), and the
 blocks' exits (first, median, last) after the first entry.

@@ -273,6 +273,9 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     assert args[7:] == spec.args()
     assert plain == "hist_widen<double>" and plain_args[7:] == (0, 0, 0.0, 0.0, 0.0)
     assert FakeDriver.memsets == 1
+    caps.pdl = False  # a GPU without PDL (compute capability < 9.0): plain stream order
+    counter.count(0, 0, 0x3000, 1000, False, 7)
+    assert launches[-1][0] == "hist_widen<double>" and launches[-1][3] is False
 
 
 def test_zeroed_counts_are_taken_per_stream_and_slots_and_refused_past_the_cap(monkeypatch):

@@ -454,9 +454,9 @@ static __device__ __forceinline__ u32 counter_words(u32 bins, u32 log2c, u32 log
 }
 
 // Adds this block's counters (its shard of the bins: bin (local << log2c) | rank for local index `local`) to the
-// global bins, one global atomic per nonzero bin, consecutive threads on consecutive local indices (a warp's atomics
-// share cache lines), each block starting where `unit` says, so that blocks flushing at about the same time do not
-// queue on the same addresses.
+// global bins, one global atomic per nonzero bin, consecutive threads on consecutive local indices (one block:
+// consecutive bins, so a warp's atomics share cache lines; a cluster: bins C apart), each block starting where
+// `unit` says, so that blocks flushing at about the same time do not queue on the same addresses.
 template <bool Packed>
 static __device__ __forceinline__ void flush_counters(const u32* counters, u32* out, u32 bins, u32 log2c, u32 rank,
                                                       u32 log2r, u32 unit) {
