@@ -183,10 +183,22 @@ def test_device_array_checks():
         h._dtype_name(np.dtype(np.float32))
 
 
-def packed_model(bins, c, increments):
+def packed_model(bins, c, increments, pairs=False):
     """A Python mirror of the packed 16-bit counters of one block's shard (one replica): a 32-bit word per
-    two slots, wrap corrections into `out`, then the flush. Returns the final counts of every bin."""
-    out = np.zeros(bins, dtype=np.uint64)
+    two slots, wrap corrections into the 32-bit global bins, then the flush. Returns the final counts of every
+    bin. ``pairs`` (one block, c = 1): the updates of two adjacent bins both in range are 64-bit adds to their
+    two words (histogram.cu's global_pairs), so a carry out of the low bin would show in the high one."""
+    out = [0] * bins
+
+    def add(lo_bin, hi_bin, lo, hi):  # lo to bin lo_bin, hi to bin hi_bin (bins past the end are dropped)
+        if pairs and hi_bin == lo_bin + 1 and hi_bin < bins:
+            both = (out[lo_bin] | (out[hi_bin] << 32)) + (lo | (hi << 32))
+            out[lo_bin], out[hi_bin] = both & 0xFFFFFFFF, (both >> 32) & 0xFFFFFFFF
+            return
+        for b, v in ((lo_bin, lo), (hi_bin, hi)):
+            if v and b < bins:
+                out[b] = (out[b] + v) & 0xFFFFFFFF
+
     words = {}
     for slot, count in increments:
         local = slot // c
@@ -199,31 +211,24 @@ def packed_model(bins, c, increments):
         lo_carry = shift == 0 and (old & 0xFFFF) + count > 0xFFFF
         word_wrap = old + delta > 0xFFFFFFFF
         lo_bin = ((local & ~1) * c) + rank
-        hi_bin = lo_bin + c
-        if lo_carry:
-            if lo_bin < bins:
-                out[lo_bin] += 0x10000
-            if hi_bin < bins:
-                out[hi_bin] += 0xFFFFFFFF
-        if word_wrap and hi_bin < bins:
-            out[hi_bin] += 0x10000
+        if lo_carry or word_wrap:
+            add(lo_bin, lo_bin + c, 0x10000 if lo_carry else 0,
+                ((0xFFFFFFFF if lo_carry else 0) + (0x10000 if word_wrap else 0)) & 0xFFFFFFFF)
     for (rank, w), word in words.items():
-        for half in (0, 1):
-            b = ((2 * w + half) * c) + rank
-            if b < bins:
-                out[b] += (word >> (16 * half)) & 0xFFFF
-    return (out & 0xFFFFFFFF).astype(np.int64)
+        add(2 * w * c + rank, (2 * w + 1) * c + rank, word & 0xFFFF, word >> 16)
+    return np.array(out, dtype=np.int64)
 
 
-@pytest.mark.parametrize("bins, c", [(1, 1), (3, 1), (4, 2), (5, 4), (7, 16)])
-def test_packed_counter_corrections_are_exact(bins, c):
+@pytest.mark.parametrize("bins, c, pairs", [(1, 1, False), (3, 1, False), (4, 2, False), (5, 4, False), (7, 16, False),
+                                            (1, 1, True), (3, 1, True), (4, 1, True)])
+def test_packed_counter_corrections_are_exact(bins, c, pairs):
     rng = np.random.default_rng(5)
     slots = np.concatenate([np.zeros(300_000, dtype=np.int64), rng.integers(0, bins + 1, size=200_000)])
     if bins > 1:
         slots = np.concatenate([slots, np.ones(250_000, dtype=np.int64)])
     rng.shuffle(slots)
     counts = rng.integers(1, 33, size=slots.size)  # aggregated adds of up to 32 lanes
-    got = packed_model(bins, c, zip(slots.tolist(), counts.tolist()))
+    got = packed_model(bins, c, zip(slots.tolist(), counts.tolist()), pairs=pairs)
     want = np.bincount(slots, weights=counts, minlength=bins + 1)[:bins].astype(np.int64)  # slot `bins`: trash
     assert np.array_equal(got, want)
 

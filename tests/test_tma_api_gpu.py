@@ -200,23 +200,19 @@ def test_stream_none_follows_a_nonblocking_cupy_stream(cp, rng):
     assert bool((doubled == 6).all())
 
 
-def test_stream_none_follows_a_torch_side_stream(torch):
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    x = torch_pitched(torch, (1000, 999), torch.float32, gen)
-    op = cuadv.tma.prepare_transpose(x)
-    peek = torch.cuda.Stream()
+def _peek(torch, stream, t):
+    """A host copy of ``t`` made on ``stream`` (not the stream under test)."""
+    with torch.cuda.stream(stream):
+        out = t.cpu()
+    stream.synchronize()
+    return out
 
-    def look():
-        with torch.cuda.stream(peek):
-            out = op.dst.cpu()
-        peek.synchronize()
-        return out
 
-    _warm(op)
-    _warm(lambda: x.fill_(3.0))
-    _warm(lambda: op.dst * 2)
-    _warm(look)
-    op.dst.fill_(float("nan"))
+def _waits_behind_a_gated_side_stream(torch, x, dst, call, look):
+    """Holds a torch side stream at a gate, fills ``x`` with 3 and calls ``call`` (stream=None: torch's current
+    stream, the side one) there: nothing may have written ``dst`` (NaN, as ``look`` sees it) before the gate
+    opens, and afterwards dst doubled on the same stream is 6 everywhere."""
+    dst.fill_(float("nan"))
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     gate = StreamGate()
@@ -224,13 +220,25 @@ def test_stream_none_follows_a_torch_side_stream(torch):
         with torch.cuda.stream(side):
             gate.hold(side.cuda_stream)
             x.fill_(3.0)
-            op()  # stream=None: torch's current stream, side
-            doubled = op.dst * 2
+            call()
+            doubled = dst * 2
         assert torch.isnan(look()).all()
     finally:
         gate.release()
     side.synchronize()
     assert bool((doubled == 6).all())
+
+
+def test_stream_none_follows_a_torch_side_stream(torch):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch_pitched(torch, (1000, 999), torch.float32, gen)
+    op = cuadv.tma.prepare_transpose(x)
+    peek = torch.cuda.Stream()
+    _warm(op)
+    _warm(lambda: x.fill_(3.0))
+    _warm(lambda: op.dst * 2)
+    _warm(lambda: _peek(torch, peek, op.dst))
+    _waits_behind_a_gated_side_stream(torch, x, op.dst, op, lambda: _peek(torch, peek, op.dst))
 
 
 def test_a_kept_one_shot_copy_follows_a_torch_side_stream(torch):
@@ -240,27 +248,13 @@ def test_a_kept_one_shot_copy_follows_a_torch_side_stream(torch):
     x = torch_pitched(torch, (600, 500), torch.float32, gen)
     dst = cuadv.tma.empty_pitched(x.shape, torch.float32, like=x)
     cuadv.tma.copy(x, dst)  # checked and kept
+
+    def copy_again():
+        assert cuadv.tma.copy(x, dst) is dst
+
     _warm(lambda: x.fill_(3.0))
     _warm(lambda: dst * 2)
-    dst.fill_(float("nan"))
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    gate = StreamGate()
-    try:
-        with torch.cuda.stream(side):
-            gate.hold(side.cuda_stream)
-            x.fill_(3.0)
-            assert cuadv.tma.copy(x, dst) is dst  # stream=None: torch's current stream, side
-            doubled = dst * 2
-        peek = torch.cuda.Stream()
-        with torch.cuda.stream(peek):
-            seen = dst.cpu()
-        peek.synchronize()
-        assert torch.isnan(seen).all()  # nothing ran: the kept launch is queued on side behind the gate
-    finally:
-        gate.release()
-    side.synchronize()
-    assert bool((doubled == 6).all())
+    _waits_behind_a_gated_side_stream(torch, x, dst, copy_again, lambda: _peek(torch, torch.cuda.Stream(), dst))
 
 
 def test_an_explicit_stream_wins(cp, rng):

@@ -291,6 +291,17 @@ static __device__ __forceinline__ u32 atom_shared_cta_add(u32 addr, u32 v) {
   return old;
 }
 
+// One block's packed counters (bins 2w and 2w + 1 in word w) reach the global bins as pairs: one 64-bit atomic
+// adds both halves to the adjacent global words, half the atomics of one per bin (the flush of 65,536 bins took
+// 9-11 us per block). Exact because the global bins start at zero (count_bins and the drop-ins zero them) and a
+// launch counts fewer than 2^32 elements (the host checks), so the low bin, which only ever grows, never carries
+// into the high one. Every global update of such a pair (flush and wrap corrections) takes this 64-bit form, as
+// atomics of different sizes on the same bytes are not atomic with respect to each other (PTX ISA, memory
+// consistency model); `out` not 8-byte aligned (a user's out= view) keeps one 32-bit atomic per bin throughout.
+static __device__ __forceinline__ bool global_pairs(const u32* out) {
+  return (reinterpret_cast<u64>(out) & 7u) == 0;
+}
+
 // Packed 16-bit counters: the global corrections for one increment of `count` into local index
 // `local` of the block of cluster rank `rank` (bin (local << log2c) | rank), given the old 32-bit
 // word `old` its atomic returned. Rare: a half wraps once per 65536 increments. The word holds the
@@ -304,6 +315,13 @@ static __device__ __forceinline__ void packed_wrap_corrections(u32* out, u32 bin
   if (__builtin_expect(lo_carry || word_wrap, 0)) {
     const u32 lo_bin = ((local & ~1u) << log2c) | rank;
     const u32 hi_bin = lo_bin + (1u << log2c);  // >= bins: a trash slot or past the end, never flushed
+    if (log2c == 0 && hi_bin < bins && global_pairs(out)) {
+      // Both corrections in one 64-bit add, as the flush adds this pair (see flush_pairs): the low half's
+      // +65536 cannot carry into the high half, and the high half's -1 (+65536) wraps within it.
+      const u64 d = (lo_carry ? 0xFFFFFFFF00010000ull : 0ull) + (word_wrap ? 0x1000000000000ull : 0ull);
+      atomicAdd(reinterpret_cast<unsigned long long*>(out + lo_bin), d);
+      return;
+    }
     if (lo_carry) {
       if (lo_bin < bins) atomicAdd(out + lo_bin, 0x10000u);
       if (hi_bin < bins) atomicAdd(out + hi_bin, 0xFFFFFFFFu);  // -1: the carry that went into hi
@@ -442,7 +460,7 @@ struct SharedSink {
 // Where block (or cluster) `unit` starts its flush over `count` slots: the units flush at about the
 // same time, so they start at different bins instead of queueing on the same global addresses.
 static __device__ __forceinline__ u32 flush_start(u32 unit, u32 count) {
-  return static_cast<u32>((static_cast<u64>(unit) * 128u) % count);
+  return count ? static_cast<u32>((static_cast<u64>(unit) * 128u) % count) : 0u;  // count 0: no private range
 }
 
 // Words of shared counters one block holds: its shard of ceil((bins + 1) / C) slots (the real bins
@@ -453,13 +471,35 @@ static __device__ __forceinline__ u32 counter_words(u32 bins, u32 log2c, u32 log
   return (Packed ? (shard + 1u) >> 1 : shard) << log2r;
 }
 
+// One block's packed counters by pairs (global_pairs): word w of each replica holds bins 2w (low half) and 2w + 1.
+static __device__ __forceinline__ void flush_pairs(const u32* counters, u32* out, u32 bins, u32 log2r, u32 unit) {
+  const u32 pairs = (bins + 1u) >> 1;
+  const u32 start = flush_start(unit, pairs);
+  for (u32 i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const u32 w = i < pairs - start ? i + start : i - (pairs - start);
+    u32 lo = 0, hi = 0;  // the sums of the word's R replicas, half by half
+    for (u32 r = 0; r < (1u << log2r); ++r) {
+      const u32 word = counters[(w << log2r) | r];
+      lo += word & 0xFFFFu;
+      hi += word >> 16;
+    }
+    if (2u * w + 1u < bins) {
+      if (lo | hi) atomicAdd(reinterpret_cast<unsigned long long*>(out + 2u * w), (static_cast<u64>(hi) << 32) | lo);
+    } else if (lo) {
+      atomicAdd(out + 2u * w, lo);  // the last bin of an odd count: its high half is the trash slot
+    }
+  }
+}
+
 // Adds this block's counters (its shard of the bins: bin (local << log2c) | rank for local index `local`) to the
-// global bins, one global atomic per nonzero bin, consecutive threads on consecutive local indices (one block:
-// consecutive bins, so a warp's atomics share cache lines; a cluster: bins C apart), each block starting where
-// `unit` says, so that blocks flushing at about the same time do not queue on the same addresses.
+// global bins, one global atomic per nonzero bin (one block's packed counters: per pair of bins, flush_pairs),
+// consecutive threads on consecutive local indices (one block: consecutive bins, so a warp's atomics share cache
+// lines; a cluster: bins C apart), each block starting where `unit` says, so that blocks flushing at about the
+// same time do not queue on the same addresses.
 template <bool Packed>
 static __device__ __forceinline__ void flush_counters(const u32* counters, u32* out, u32 bins, u32 log2c, u32 rank,
                                                       u32 log2r, u32 unit) {
+  if (Packed && log2c == 0 && global_pairs(out)) return flush_pairs(counters, out, bins, log2r, unit);
   const u32 shard = (bins + (1u << log2c) - 1u) >> log2c;  // local indices of real bins in any block
   const u32 start = flush_start(unit, shard);
   for (u32 i = threadIdx.x; i < shard; i += blockDim.x) {
@@ -620,7 +660,7 @@ struct Exchange {
   static constexpr u32 stride = Layout::kStride;
   static constexpr u32 kGroup = Layout::kGroup;
   u32* out;
-  u32 bins, hot, shard, rank, lane;
+  u32 bins, hot, rank, lane;
   u32 hot_addr, counters_addr, cursor_addr, mcount_addr, mbox_addr;  // shared::cta addresses
   unsigned short* stage;
   const unsigned short* mbox;
@@ -628,7 +668,7 @@ struct Exchange {
   const u32* cursor;
 
   __device__ __forceinline__ Exchange(unsigned char* smem, const Layout& L, u32* out_, u32 bins_, u32 hot_, u32 rank_)
-      : out(out_), bins(bins_), hot(hot_), shard(L.shard), rank(rank_) {
+      : out(out_), bins(bins_), hot(hot_), rank(rank_) {
     lane = threadIdx.x & 31u;
     const u32 base = static_cast<u32>(__cvta_generic_to_shared(smem));
     hot_addr = base;
@@ -793,25 +833,9 @@ struct Exchange {
 
   // Every nonzero bin this block holds, by one global atomic each: its private low bins, then its shard.
   __device__ __forceinline__ void flush(const unsigned char* smem, const Layout& L) {
-    const u32* hot_counters = reinterpret_cast<const u32*>(smem);
-    if (hot) {
-      const u32 start = flush_start(blockIdx.x, hot);
-      for (u32 i = threadIdx.x; i < hot; i += blockDim.x) {
-        const u32 bin = i < hot - start ? i + start : i - (hot - start);
-        const u32 total = hot_counters[bin];
-        if (total) atomicAdd(out + bin, total);
-      }
-    }
-    const u32* counters = reinterpret_cast<const u32*>(smem + L.counters_off);
-    const u32 start = flush_start(blockIdx.x >> kLog2C, shard);
-    for (u32 i = threadIdx.x; i < shard; i += blockDim.x) {
-      const u32 local = i < shard - start ? i + start : i - (shard - start);
-      const u32 bin = (local << kLog2C) | rank;
-      if (bin >= bins) continue;
-      const u32 word = counters[Packed ? local >> 1 : local];
-      const u32 total = Packed ? (word >> ((local & 1u) << 4)) & 0xFFFFu : word;
-      if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per cluster
-    }
+    flush_counters<false>(reinterpret_cast<const u32*>(smem), out, hot, 0u, 0u, 0u, blockIdx.x);
+    flush_counters<Packed>(reinterpret_cast<const u32*>(smem + L.counters_off), out, bins, kLog2C, rank, 0u,
+                           blockIdx.x >> kLog2C);
   }
 };
 
@@ -975,13 +999,7 @@ __global__ void __launch_bounds__(1024) hist_hot(const T* __restrict__ in, u64 n
   cuadv_hist::stream_values<T, BatchVectors<T, false>::value>(in, n, sink);
 
   __syncthreads();  // every increment of this block is complete before the counters are read
-  if (hot == 0) return;
-  const u32 start = cuadv_hist::flush_start(blockIdx.x, hot);
-  for (u32 i = threadIdx.x; i < hot; i += blockDim.x) {
-    const u32 bin = i < hot - start ? i + start : i - (hot - start);
-    const u32 total = counters[bin];
-    if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero low bin per block
-  }
+  cuadv_hist::flush_counters<false>(counters, out, hot, 0u, 0u, 0u, blockIdx.x);  // the low bins [0, hot)
 }
 
 // DSM exchange (mailboxes), int32 input: C blocks of 1024 threads per cluster (the launch's cluster size

@@ -69,12 +69,15 @@ def on_device(cp, host: np.ndarray, offset: int = 0):
     return full[offset:]
 
 
-def check_variant(cp, host: np.ndarray, bins: int, offset: int = 0, *, dev=None, want=None, **options) -> None:
+def check_variant(cp, host: np.ndarray, bins: int, offset: int = 0, *, dev=None, want=None, out_offset: int = 0,
+                  **options) -> None:
     """One histogram of ``host`` against numpy.bincount; the output is poisoned first, so a bin the
-    kernel never writes shows. ``dev`` / ``want``: the device copy and the reference, if already made."""
+    kernel never writes shows. ``dev`` / ``want``: the device copy and the reference, if already made;
+    ``out_offset`` 1: the output starts 4 bytes past an 8-byte boundary (a view), which the packed one-block
+    kernels flush bin by bin instead of by 64-bit pairs."""
     dev = on_device(cp, host, offset) if dev is None else dev
     want = reference_counts(host, bins) if want is None else want
-    out = cp.full(bins, 0xDEADBEEF, dtype=cp.uint32)
+    out = cp.full(bins + out_offset, 0xDEADBEEF, dtype=cp.uint32)[out_offset:]
     histogram(dev, bins, out=out, **options)
     got = cp.asnumpy(out).astype(np.int64)
     if not np.array_equal(got, want):
@@ -110,8 +113,9 @@ def validate(cp, bins_list: Sequence[int], sizes: Sequence[int], dtypes=("int32"
 
 def validate_packed_wraps(cp) -> None:
     """16-bit counters that wrap many times (both halves, odd bin counts, aggregated adds of up to 32), in
-    the one-block kernel (both halves of its first word, and its last two bins, either side of a word boundary
-    beside the trash slot), in the DSM kernel and in the exchange (mailbox entries applied locally, and the
+    the one-block kernels (both halves of its first word, and its last two bins, either side of a word boundary
+    beside the trash slot or, one bin fewer, as the last pair; the global bins updated by 64-bit pairs and, out=
+    off an 8-byte boundary, one by one), in the DSM kernel and in the exchange (mailbox entries applied locally, and the
     overflow of full runs by remote atomics: every element of a chunk goes to one owner)."""
     rng = np.random.default_rng()
     n = (1 << 22) + 3
@@ -125,14 +129,18 @@ def validate_packed_wraps(cp) -> None:
     for value in (0, 1, wide - 2, wide - 1):
         host = np.full(n, value, dtype=np.int32)
         host[rng.integers(0, n, size=1000)] = rng.integers(-5, wide + 5, size=1000)
-        check_variant(cp, host, wide, variant="shared", units=1)
+        for stages in ((None, 0) if eng.caps.tma else (None,)):  # the TMA-fed kernel and the register-fed one
+            for out_offset in (0, 1):  # global bins updated by 64-bit pairs, and one by one
+                check_variant(cp, host, wide, variant="shared", units=1, stages=stages, out_offset=out_offset)
+                check_variant(cp, host, wide - 1, variant="shared", units=1, stages=stages, out_offset=out_offset)
     for bins, value in ((3, 0), (3, 1), (3, 2), (2, 1), (33, 17), (4097, 4096)):
         host = np.full(n, value, dtype=np.int32)
         host[rng.integers(0, n, size=1000)] = rng.integers(-5, bins + 5, size=1000)  # a few others, some out of range
         for cluster in (1, 2, 16):
             for aggregate in (False, True):
-                check_variant(cp, host, bins, variant="dsm", cluster=cluster, counter_bits=16, aggregate=aggregate,
-                              units=1)
+                for out_offset in ((0, 1) if cluster == 1 else (0,)):
+                    check_variant(cp, host, bins, variant="dsm", cluster=cluster, counter_bits=16,
+                                  aggregate=aggregate, units=1, out_offset=out_offset)
             if cluster > 1:
                 for vectors in EXCHANGE_VECTORS:
                     check_variant(cp, host, bins, variant="exchange", cluster=cluster, counter_bits=16,
