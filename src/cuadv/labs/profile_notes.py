@@ -1,7 +1,7 @@
 """Why a target is missed: what Nsight Compute, block traces and fits of time against size measured on the kernels
 behind each missed target.
 
-Measured on one NVIDIA H200 on 2026-12-02 and 03: ``ncu`` at 01:52 and 06:12 UTC with ``scripts/gpu_suite.sh profile``
+Measured on one NVIDIA H200 on 2026-12-02 to 04: ``ncu`` at 01:52 and 06:12 UTC with ``scripts/gpu_suite.sh profile``
 (over ``scripts/profile_cases.py``: SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats and
 MemoryWorkloadAnalysis; ncu locks the clocks to base, so its durations run longer than the lab's), the raw counters
 committed in docs/results/h200-2026-12-02-0612/profile (and -issue18/profile for the first); block traces and fits
@@ -10,13 +10,14 @@ shared atomics' cost at 13:36-14:20 (docs/results/h200-2026-12-02-1333); the his
 profiled again on 2026-12-03 at 06:55-07:30 (docs/results/h200-2026-12-03-0655), its 64K kernel's instruction
 count tested at 14:45 (docs/results/h200-2026-12-03-1438), the uint8 kernel's shared-memory pipe at 16:15 and
 steal's first claim at 16:10-17:08 (docs/results/h200-2026-12-03-1600), the 64K kernel's flush and atomics and the
-uint8 kernel's feed at 18:22-18:50 (docs/results/h200-2026-12-03-1820). A lab appends the
+uint8 kernel's feed at 18:22-18:50 (docs/results/h200-2026-12-03-1820); the 64K kernel's phases traced block by
+block on 2026-12-04 (docs/results/h200-2026-12-04-1915 and -2115). A lab appends the
 note of a target it misses to that target's line, so the report says why beside by how much.
 """
 
 from __future__ import annotations
 
-PROFILED = "ncu, block traces and timing sweeps on the H200, 2026-12-02 and 03"
+PROFILED = "ncu, block traces and timing sweeps on the H200, 2026-12-02 to 04"
 
 # Histogram peers: (input dtype, distribution, bins) -> what the profile of cuadv's kernel found.
 HISTOGRAM = {
@@ -58,7 +59,12 @@ HISTOGRAM = {
         "291 us against 254 us at ncu's locked 1.47 GHz, 2.5-3.0% longer unlocked. Yet cutting its integer-ALU "
         "instructions (14:45) or its wrap test (18:25), each alone, did not move it unlocked, and both together "
         "gained 0.4-0.5 points (91.8-91.9% against 91.4%, alternated in one call, 20:22): an exact scheme without a "
-        "per-element test would still be 3 points short"),
+        "per-element test would still be 3 points short. Block traces on 2026-12-04 (19:15 and 21:15, "
+        "docs/results/h200-2026-12-04-1915 and -2115) place the rest at the launch's end: the SMs stream their equal "
+        "shares in 219-240 us and the launch ends with the slowest stream plus its flush. Since then the flush adds "
+        "two adjacent bins with one 64-bit atomic (half the atomics): 93.7-93.8% against 92.2-92.5% in the same run, "
+        "flush median 7.7 us against 11.3; claiming the last eighth of the chunks by ticket evened the streams but "
+        "made the blocks' flushes collide (90.5%), and summing a cluster pair's counters first gained nothing"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
