@@ -33,7 +33,7 @@
 // grid, 16-byte vector loads, the next batch loaded before the current one is counted, and scalar code for the
 // unaligned head and the tail; hist_block_tma the same way through its TMA ring (stream_values_tma). The
 // shared-memory kernels route out-of-range values to a trash slot (no branch in the hot loop) and flush one
-// global atomic per nonzero bin per block.
+// global atomic per nonzero bin per block (one block's 16-bit counters: one 64-bit atomic per pair of bins).
 // hist_exchange works in rounds of one chunk per block (out-of-range values dropped while sorting).
 //
 // The four lifetime rules of distributed shared memory (CUDA Programming Guide, thread block clusters), as hist_cluster and hist_exchange follow them:

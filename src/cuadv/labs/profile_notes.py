@@ -62,8 +62,9 @@ HISTOGRAM = {
         "per-element test would still be 3 points short. Block traces on 2026-12-04 (19:15 and 21:15, "
         "docs/results/h200-2026-12-04-1915 and -2115) place the rest at the launch's end: the SMs stream their equal "
         "shares in 219-240 us and the launch ends with the slowest stream plus its flush. Since then the flush adds "
-        "two adjacent bins with one 64-bit atomic (half the atomics): 93.7-93.8% against 92.2-92.5% in the same run, "
-        "flush median 7.7 us against 11.3; claiming the last eighth of the chunks by ticket evened the streams but "
+        "two adjacent bins with one 64-bit atomic (half the atomics): 93.7-93.8% against 92.2-92.5% one-shot and "
+        "93.6-94.2% against 91.9-92.1% prepared, in the same run (21:15), flush median 7.7 us (11.3 us in the 19:15 "
+        "trace of the tree before); claiming the last eighth of the chunks by ticket evened the streams but "
         "made the blocks' flushes collide (90.5%), and summing a cluster pair's counters first gained nothing"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
