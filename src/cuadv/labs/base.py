@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from ..compiler import CompiledModule
@@ -100,3 +100,16 @@ def readback(array):
 
     synchronize(what="the work before a lab's readback")
     return cp.asnumpy(array)
+
+
+def import_torch() -> tuple[Any, str | None]:
+    """torch for a lab's torch peer: (the module, None), or (None, why it is left out). A torch whose own import
+    fails (torch 2.11 at times could not parse one of its custom-op schemas, 2026-12-04) leaves the peer out with the
+    reason instead of failing the lab."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    except Exception as exc:
+        return None, f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    return torch, None

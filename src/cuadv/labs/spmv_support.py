@@ -14,6 +14,7 @@ from ..compiler import kernel_source
 from ..errors import ValidationError
 from ..timing import synchronize_device
 from ..work_stealing import TileKernel
+from .base import import_torch
 
 THREADS = 256
 GROUP_NNZ = 2048  # a short-row tile holds rows whose weight (non-zeros + 2 per row) ends in one window this wide
@@ -601,12 +602,9 @@ def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]
     out = [("cusparse", f"cuSPARSE SpMV, prepared once ({version})", lambda: (prepared(), y)[1]),
            ("cupyx", f"cupyx csr_matrix @ x ({version})", lambda: a @ dev.x)]
     missing = {}
-    try:
-        import torch
-    except ImportError:
-        missing["torch.sparse"] = "torch is not installed"
-    except Exception as exc:  # torch's own import failing (a custom-op schema it could not parse, 2026-12-04)
-        missing["torch.sparse"] = f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    torch, why = import_torch()
+    if torch is None:
+        missing["torch.sparse"] = why
     else:
         t = torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (dev.offsets, dev.cols, dev.vals)),
                                     size=(m.n_rows, m.n_cols))

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..report.results import LabResult, Spread, Table
 from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
-from .base import RunContext, interleaved_rounds, rates, readback
+from .base import RunContext, import_torch, interleaved_rounds, rates, readback
 from .profile_notes import PROFILED, VECSCALE
 
 
@@ -343,12 +343,9 @@ def _ratio(peer_ms, ms):
 def _torch_peer() -> tuple[str, Callable[[Any, Any], Spread] | None]:
     """The strongest in-place peer, torch's mul_: (its label, a function giving its median ms on an array, on the
     same memory through a DLPack view), or (why it is not run, None)."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed", None
-    except Exception as exc:  # torch's own import failing: the peer is left out, the lab goes on
-        return f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})", None
+    torch, why = import_torch()
+    if torch is None:
+        return why, None
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} has no CUDA device", None
     from ..timing import time_gpu
