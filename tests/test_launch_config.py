@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 from cuadv.args import PackedArguments  # noqa: E402
 from cuadv.errors import KernelArgumentError  # noqa: E402
 from cuadv.kernel import Kernel  # noqa: E402
+from cuadv.memo import BoundedMemo  # noqa: E402
 from cuadv.launching import Launcher, launch, prepare  # noqa: E402
 
 import cuadv.launching as launch_module  # noqa: E402
@@ -114,13 +115,25 @@ def test_prepare_checks_once_and_returns_one_launcher_per_configuration(fake_ker
     assert other is not run and len(checks) == 2
 
 
+def test_a_kernel_remembers_at_most_max_launchers_configurations_and_forgets_the_oldest(fake_kernel):
+    kernel, checks = fake_kernel
+    kernel._launchers = BoundedMemo(3)  # MAX_LAUNCHERS (1024) configurations, scaled down
+    configs = [LaunchConfig(grid=g, block=32) for g in range(1, 5)]
+    first = [prepare(kernel, c) for c in configs[:3]]
+    prepare(kernel, configs[3])  # a fourth: the first is forgotten
+    assert len(kernel._launchers) == 3 and kernel._launchers.get(configs[0]) is None
+    assert prepare(kernel, configs[1]) is first[1] and len(checks) == 4
+    again = prepare(kernel, configs[0])  # checked again and made anew
+    assert again is not first[0] and len(checks) == 5 and again.config == configs[0]
+
+
 def test_a_failing_check_caches_nothing_and_raises_every_time(fake_kernel):
     kernel, checks = fake_kernel
     bad = LaunchConfig(grid=1, block=32, shared_mem=12345)
     for _ in range(2):
         with pytest.raises(LaunchConfigError, match="12345 B dynamic shared memory"):
             launch(kernel, bad, FakeArray(1), 2, b"x" * 24)
-    assert checks == [bad, bad] and bad not in kernel._launchers
+    assert checks == [bad, bad] and kernel._launchers.get(bad) is None and len(kernel._launchers) == 0
 
 
 def test_launcher_passes_the_uncached_bytes_the_config_and_the_stream(fake_kernel):

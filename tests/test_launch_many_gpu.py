@@ -110,4 +110,5 @@ def test_host_launches_use_one_prepared_launcher(modules, stream):
     host = HostLaunches(stream, modules[0])
     launcher = host.launcher
     validate(host, sizes=(3, 1_000), runs=2)
-    assert host.kernel._launchers == {host.cfg: launcher} and len(launcher.packer._plans) == 1
+    launchers = host.kernel._launchers
+    assert len(launchers) == 1 and launchers.get(host.cfg) is launcher and len(launcher.packer._plans) == 1

@@ -254,8 +254,8 @@ class _FakeKernel:
     param_sizes = (80, 8)  # the schedule, then the one pointer of TileKernel("int* x", ...)
     static_shared_bytes = 0
 
-    def __init__(self, name, per_sm):
-        self.name, self.per_sm = name, per_sm
+    def __init__(self, name, per_sm, max_threads_per_block=1024):
+        self.name, self.per_sm, self.max_threads_per_block = name, per_sm, max_threads_per_block
 
 
 class _FakeCaps:
@@ -263,6 +263,9 @@ class _FakeCaps:
     compute_capability = (9, 0)
     arch = "sm_90a"
     shared_mem_per_block_optin = 227 * 1024
+
+    def cc_string(self):
+        return "9.0"
 
 
 class _FakeDevice:
@@ -294,6 +297,17 @@ def test_each_policy_grid_uses_its_own_kernels_occupancy(fake_occupancy):
     assert k.launch_config(kernels["fixed_blocks"], "fixed_blocks", tiles).grid == (3 * 132, 1, 1)
     assert k.launch_config(kernels["steal"], "steal", tiles).grid == (8 * 132, 1, 1)
     assert calls == ["steal", "fixed_blocks"]  # one query per kernel, then cached
+
+
+def test_a_block_the_kernel_cannot_run_names_the_limit_before_any_occupancy_query(fake_occupancy):
+    _, calls = fake_occupancy
+    k = TileKernel("int* x", "", policy="fixed_blocks", block=256)
+    with pytest.raises(LaunchConfigError, match="block of 256 threads exceeds this kernel's limit of 128"):
+        k.launch_config(_FakeKernel("fixed_blocks", 0, max_threads_per_block=128), "fixed_blocks", 10_000)
+    with pytest.raises(LaunchConfigError, match="exceeds the per-block limit"):
+        TileKernel("int* x", "", policy="fixed_blocks", block=256, shared_mem=228 * 1024).launch_config(
+            _FakeKernel("fixed_blocks", 0), "fixed_blocks", 10_000)
+    assert calls == []
 
 
 class _HostPool(StatePool):

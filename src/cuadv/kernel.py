@@ -14,7 +14,10 @@ from typing import Any
 
 from ._cuda import check, driver
 from .dims import STATIC_SHARED_LIMIT, Dim3, as_dim3, volume
+from .memo import BoundedMemo
 from .signature import Signature, declared_signature
+
+MAX_LAUNCHERS = 1024  # configurations remembered per kernel (and per TileKernel)
 
 
 class Kernel:
@@ -26,7 +29,7 @@ class Kernel:
         self.module = module
         self._dynamic_shared_limit = STATIC_SHARED_LIMIT
         self._non_portable: bool | None = None
-        self._launchers: dict[Any, Any] = {}  # LaunchConfig -> Launcher: configurations that passed the checks
+        self._launchers = BoundedMemo(MAX_LAUNCHERS)  # LaunchConfig -> Launcher: configurations that passed the checks
         self._last: tuple[Any, Any] = (None, None)  # the last (LaunchConfig, Launcher) asked for
 
     @property

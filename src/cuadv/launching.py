@@ -314,8 +314,6 @@ def _core_stream(handle: int):
     return s
 
 
-MAX_LAUNCHERS = 1024  # configurations remembered per kernel
-
 
 class Launcher:
     """A kernel with one checked configuration, launched again and again: ``prepare`` makes it.
@@ -382,22 +380,19 @@ def prepare(kernel: Kernel, config: LaunchConfig) -> Launcher:
     (kept with the kernel: the same configuration, or an equal one, gets the same launcher). Use it
     before a stream capture, for a kernel that may only run inside a graph, or to launch many times."""
     _check_kernel_and_config(kernel, config)
-    launchers = kernel._launchers
+    launchers = kernel._launchers  # many one-off configurations: the oldest forgotten (and checked again if met)
     launcher = launchers.get(config)
     if launcher is None:
         with _preparing:
             launcher = launchers.get(config)
             if launcher is None:
-                launcher = Launcher(kernel, config)
-                if len(launchers) >= MAX_LAUNCHERS:  # many one-off configurations: forget the oldest (checked again)
-                    launchers.pop(next(iter(launchers), None), None)
-                launchers[config] = launcher
+                launcher = launchers.put(config, Launcher(kernel, config))
     kernel._last = (config, launcher)
     return launcher
 
 
 # Held while a configuration is checked and its launcher stored: threads preparing at once then do not
-# interleave the kernel's attribute settings (the checks set them) or evict from a dictionary being iterated.
+# interleave the kernel's attribute settings (the checks set them).
 _preparing = threading.RLock()
 
 

@@ -18,9 +18,8 @@ from ..dims import MAX_GRID, Dim3, is_int, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
 from ..interop import capturing, stream_handle
-from ..kernel import Kernel, max_active_blocks_per_sm, max_active_clusters
-from ..launching import (MAX_LAUNCHERS, LaunchConfig, Launcher, check_config, check_shared_memory, checked_priority,
-                         prepare)
+from ..kernel import MAX_LAUNCHERS, Kernel, max_active_blocks_per_sm, max_active_clusters
+from ..launching import LaunchConfig, Launcher, check_block, check_config, checked_priority, prepare
 from ..memo import BoundedMemo
 from ..memory import DeviceBuffer, HostWords
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_U32, RESIDENT_GRID, TAKES_QUANTUM, check_cluster,
@@ -244,7 +243,8 @@ class TileKernel:
                 self._check_one_cluster(kernel)
                 n = max_active_clusters(kernel, self.block, self.cluster, self.shared_mem)
             else:
-                check_shared_memory(kernel, self.shared_mem, current_device().caps)  # before the query raises it
+                # Before the query, which answers 0 for a block the kernel cannot run, or raises naming no limit.
+                check_block(kernel, self.block, self.shared_mem, current_device().caps)
                 n = max_active_blocks_per_sm(kernel, self.block, self.shared_mem) * current_device().caps.sm_count
             if n < 1:
                 raise LaunchConfigError(f"no block of {volume(self.block)} threads and {self.shared_mem} B shared "
