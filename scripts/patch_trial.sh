@@ -5,7 +5,7 @@
 # Logs in $OUT: NAME-tests.log, NAME-check.log (NAME: the patches' names joined by "__"), summary.txt.
 #   scripts/patch_trial.sh docs/results/cpu-2026-12-04-2230/bulk_flush_not_run.patch
 #   TESTS="tests/test_histogram_gpu.py -k wraps" LAB=histogram scripts/patch_trial.sh A.patch A.patch+B.patch
-# Timing A/B of the same patches: patched trees beside the checkout and scripts/tree_ab.sh (its header says how).
+# Timing A/B of the same patches: scripts/patch_trees.sh, then scripts/tree_ab.sh.
 set -u
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"

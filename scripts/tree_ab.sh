@@ -5,8 +5,8 @@
 # hold cuadv's headers). The command must run on every tree (a probe script that needs a newer API than ab_old has
 # fails on its rounds).
 #   mkdir -p ab_old && git archive REV src | tar -x -C ab_old && scripts/tree_ab.sh python3 -m cuadv bench spmv
-# A tree with an experiment's patch, and three trees:
-#   mkdir -p ab_x && git archive HEAD src | tar -x -C ab_x && git apply --directory=ab_x X.patch
+# Trees with experiments' patches (scripts/patch_trees.sh), and three trees:
+#   scripts/patch_trees.sh x=X.patch y=Y.patch
 #   TREES="src ab_x/src ab_y/src" scripts/tree_ab.sh python3 scripts/hist_peers_probe.py int32-uniform:65536
 set -u
 for round in $(seq 1 "${ROUNDS:-2}"); do
