@@ -29,7 +29,8 @@ for trial in "$@"; do
     echo "$trial: does not apply to this tree" | tee -a "$OUT/summary.txt"
     continue
   fi
-  t python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider ${TESTS:-tests/test_histogram_gpu.py} > "$OUT/$name-tests.log" 2>&1
+  t python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider ${TESTS:-tests/test_histogram_gpu.py} \
+    > "$OUT/$name-tests.log" 2>&1
   tests=$?
   t python3 -m cuadv check --lab "${LAB:-histogram}" > "$OUT/$name-check.log" 2>&1
   check=$?

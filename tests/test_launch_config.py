@@ -53,8 +53,8 @@ import numpy as np  # noqa: E402
 from cuadv.args import PackedArguments  # noqa: E402
 from cuadv.errors import KernelArgumentError  # noqa: E402
 from cuadv.kernel import Kernel  # noqa: E402
-from cuadv.memo import BoundedMemo  # noqa: E402
 from cuadv.launching import Launcher, launch, prepare  # noqa: E402
+from cuadv.memo import BoundedMemo  # noqa: E402
 
 import cuadv.launching as launch_module  # noqa: E402
 

@@ -314,7 +314,6 @@ def _core_stream(handle: int):
     return s
 
 
-
 class Launcher:
     """A kernel with one checked configuration, launched again and again: ``prepare`` makes it.
 
