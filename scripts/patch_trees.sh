@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Source trees for an A/B of experiments (scripts/tree_ab.sh), made on the development machine before a device
-# call: for each NAME=PATCH[+PATCH...], ab_NAME/src is `git archive REV src` (REV: HEAD unless set) with those
-# patches' changes under src/ applied in order (their tests stay out: the tests run from the checkout). The trees
-# are untracked and not ignored, so they travel with the next device call; remove them after it (rm -rf ab_*).
+# Source trees of experiments, made on the development machine before a device call: for each
+# NAME=PATCH[+PATCH...], ab_NAME/ holds `git archive REV src tests` (REV: HEAD unless set) with those patches applied
+# in order. The trees are untracked and not ignored, so they travel with the next device call (the device needs no
+# git); remove them after it (rm -rf ab_*). Then: scripts/patch_trial.sh (their GPU tests and sanitizers) and
+# scripts/tree_ab.sh (their timings, alternated).
 #   D=docs/results/cpu-2026-12-04-2230
 #   scripts/patch_trees.sh replica=docs/results/h200-2026-12-04-2115/replica_flush_not_run.patch \
 #     bulk=$D/bulk_flush_not_run.patch+$D/bulk_flush_32bit_not_run.patch
 set -eu
 rev=${REV:-HEAD}
 for spec in "$@"; do
-  name=${spec%%=*}
-  dir=ab_$name
+  dir=ab_${spec%%=*}
   rm -rf "$dir" && mkdir -p "$dir"
-  git archive "$rev" src | tar -x -C "$dir"
+  git archive "$rev" src tests | tar -x -C "$dir"
   IFS=+ read -ra patches <<< "${spec#*=}"
-  for patch in "${patches[@]}"; do git apply --directory="$dir" --include="$dir/src/*" "$patch"; done
-  echo "$dir/src: $rev + ${spec#*=}"
+  for patch in "${patches[@]}"; do git apply --directory="$dir" "$patch"; done
+  echo "$dir: $rev + ${spec#*=}"
 done
