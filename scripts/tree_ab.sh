@@ -11,6 +11,7 @@
 set -u
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for tree in ${TREES:-ab_old/src src}; do
+    [ -d "$tree/cuadv" ] || { echo "no cuadv under $tree" >&2; exit 2; }  # else an installed cuadv would run
     echo "== round $round: $tree"
     PYTHONPATH=$tree "$@"
   done
