@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 
 from cuadv.args import PackedArguments  # noqa: E402
 from cuadv.errors import KernelArgumentError  # noqa: E402
-from cuadv.kernel import Kernel  # noqa: E402
+from cuadv.kernel import MAX_LAUNCHERS, Kernel  # noqa: E402
 from cuadv.launching import Launcher, launch, prepare  # noqa: E402
 from cuadv.memo import BoundedMemo  # noqa: E402
 
@@ -117,6 +117,7 @@ def test_prepare_checks_once_and_returns_one_launcher_per_configuration(fake_ker
 
 def test_a_kernel_remembers_at_most_max_launchers_configurations_and_forgets_the_oldest(fake_kernel):
     kernel, checks = fake_kernel
+    assert kernel._launchers.limit == MAX_LAUNCHERS
     kernel._launchers = BoundedMemo(3)  # MAX_LAUNCHERS (1024) configurations, scaled down
     configs = [LaunchConfig(grid=g, block=32) for g in range(1, 5)]
     first = [prepare(kernel, c) for c in configs[:3]]
