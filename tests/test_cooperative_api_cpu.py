@@ -254,3 +254,28 @@ def test_cluster_shapes_refused_before_the_gpu():
 def test_public_names():
     for name in co.__all__:
         assert callable(getattr(co, name)), name
+
+
+def test_block_sum_refuses_a_size_whose_thread_indices_wrap(monkeypatch):
+    """block_sums<T> indexes threads in 32 bits: with 2**32 - 1 elements and block=1000 the last block's top
+    indices (up to 4294967999) would wrap to 0..703 and add those elements again, silently. Refused before
+    the kernel is loaded; a power-of-two block never wraps."""
+    loaded = []
+    monkeypatch.setattr(co, "kernel", lambda name: loaded.append(name) or pytest.fail("reached the GPU"))
+    with pytest.raises(ValueError, match=r"indices reach 4294967999, past the 32-bit index limit 4294967295; .*"
+                                         r"at most 4294967000 elements"):
+        co.BlockSum(2**32 - 1, np.int32, 1000)
+    with pytest.raises(ValueError, match="32-bit index limit"):
+        co.BlockSum(4_294_967_001, np.float32, 1000, total=True)
+    assert loaded == []
+    for size, block in ((2**32 - 1, 256), (4_294_967_000, 1000)):  # padded to at most 2**32: no wrap, accepted
+        with pytest.raises(pytest.fail.Exception, match="reached the GPU"):
+            co.BlockSum(size, np.int32, block)
+
+
+def test_a_prepared_two_phase_refuses_another_dtype_with_valueerror():
+    """docs/cooperative.md: an input that is not uint32 raises ValueError (prepare_two_phase and tp(x) alike)."""
+    tp = object.__new__(co.TwoPhase)  # a TwoPhase for 10 elements, made without the GPU
+    tp.size, tp.rounds, tp.mode, tp.grid, tp.block, tp._partials = 10, 1, "two_kernels", 4, 256, None
+    with pytest.raises(ValueError, match="x must be uint32, got int32"):
+        tp(FakeDeviceArray(typestr="<i4"), stream=0)

@@ -118,3 +118,46 @@ def test_stream_domains_on_a_gpu_with_one_domain(monkeypatch):
     domains.set_stream_domain(7, "default")
     with domains.in_domain(7, "default"):
         assert domains.stream_domain(7) == "default"
+
+
+def test_in_domain_with_stream_none_restores_the_stream_it_set(monkeypatch):
+    """stream=None is the stream current on entry: that stream gets its previous domain back on exit, even where
+    the block makes another stream current (CuPy's Stream.use()), which in_domain must leave alone."""
+    from enum import Enum
+    from types import SimpleNamespace
+
+    import cuadv.domains as domains
+    import cuadv.interop as interop
+
+    class Domain(Enum):
+        CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT = 0
+        CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE = 1
+
+    attrs, current = {}, {"stream": 100}
+
+    class Driver:  # the stream attribute calls, on a dict
+        CUlaunchMemSyncDomain = Domain
+        CUstreamAttrID = SimpleNamespace(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN="MEM_SYNC_DOMAIN")
+        CUstreamAttrValue = SimpleNamespace
+
+        @staticmethod
+        def CUstream(handle):
+            return int(handle)
+
+        @staticmethod
+        def cuStreamSetAttribute(stream, attr, value):
+            attrs[stream] = value.memSyncDomain
+            return (0,)
+
+        @staticmethod
+        def cuStreamGetAttribute(stream, attr):
+            return 0, SimpleNamespace(memSyncDomain=attrs.get(stream, Domain.CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT))
+
+    monkeypatch.setattr(domains, "driver", Driver)
+    monkeypatch.setattr(domains, "ready_driver", Driver)
+    monkeypatch.setattr(domains, "_features", lambda: {"compute_capability": (9, 0), "mem_sync_domain_count": 4})
+    monkeypatch.setattr(interop, "current_stream", lambda *like: current["stream"])
+    with domains.in_domain(None, "remote"):
+        assert domains.stream_domain(100) == "remote"
+        current["stream"] = 200  # another stream becomes current inside the block
+    assert domains.stream_domain(100) == "default" and 200 not in attrs

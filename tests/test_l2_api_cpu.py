@@ -114,3 +114,64 @@ def test_array_window_defaults_to_the_whole_array_and_stays_inside_it():
 
 def test_default_window_ratio_fills_the_set_aside():
     assert l2.hit_ratio_for(39_321_600, 80 * MiB) == pytest.approx(0.46875)
+
+
+def _fake_gpu(monkeypatch, wait_error=None, reset_error=None):
+    """persist()'s driver calls recorded on fakes: the set-aside, the stream window, the reset and the wait."""
+    calls, limit = [], {"bytes": 100}
+
+    def set_set_aside(nbytes, caps=None):
+        limit["bytes"] = nbytes
+        calls.append(("set_aside", nbytes))
+        return nbytes
+
+    def reset():
+        calls.append(("reset",))
+        if reset_error is not None:
+            raise reset_error
+
+    def wait(*args, **kwargs):
+        if wait_error is not None:
+            raise wait_error
+
+    class Driver:
+        class CUlimit:
+            CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 1
+
+        def cuCtxSetLimit(self, _limit, value):
+            limit["bytes"] = value
+            calls.append(("restore", value))
+            return (0,)
+
+    monkeypatch.setattr(l2, "get_set_aside", lambda: limit["bytes"])
+    monkeypatch.setattr(l2, "set_set_aside", set_set_aside)
+    monkeypatch.setattr(l2, "set_stream_window",
+                        lambda stream, w, caps=None: calls.append(("window", stream, None if w is None else w.num_bytes)))
+    monkeypatch.setattr(l2, "reset_persisting_lines", reset)
+    monkeypatch.setattr(l2, "wait", wait)
+    monkeypatch.setattr(l2, "driver", Driver)
+    return calls, limit
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("the wait for the stream failed")])
+def test_exit_clears_the_window_and_restores_even_when_the_wait_raises(monkeypatch, error):
+    """A wait that raises on exit (a timeout, Ctrl-C, a failed kernel) must not leave the window on the stream."""
+    calls, limit = _fake_gpu(monkeypatch, wait_error=error)
+    p = l2.persist(0x10000, 4096, stream=7, caps=Caps())
+    with pytest.raises(type(error)):
+        with p:
+            assert p.active and calls == [("set_aside", 39_321_600), ("window", 7, 4096)]
+    assert calls[2:] == [("window", 7, None), ("reset",), ("restore", 100)]
+    assert limit["bytes"] == 100 and not p.active and p.window is None and p.set_aside == 0
+
+
+def test_the_previous_set_aside_comes_back_even_when_the_reset_raises(monkeypatch):
+    calls, limit = _fake_gpu(monkeypatch, reset_error=RuntimeError("reset failed"))
+    with pytest.raises(RuntimeError, match="reset failed"):
+        with l2.persist(0x10000, 4096, stream=7, caps=Caps()):
+            pass
+    assert calls[-2:] == [("reset",), ("restore", 100)] and limit["bytes"] == 100
+    with pytest.raises(RuntimeError, match="reset failed"):
+        with l2.SetAside(MiB, Caps()):
+            pass
+    assert calls[-2:] == [("reset",), ("restore", 100)] and limit["bytes"] == 100

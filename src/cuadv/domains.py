@@ -110,10 +110,12 @@ def stream_domain(stream: Any) -> str:
 def in_domain(stream: Any, domain: str) -> Iterator[None]:
     """Launches on ``stream`` inside the block go to ``domain``; the stream's previous domain comes back after."""
     check_domain(domain)
-    stream_handle(stream)  # KernelArgumentError for what is no stream, before the driver
-    previous = stream_domain(stream)
-    set_stream_domain(stream, domain)
+    # KernelArgumentError for what is no stream, before the driver. The handle, not ``stream``, from here on:
+    # stream=None is the stream current now, and the one restored on exit even if another becomes current inside.
+    handle = stream_handle(stream)
+    previous = stream_domain(handle)
+    set_stream_domain(handle, domain)
     try:
         yield
     finally:
-        set_stream_domain(stream, previous)
+        set_stream_domain(handle, previous)

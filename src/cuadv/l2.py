@@ -153,9 +153,12 @@ class SetAside:
         return set_set_aside(self.nbytes, self.caps)
 
     def __exit__(self, *exc) -> None:
-        reset_persisting_lines()
-        if self.previous is not None:
-            check(driver().cuCtxSetLimit(_limit(), self.previous), "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
+        try:
+            reset_persisting_lines()
+        finally:  # the previous set-aside comes back even where the reset fails
+            if self.previous is not None:
+                check(driver().cuCtxSetLimit(_limit(), self.previous),
+                      "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
 
 
 def get_stream_window(stream: Any) -> AccessPolicyWindow | None:
@@ -246,11 +249,13 @@ class Persist:
         try:
             # The work enqueued in the block should run while the set-aside is still reserved.
             wait(self.stream, what="the work enqueued in a persist() block")
-            if self.window is not None:
-                set_stream_window(self.stream, None, self.caps)
-        finally:
-            self.window = None
-            self._restore()
+        finally:  # a wait that raises (a timeout, Ctrl-C, a failed kernel) still clears the window and restores
+            try:
+                if self.window is not None:
+                    set_stream_window(self.stream, None, self.caps)
+            finally:
+                self.window = None
+                self._restore()
 
     def _restore(self) -> None:
         self._previous = None
@@ -259,8 +264,11 @@ class Persist:
             _blocks.active -= 1
             if _blocks.active:  # another block (another stream, another thread) still uses the set-aside
                 return
-            reset_persisting_lines()
-            check(driver().cuCtxSetLimit(_limit(), _blocks.previous), "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
+            try:
+                reset_persisting_lines()
+            finally:  # the previous set-aside comes back even where the reset fails
+                check(driver().cuCtxSetLimit(_limit(), _blocks.previous),
+                      "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, restore)")
 
     def __repr__(self) -> str:
         return (f"Persist(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, stream=0x{self.stream:x}, "

@@ -98,16 +98,16 @@ def _launch(k: Kernel, config: LaunchConfig, *args, stream: Any = None, backend:
 # Input checks shared by the ops (all before anything is launched).
 
 
-def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int | None):
+def _vector(x: Any, name: str, dtypes: Sequence[str], stream: int | None, dtype_error: type = TypeError):
     """The DeviceArray of a 1-D contiguous device array of one of ``dtypes`` (KernelArgumentError /
-    TypeError / ValueError naming the argument otherwise). ``stream``: where the data will be used (its
+    ``dtype_error`` / ValueError naming the argument otherwise). ``stream``: where the data will be used (its
     producer is ordered before it); None only checks."""
     if isinstance(x, np.ndarray):
         raise KernelArgumentError(f"{name}: a NumPy array lives in host memory; copy it to the GPU (cupy.asarray "
                                   "or torch.as_tensor(..., device='cuda'))")
     arr = device_array(x, stream=stream)
     if arr.type_name not in dtypes:
-        raise TypeError(f"{name} must be {' or '.join(dtypes)}, got {arr.type_name}")
+        raise dtype_error(f"{name} must be {' or '.join(dtypes)}, got {arr.type_name}")
     if len(arr.shape) != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if not arr.contiguous:
@@ -152,7 +152,8 @@ class BlockSum:
     ``total``: False gives ceil(size / block) partial sums; True reduces the partial sums again
     with the same kernel (ping-pong between the two halves of a scratch vector kept here) until one
     remains, and gives it as a 1-element array; it needs ``block`` >= 2. The scratch vector is made on
-    first use, in the library of the first input (one call at a time: it belongs to this object).
+    first use, in the library of the first input (one call at a time, on one stream at a time: it belongs to
+    this object, and calls on two streams may overlap on the GPU).
     """
 
     size: int
@@ -173,6 +174,11 @@ class BlockSum:
                                     f"block={self.block}")
         if not 0 <= self.size <= MAX_ELEMENTS:
             raise ValueError(f"block_sum takes at most {MAX_ELEMENTS} elements (a 32-bit count), got {self.size}")
+        padded = _blocks(self.size, self.block) * self.block  # block_sums<T> indexes its threads in 32 bits
+        if padded > MAX_ELEMENTS + 1:  # the last block's top thread indices would wrap to elements of other blocks
+            raise ValueError(f"block_sum of {self.size} elements with block={self.block}: the last block's thread "
+                             f"indices reach {padded - 1}, past the 32-bit index limit {MAX_ELEMENTS}; use a power "
+                             f"of two for block, or at most {(MAX_ELEMENTS + 1) // self.block * self.block} elements")
         self.kernel = kernel(f"block_sums<{BLOCK_SUM_TYPES[self.dtype.name]}>")
         self.launches = self._launch_sizes()  # elements read by each launch (each writes ceil(n / block))
         self.out_size = 1 if self.total else _blocks(self.size, self.block)
@@ -426,7 +432,8 @@ def two_phase(x, rounds: int = 1, *, mode: str = "grid_sync", grid: int | None =
 @dataclass
 class TwoPhase:
     """``two_phase`` checked once for arrays of ``size`` uint32 elements: the grid, the launch
-    configurations and the partial-sum buffer are kept. ``tp(x, stream=None)`` runs ``rounds`` rounds."""
+    configurations and the partial-sum buffer are kept (one stream at a time: calls on two streams may overlap
+    on the GPU and would share it). ``tp(x, stream=None)`` runs ``rounds`` rounds."""
 
     size: int
     rounds: int = 1
@@ -453,7 +460,7 @@ class TwoPhase:
 
     def __call__(self, x: Any, *, stream: Any = None) -> Any:
         handle = stream_handle(stream, x)
-        arr = _vector(x, "x", ("uint32",), handle)
+        arr = _vector(x, "x", ("uint32",), handle, ValueError)  # ValueError, as two_phase's check (docs)
         if arr.size != self.size:
             raise ValueError(f"x has {arr.size} elements; this TwoPhase was prepared for {self.size}")
         if self._partials is None:
@@ -502,7 +509,8 @@ def cluster_config(kernel: Kernel, grid: Any, block: Any, cluster: Any = None, s
     ``cluster``: the run-time cluster shape, or None for a kernel compiled with ``__cluster_dims__``
     (giving both is refused: the compile-time shape wins in CUDA, so a run-time one would be ignored).
     Refused before launch: no cluster support (UnsupportedFeatureError, fallback: no cluster), a shape
-    that does not divide the grid, one larger than ``largest_cluster`` for this kernel.
+    that does not divide the grid, one larger than ``largest_cluster(..., non_portable=True)`` for this kernel
+    (sizes above 8 need no opt-in: the kernel's non-portable attribute is set where it fits).
     """
     _check_kernel(kernel)
     if cluster is None and kernel.compile_time_cluster is None:
