@@ -219,3 +219,23 @@ def test_parameter_structs_pack_the_bytes_pipeline_cu_asserts():
         head = params + struct.pack("<I4xQ", 3, 0xABCDEF)
         want = head + bytes(128 - len(head)) + bytes([7]) * 128 + tail
         assert StencilTmaParams(p, Map(7), out_map, chunk=3, tickets=0xABCDEF).kernel_param_bytes() == want
+
+
+def test_auto_leaves_tma_for_extents_past_its_32_bit_coordinates():
+    """A 16-byte aligned array with a dimension over 2^31 elements keeps the TMA alignment rules, but tma_layout
+    refuses it (32-bit signed box coordinates): 'auto' takes the cp.async pipeline instead of a variant that raises."""
+    from cuadv.pipeline.stencil import tma_layout
+
+    wide = grid((1, 2**31 + 4))
+    assert wide.tma_loadable and not wide.tma_addressable
+    with pytest.raises(LaunchConfigError, match="32-bit signed"):
+        tma_layout(STENCIL_VARIANTS["tma"], wide)
+    assert pipeline._choose("auto", wide, None, True, "9.0") is STENCIL_VARIANTS["thread"]
+    assert pipeline._choose("auto", grid((1, 2**31)), None, True, "9.0") is STENCIL_VARIANTS["tma_store"]
+
+
+def test_a_single_row_may_report_any_row_stride():
+    # One row: its stride is never used; a new axis reports 0 and a transposed (n, 1) column 4.
+    for stride in (0, 4):
+        g = grid((1, 8), strides=(stride, 4))
+        assert (g.rows, g.cols, g.pitch) == (1, 8, 8) and g.tma_loadable

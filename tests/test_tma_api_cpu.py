@@ -225,3 +225,30 @@ def test_a_one_shot_box_is_read_once_and_as_the_constructor_reads_it(monkeypatch
             tma.copy(src, dst, box=box)
     else:
         assert tma.copy(src, dst, box=box) is dst  # the kept launch (None: nothing to launch) was found
+
+
+@pytest.mark.parametrize("prepare", OPS)
+@pytest.mark.parametrize("shape", [(1, 2**31 + 256), (2**31 + 8, 16)], ids=["columns", "rows"])
+def test_extents_past_the_32_bit_tma_coordinates_raise_before_the_gpu(no_gpu_work, prepare, shape):
+    """TMA's box coordinates (x = tile * box_w in the kernels) are 32-bit signed: a dimension over 2^31 elements
+    passes every tensor-map rule (the driver takes up to 2^32) but would wrap to negative coordinates."""
+    with pytest.raises(LaunchConfigError, match=r"src: .*32-bit signed TMA coordinates.*at most 2\^31"):
+        prepare(FakeArray(shape, "|u1"))
+    tma.prepare_copy(FakeArray((0, 2**31 + 256), "|u1"), FakeArray((0, 2**31 + 256), "|u1", address=0x20000))
+
+
+def test_a_single_row_may_report_any_row_stride(gpu_without_tma):
+    # A new axis reports a 0 stride (NumPy's convention, followed by DLPack producers): one row, never stepped over.
+    for stride in (0, -64):
+        with pytest.raises(UnsupportedFeatureError):
+            tma.prepare_copy(FakeArray((1, 13), strides=(stride, 4)), FakeArray((1, 13), address=0x20000))
+
+
+def test_element_strides_rules_and_box_bytes():
+    """TMA loads ceil(box / element stride) elements along a dimension, and ignores the innermost dimension's
+    element stride (interleave none): so box_bytes counts the former and a stride there is refused."""
+    lay = tma.TiledLayout(0x10000, "float32", (64, 64), (256, 4), (64, 32), element_strides=(3, 1))
+    assert lay.box_bytes == 22 * 32 * 4
+    assert tma.TiledLayout(0x10000, "float32", (64, 64), (256, 4), (64, 32)).box_bytes == 64 * 32 * 4
+    with pytest.raises(tma.TensorMapError, match=r"innermost dimension's element stride must be 1 .*; got 2"):
+        tma.TiledLayout(0x10000, "float32", (64, 64), (256, 4), (64, 32), element_strides=(1, 2))

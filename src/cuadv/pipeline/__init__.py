@@ -93,7 +93,7 @@ def _choose(name: str | Variant, src: Grid2D, dst: Grid2D | None, has_tma: bool,
     """The variant for these arrays: a named one (checked against the GPU and the TMA rules) or 'auto'."""
     variant = _named(name)
     if variant is None:
-        if has_tma and src.tma_loadable:
+        if has_tma and src.tma_loadable and src.tma_addressable:
             storable = dst is None or (dst.tma_loadable and not _store_spills(dst))
             return STENCIL_VARIANTS["tma_store" if storable else "tma"]
         return STENCIL_VARIANTS["thread"]

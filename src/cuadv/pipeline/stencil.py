@@ -40,6 +40,7 @@ KINDS = ("sync", "thread", "mbar", "tma")
 KIND_LABELS = {"sync": "sync (plain loads)", "thread": "cuda::pipeline, thread scope",
                "mbar": "mbarrier pipeline, block scope", "tma": "TMA pipeline, block scope"}
 
+TMA_MAX_EXTENT = 1 << 31  # rows and columns a tma variant takes: TMA box coordinates are 32-bit signed
 C_CENTER, C_NEIGHBOUR = np.float32(0.5), np.float32(0.125)
 
 
@@ -266,6 +267,9 @@ class Grid2D:
         address, dtype, shape, strides = describe_array(array)
         if dtype != "float32" or len(shape) != 2:
             raise LaunchConfigError(f"{what} must be a 2-D float32 array; got {dtype} of shape {shape}")
+        if shape[0] == 1 and (strides[0] < 4 * shape[1] or strides[0] % 4):
+            # One row: its stride is never used (a new axis may report 0, a transposed column 4), so: dense.
+            strides = (4 * shape[1], strides[1])
         if strides[1] != 4 or strides[0] % 4 or strides[0] < 4 * shape[1]:
             raise LaunchConfigError(f"{what} must have contiguous rows (strides {strides} bytes)")
         return cls(address, shape[0], shape[1], strides[0] // 4)
@@ -279,6 +283,11 @@ class Grid2D:
     def tma_loadable(self) -> bool:
         """What a tma variant takes: a 16-byte aligned base and, beyond one row, a 16-byte multiple pitch."""
         return self.address % 16 == 0 and (self.rows == 1 or (self.pitch * 4) % 16 == 0)
+
+    @property
+    def tma_addressable(self) -> bool:
+        """Whether TMA's 32-bit signed coordinates reach every row and column (``tma_layout``'s limit)."""
+        return max(self.rows, self.cols) <= TMA_MAX_EXTENT
 
     @property
     def tma_pitch_bytes(self) -> int:
@@ -316,7 +325,7 @@ def tma_layout(variant: Variant, src: Grid2D) -> TiledLayout:
     """The tensor map a tma variant loads ``src`` through (box: one tile with its halo, zero fill outside the
     array), with every TMA rule checked here, before anything reaches the GPU."""
     fallback = "; fallback: the thread or mbar variants (cp.async copies, 4-byte alignment suffices)"
-    if max(src.rows, src.cols) > 1 << 31:
+    if not src.tma_addressable:
         raise LaunchConfigError(f"{variant.label}: TMA box coordinates are 32-bit signed, so rows and columns must "
                                 f"be at most 2^31; got {src.rows} x {src.cols}{fallback}")
     try:

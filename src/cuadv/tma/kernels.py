@@ -29,6 +29,7 @@ from .tensormap import L2_PROMOTIONS, TensorMap, TiledLayout, describe_array
 MAX_STAGES = 32        # ring slots of tma_copy (kMaxStages)
 MAX_READING = 8        # stages - lookahead: stores that may still read their slots (bulk_wait_group_read_dynamic)
 MAX_CHUNK = 1024       # side-by-side tiles a block takes at a time (any positive value works; this bounds typos)
+MAX_EXTENT = 2**31     # rows and columns: the kernels' TMA coordinates (x = tile * box_w) are 32-bit signed ints
 COPY_THREADS, TILE_THREADS = 32, 256
 GEMV_VECTORS_PER_BLOCK = (1, 8)  # gemv_tma<Multicast, VB> instantiations built with the module (the lab uses them)
 EVICT_FIRST = {"none": 0, "loads": 1, "stores": 2, "both": 3}  # cache_hints bits of TmaTileParams
@@ -134,9 +135,9 @@ class Plan2D:
         address, name, shape, strides = describe_array(array, dtype)
         if len(shape) != 2:
             raise LaunchConfigError(f"a 2-D tile copy needs a 2-D array; got shape {shape}")
-        if shape[0] == 1 and strides[0] % 16:
+        if shape[0] == 1 and (strides[0] <= 0 or strides[0] % 16):
             # A single row: TMA never steps by the row stride, so any legal one describes the same bytes (a
-            # dense (1, n) array reports n * itemsize, which is rarely a multiple of 16).
+            # dense (1, n) array reports n * itemsize, which is rarely a multiple of 16; a new axis reports 0).
             strides = (-(-shape[1] * strides[1] // 16) * 16, strides[1])
         return cls(TiledLayout(address, name, shape, strides, tuple(box), oob_fill=oob_fill,
                                l2_promotion=l2_promotion), array)
@@ -224,6 +225,9 @@ class TmaOps:
     @staticmethod
     def _tiling(src: Plan2D, chunk: int = 1) -> tuple[int, int, int]:
         """(tiles_x, tiles_y, units of ``chunk`` tiles), within the kernels' 32-bit tile arithmetic."""
+        if max(src.layout.shape) > MAX_EXTENT:
+            raise LaunchConfigError(f"shape {src.layout.shape}: the kernels' TMA coordinates are 32-bit signed, so "
+                                    "rows and columns must be at most 2^31")
         tiles_y, tiles_x = src.layout.tiles()
         if tiles_x * tiles_y + chunk >= 2**31:
             raise LaunchConfigError(f"{tiles_x * tiles_y} tiles (+ chunk {chunk}) exceed the kernels' 32-bit tile "

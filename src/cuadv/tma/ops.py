@@ -44,7 +44,7 @@ from ..features import require
 from ..interop import device_array, empty, library_of, overlaps, stream_handle, torch_allocation_stream, writable
 from ..launching import Launcher, prepare
 from ..memo import BoundedMemo
-from .kernels import ELEMENT_TYPES, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
+from .kernels import ELEMENT_TYPES, MAX_EXTENT, TILE_THREADS, Launch, Plan2D, TmaCopyConfig, TmaOps, _round128
 from .tensormap import (TensorMapError, TiledLayout, describe_array, element_size, pitch_elements,
                         tma_store_overruns)
 
@@ -388,6 +388,10 @@ def _check_layout(operand: _Operand, what: str, box: tuple[int, int]) -> None:
     """Every tensor-map rule for ``operand`` with ``box`` (nothing to check for an empty array)."""
     if operand.empty:
         return
+    if max(operand.shape) > MAX_EXTENT:
+        raise LaunchConfigError(
+            f"{what}: the kernels address boxes with 32-bit signed TMA coordinates, so rows and columns must be at "
+            f"most 2^31; got shape {operand.shape}; fallback: cupy.copyto or torch's copy_ (thread loads and stores)")
     try:
         Plan2D.of(operand.view, box, operand.dtype)
     except (TensorMapError, LaunchConfigError, KernelArgumentError) as exc:

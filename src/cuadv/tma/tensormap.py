@@ -131,8 +131,9 @@ class TiledLayout:
 
     @property
     def box_bytes(self) -> int:
-        """Bytes one load writes into shared memory (always the full box, out-of-bounds part included)."""
-        return math.prod(self.box) * self.itemsize
+        """Bytes one load writes into shared memory (always the full box, out-of-bounds part included): along a
+        dimension with element stride e, TMA loads ceil(box / e) elements (the driver's rule)."""
+        return math.prod(-(-b // e) for b, e in zip(self.box, self.element_strides)) * self.itemsize
 
     def tiles(self) -> tuple[int, ...]:
         """Boxes needed to cover the array along each dimension (NumPy order; the last ones may be partial)."""
@@ -216,6 +217,10 @@ def check_tiled(layout: TiledLayout) -> None:
         if not 1 <= e <= MAX_ELEMENT_STRIDE:
             raise TensorMapError(
                 f"TMA rule: element strides must be 1 to {MAX_ELEMENT_STRIDE}; dimension {axis} has {e}")
+    if layout.element_strides[-1] != 1:  # the driver ignores it (interleave none): every element would be loaded
+        raise TensorMapError(
+            f"TMA rule: the innermost dimension's element stride must be 1 (TMA has no stride for it and the driver "
+            f"ignores the value); got {layout.element_strides[-1]}")
     if layout.swizzle not in SWIZZLE_BYTES:
         raise TensorMapError(f"swizzle must be one of {', '.join(SWIZZLE_BYTES)}; got {layout.swizzle!r}")
     span = SWIZZLE_BYTES[layout.swizzle]
