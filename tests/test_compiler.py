@@ -74,3 +74,31 @@ ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 400 bytes c
     r = parse_resource_report(log)["k"]
     assert (r.registers, r.static_shared_bytes, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes, r.barriers) \
         == (40, 1024, 8, 4, 12, 1)
+
+
+def test_cache_key_follows_the_callers_own_headers(tmp_path, monkeypatch):
+    """A header from an -I directory (and the files it includes) or from the working directory decides the code as
+    the source does: editing one compiles again (the key named only cuadv's, CCCL's and cudart's headers, so the
+    module built from the old text came back)."""
+    import re
+
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "cache"))
+    inc, work = tmp_path / "inc", tmp_path / "work"
+    (inc / "sub").mkdir(parents=True)
+    work.mkdir()
+    (inc / "sub" / "outer.cuh").write_text('#include "inner.cuh"\n')
+    (inc / "sub" / "inner.cuh").write_text("#define INNER 5\n")
+    (work / "local.cuh").write_text("#define LOCAL 1\n")
+    monkeypatch.chdir(work)  # NVRTC looks for a quoted include of the source in the working directory
+    src = ('#include "local.cuh"\n#include <sub/outer.cuh>\n'
+           'extern "C" __global__ void k(int* x) { x[0] = LOCAL * 100 + INNER; }')
+
+    def build():
+        m = compile_source(src, name="own_headers", arch="sm_90a", options=[f"-I{inc}"])
+        return m.from_cache, re.findall(r"mov\.u32\s+%r\d+, (\d+);", m.ptx)
+
+    assert build() == (False, ["105"]) and build() == (True, ["105"])
+    (work / "local.cuh").write_text("#define LOCAL 2\n")
+    assert build() == (False, ["205"])
+    (inc / "sub" / "inner.cuh").write_text("#define INNER 7\n")
+    assert build() == (False, ["207"]) and build() == (True, ["207"])

@@ -433,7 +433,9 @@ class _FakeLauncher:
     def __init__(self, kernel, config, launch):
         self.kernel, self.config, self._launch = kernel, config, launch
 
-    def __call__(self, *args, stream):
+    def __call__(self, *args, stream, before=None):
+        if before is not None:  # the work a launch enqueues ahead of its kernel, then the kernel
+            before()
         self._launch(self.kernel, self.config, *args, stream=stream)
 
 
@@ -767,3 +769,89 @@ def test_a_tile_order_has_landed_when_it_is_made(monkeypatch):
     monkeypatch.setattr(trace_module, "wait", lambda target=None, what=None: log.append(("wait", target)))
     assert TileOrder([2, 0, 1]).units == 3
     assert log == [("alloc", 12, None), ("copy", np.uint32, [2, 0, 1]), ("wait", 0)]
+
+
+# -- a call-time policy is a name or None; a quantum too large for 64 bits raises as documented --------------------
+
+@pytest.mark.parametrize("policy, error", [("", ValueError), (0, TypeError), (False, TypeError)])
+def test_a_policy_that_is_no_name_raises_rather_than_running_the_kernels_own(fake_occupancy, policy, error):
+    """None means the kernel's policy; any other false value ("", 0) raises as resolve_policy documents (it ran the
+    kernel's policy as if none had been given)."""
+    k = TileKernel("int* x", "", policy="fixed_work")
+    with pytest.raises(error, match="policy must be"):
+        k.kernel(policy)
+    with pytest.raises(error, match="policy must be"):
+        k.compile("sm_90a", policy)
+
+
+@pytest.mark.parametrize("quantum", [1e306, np.float64(1e306), 1.8446744073709552e16, 10**30])
+def test_a_quantum_beyond_64_bits_of_nanoseconds_is_a_launch_config_error(quantum):
+    with pytest.raises(LaunchConfigError, match="64-bit count of nanoseconds"):  # 1e306 raised OverflowError
+        TileKernel("int* x", "", policy="steal", quantum_us=quantum)
+
+
+def test_a_numpy_integer_quantum_is_not_wrapped():
+    assert check_quantum(np.int64(10**16), "steal") == 10**19  # np.int64 * 1000 wrapped: a 1 ns quantum
+    assert check_quantum(np.float32(2.5), "steal") == 2500
+
+
+# -- a bad argument raises before the work a launch enqueues ahead of its kernel ------------------------------
+
+@pytest.mark.parametrize("policy, trace", [("atomic_counter", False), ("fixed_blocks", True), ("atomic_counter", True)])
+def test_a_bad_argument_raises_before_a_trace_fill_or_a_counter_memset(fake_occupancy, monkeypatch, policy, trace):
+    """The launcher is the real one (its device checks and the driver's launch stood in for): a float64 array for a
+    float* raises KernelArgumentError with nothing enqueued (the trace buffer's poison and atomic_counter's memset
+    were enqueued first); a good call enqueues them, then the kernel, on the launch's stream."""
+    from types import SimpleNamespace
+
+    import cuadv.launching as launching
+    from cuadv import _cuda
+    from cuadv.errors import KernelArgumentError
+    from cuadv.kernel import Kernel
+    from cuadv.work_stealing import tile_kernel
+
+    enqueued = []
+
+    class Buffer:
+        def __init__(self, nbytes, fill=None):
+            self.ptr = 0x9000
+
+        def fill(self, byte, stream=None):
+            enqueued.append(("poison", stream))
+
+    class Driver:  # the real bindings, but a launch is recorded
+        def __getattr__(self, name):
+            return getattr(_cuda.driver(), name)
+
+        def cuLaunchKernelEx(self, cfg, handle, params, extra):
+            enqueued.append(("kernel", int(cfg.hStream)))
+            return (0,)
+
+    class Array:
+        def __init__(self, typestr):
+            self.__cuda_array_interface__ = {"data": (0x10000, False), "shape": (4,), "typestr": typestr,
+                                             "version": 3}
+
+        def __dlpack_device__(self):  # in GPU 0's memory, where the stand-in checks say the launch runs
+            return (2, 0)
+
+    k = TileKernel("float* x", "", policy=policy, block=256)
+    kernel = Kernel(SimpleNamespace(handle=0xABC), "cuadv_tiles", module=SimpleNamespace(source=k.source(policy)))
+    kernel.__dict__.update(param_sizes=(80, 8), max_threads_per_block=1024, static_shared_bytes=0)
+    kernel.per_sm = 3  # the fake occupancy query's answer
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernel, policy or k.policy))
+    monkeypatch.setattr(launching, "check_config", lambda kernel, config: 0)
+    monkeypatch.setattr(launching, "driver", lambda: Driver())
+    monkeypatch.setattr(tile_kernel, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(tile_kernel, "_counters", _HostPool())
+    monkeypatch.setattr(tile_kernel, "driver", lambda: SimpleNamespace(
+        cuMemsetD32Async=lambda ptr, value, count, stream: enqueued.append(("memset", stream)) or (0,)))
+    monkeypatch.setattr(tile_kernel, "_new_event", lambda: "event")
+    monkeypatch.setattr(tile_kernel, "_record", lambda event, stream: None)
+    monkeypatch.setattr(tile_kernel, "capturing", lambda stream: False)
+    with pytest.raises(KernelArgumentError, match="got a float64 array, but float\\* reads float32"):
+        k(1000, Array("<f8"), stream=7, trace=trace)
+    assert enqueued == []
+    k(1000, Array("<f4"), stream=7, trace=trace)
+    ahead = ([("poison", 7)] if trace else []) + ([("memset", 7)] if policy == "atomic_counter" else [])
+    assert enqueued == ahead + [("kernel", 7)]

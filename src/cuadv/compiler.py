@@ -105,6 +105,56 @@ def _header_fingerprint() -> str:
     return "\n".join(parts)
 
 
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
+
+
+def _user_include_dirs(options: tuple[str, ...]) -> list[Path]:
+    """The include directories a caller's options add (``-I<dir>``, ``-I <dir>``, ``--include-path=<dir>``)."""
+    dirs = []
+    for i, option in enumerate(options):
+        if option.startswith("--include-path="):
+            dirs.append(option.split("=", 1)[1])
+        elif option.startswith("-I"):
+            rest = option[2:].removeprefix("=")
+            if rest:
+                dirs.append(rest)
+            elif i + 1 < len(options):
+                dirs.append(options[i + 1])
+    return [Path(d) for d in dirs]
+
+
+def _user_header_fingerprint(source: str, headers: Mapping[str, str], options: tuple[str, ...]) -> str:
+    """Contents of the files on disk the program may include from outside cuadv's, CCCL's and cudart's headers (which
+    ``_header_fingerprint`` covers): quoted includes from the including file's directory (the working directory for
+    the source itself, where NVRTC looks first) and any include from the caller's -I directories, followed through
+    the files they include. #if is not evaluated, so it may name a file the program does not include: a cache key may
+    say too much, never too little ('' where no such file exists, so such programs keep their keys)."""
+    user_dirs = _user_include_dirs(options)
+    shipped_dirs = [Path(d).resolve() for d in include_dirs()]
+    parts: dict[Path, str] = {}
+    try:
+        cwd = Path.cwd()
+    except OSError:  # the working directory was removed: NVRTC finds nothing there either
+        cwd = None
+    todo = [(text, cwd) for text in (source, *headers.values())]
+    while todo:
+        text, here = todo.pop()
+        for bracket, include in _INCLUDE_RE.findall(text):
+            if include in headers:
+                continue
+            for directory in ([here] if bracket == '"' and here is not None else []) + user_dirs:
+                try:
+                    path = (directory / include).resolve()
+                    if path in parts or not path.is_file() or any(path.is_relative_to(d) for d in shipped_dirs):
+                        continue
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                parts[path] = disk_cache.make_key(data)
+                todo.append((data.decode(errors="replace"), path.parent))
+    return "\n".join(f"{path}:{digest}" for path, digest in sorted(parts.items()))
+
+
 @dataclass
 class CompiledModule:
     """Machine code for one target plus what NVRTC said about it. Loading needs a GPU."""
@@ -250,9 +300,12 @@ def compile_source(
     options, exprs = check_inputs(defines or {}, options, name_expressions, headers or {})
     opts = _options(arch, defines or {}, options, rdc)
     headers = dict(headers or {})
+    # Headers of the caller's own on disk (the working directory, -I directories): their contents decide the code
+    # too, and a key without them returned the module built from an older version of one.
+    user_headers = _user_header_fingerprint(source, headers, options)
     key = disk_cache.make_key(
         arch, "\x00".join(opts), repr(nvrtc_version()), source, _header_fingerprint(),
-        json.dumps(sorted(headers.items())), "\x00".join(exprs), name,
+        json.dumps(sorted(headers.items())), "\x00".join(exprs), name, *([user_headers] if user_headers else []),
     )
     hit = disk_cache.load(key)
     if hit is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -344,13 +344,15 @@ class Launcher:
         busy = threading.Lock()  # held while the shared buffer is packed and read by the driver
         self._acquire, self._release = busy.acquire, busy.release
 
-    def __call__(self, *args: Any, stream: Any = None) -> None:
+    def __call__(self, *args: Any, stream: Any = None, before: Callable[[], Any] | None = None) -> None:
         if not self._acquire(False):  # another thread (or a re-entrant call) is using the buffer
-            self._launch_uncached(args, stream)
+            self._launch_uncached(args, stream, before)
             return
         try:
             self._pack(args)
             handle = stream_handle(stream, *args)  # None: the current stream of the arguments' library
+            if before is not None:  # the caller's work ahead of the kernel, once the arguments passed their checks
+                before()
             if handle != self._stream_handle:  # the native configuration starts on stream 0
                 self._native.hStream = driver().CUstream(handle)
                 self._stream_handle = handle
@@ -363,12 +365,15 @@ class Launcher:
         if status:
             check((status,), f"cuLaunchKernelEx({self.kernel.name})")
 
-    def _launch_uncached(self, args: Sequence[Any], stream: Any) -> None:
+    def _launch_uncached(self, args: Sequence[Any], stream: Any, before: Callable[[], Any] | None = None) -> None:
+        packer = self.packer
+        packed = PackedArguments(args, packer.sizes, packer.declared, packer.device)
+        handle = stream_handle(stream, *args)
+        if before is not None:
+            before()
         if self._non_portable:
             self.kernel.set_non_portable_cluster(True)
-        packer = self.packer
-        _launch_driver(self.kernel, self.config, PackedArguments(args, packer.sizes, packer.declared, packer.device),
-                       stream_handle(stream, *args))
+        _launch_driver(self.kernel, self.config, packed, handle)
 
     def __repr__(self) -> str:
         return f"Launcher({self.kernel.name!r}, {self.config!r})"

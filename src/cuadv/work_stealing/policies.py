@@ -119,8 +119,10 @@ def check_quantum(quantum_us: float | None, policy: str) -> int:
     if not (isinstance(quantum_us, (int, float, np.integer, np.floating)) and not isinstance(quantum_us, bool)
             and math.isfinite(quantum_us) and quantum_us > 0):
         raise LaunchConfigError(f"quantum_us must be a positive number of microseconds or math.inf, got {quantum_us!r}")
-    ns = max(int(quantum_us * 1000), 1)
-    if ns > MAX_U64:  # the schedule's 64-bit field; any real slice is far shorter
+    # In Python's numbers: a NumPy integer's product would wrap (np.int64(10**16) became a 1 ns quantum), and a float
+    # beyond float64's range becomes inf, which int() refuses with an OverflowError.
+    scaled = (quantum_us.item() if isinstance(quantum_us, np.generic) else quantum_us) * 1000
+    if not scaled <= MAX_U64:  # the schedule's 64-bit field; any real slice is far shorter
         raise LaunchConfigError(f"quantum_us = {quantum_us!r} exceeds the {MAX_U64 / 1000:.4g} us a 64-bit count of "
                                 "nanoseconds holds; math.inf: never yield")
-    return ns
+    return max(int(scaled), 1)

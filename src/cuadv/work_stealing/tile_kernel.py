@@ -159,7 +159,8 @@ class TileKernel:
     def compile(self, arch: str, policy: str | None = None) -> CompiledModule:
         """Compile for a target (no GPU needed). ``policy`` defaults to this kernel's, resolved for arch
         (``policy_for_arch``: on a plain target such as sm_100, auto is steal and clc raises before compiling)."""
-        concrete = policy_for_arch(policy or self.policy, arch)
+        # None, not any false value, means the kernel's policy: policy="" raises as every other non-name does
+        concrete = policy_for_arch(self.policy if policy is None else policy, arch)
         key = (arch, concrete)
         module = self._modules.get(key)
         if module is None:  # threads compiling at once keep the first module: one loaded kernel per policy
@@ -170,7 +171,7 @@ class TileKernel:
     def kernel(self, policy: str | None = None) -> tuple[Kernel, str]:
         """The loaded kernel of a policy (default: this kernel's) on the current GPU, and the concrete policy."""
         caps = current_device().caps
-        concrete = resolve_policy(policy or self.policy, caps.compute_capability)
+        concrete = resolve_policy(self.policy if policy is None else policy, caps.compute_capability)
         if volume(self.cluster) > 1:
             require("cluster_launch", caps.as_dict(), name=f"TileKernel {self.name!r} with cluster {self.cluster}",
                     fallback="cluster=1 (tiles of one block each)")
@@ -309,16 +310,19 @@ class TileKernel:
         min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
         launcher = self._launcher(kernel, concrete, t, priority, min_units)  # before a trace buffer or a state slot
         config = launcher.config
-        trace_buf = None
-        if trace:  # poisoned on the launch's stream, so the kernel's records come after the poison
-            trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
-            trace_buf.fill(0xFF, stream=handle)
+        # poisoned on the launch's stream (in ``before``), so the kernel's records come after the poison
+        trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None) if trace else None
         if quantum and self._report is None:
             self._report, self._report_ptr = _reports.take()
         pool = _pool if concrete == "steal" else _counters if concrete == "atomic_counter" else None
         with pool.use(handle) if pool else nullcontext((0, False)) as (state_ptr, captured):
-            if concrete == "atomic_counter":  # zeroed before every launch, as users of such a scheduler do
-                check(driver().cuMemsetD32Async(state_ptr, 0, 2, handle), "cuMemsetD32Async")
+
+            def before() -> None:  # enqueued ahead of the kernel once its arguments have passed their checks
+                if trace_buf is not None:
+                    trace_buf.fill(0xFF, stream=handle)
+                if concrete == "atomic_counter":  # zeroed before every launch, as users of such a scheduler do
+                    check(driver().cuMemsetD32Async(state_ptr, 0, 2, handle), "cuMemsetD32Async")
+
             # steal's stream launches alternate between the two states of their slot (the phase); a captured one
             # counts exits in the first
             with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
@@ -328,7 +332,9 @@ class TileKernel:
                                               order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
                                               phase=phase, min_units=min_units,
                                               report_ptr=self._report_ptr if quantum else 0)
-                launcher(schedule, *args, stream=handle)
+                # a bad argument raises before the fill or the memset is enqueued
+                launcher(schedule, *args, stream=handle,
+                         before=before if trace_buf is not None or concrete == "atomic_counter" else None)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         if trace_buf is None:
             return None
