@@ -200,3 +200,20 @@ def test_the_launch_module_does_not_shadow_the_function():
     assert module.LaunchConfig is cuadv.LaunchConfig and module.prepare is cuadv.prepare
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("cuadv.launch")
+
+
+def test_dynamic_shared_memory_past_48_kb_less_the_static_opts_in(monkeypatch):
+    """The driver lets a kernel take 48 KB of shared memory in all without the opt-in: with 16 KB static, 32 KB
+    dynamic needs none and 40 KB does (a launch of 40 KB failed in the driver, naming no limit, when only requests
+    above 48 KB opted in); a raised limit is set once, and a launch without dynamic shared memory reads nothing."""
+    calls = []
+    kernel = Kernel(SimpleNamespace(handle=0xABC), "k")
+    monkeypatch.setattr(kernel, "set_attribute", lambda name, value: calls.append((name, value)))
+    kernel.ensure_dynamic_shared(0)
+    assert "static_shared_bytes" not in kernel.__dict__  # no attribute query for a launch without dynamic memory
+    kernel.__dict__["static_shared_bytes"] = 16 * 1024
+    kernel.ensure_dynamic_shared(32 * 1024)
+    assert calls == []
+    kernel.ensure_dynamic_shared(40 * 1024)
+    kernel.ensure_dynamic_shared(36 * 1024)
+    assert calls == [("MAX_DYNAMIC_SHARED_SIZE_BYTES", 40 * 1024)]

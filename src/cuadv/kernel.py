@@ -27,7 +27,7 @@ class Kernel:
         self.core = core_kernel
         self.name = name
         self.module = module
-        self._dynamic_shared_limit = STATIC_SHARED_LIMIT
+        self._dynamic_shared_limit: int | None = None  # the driver's default until raised: 48 KB less the static
         self._non_portable: bool | None = None
         self._launchers = BoundedMemo(MAX_LAUNCHERS)  # LaunchConfig -> Launcher: configurations that passed the checks
         self._last: tuple[Any, Any] = (None, None)  # the last (LaunchConfig, Launcher) asked for
@@ -78,7 +78,12 @@ class Kernel:
         return dims if dims[0] > 0 else None  # type: ignore[return-value]
 
     def ensure_dynamic_shared(self, nbytes: int) -> None:
-        """Raise the kernel's dynamic shared-memory limit when a launch asks for more than 48 KB."""
+        """Raise the kernel's dynamic shared-memory limit when a launch asks for more than it allows: by default
+        48 KB less the kernel's static shared memory (a block past 48 KB in all needs the opt-in)."""
+        if nbytes <= 0:
+            return
+        if self._dynamic_shared_limit is None:
+            self._dynamic_shared_limit = STATIC_SHARED_LIMIT - self.static_shared_bytes
         if nbytes > self._dynamic_shared_limit:
             self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
             self._dynamic_shared_limit = nbytes
