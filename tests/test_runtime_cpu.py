@@ -35,6 +35,17 @@ def test_device_array_reads_shape_strides_and_type():
     assert not device_array(FakeArray((2, 7), strides=(32, 4))).contiguous  # pitched rows
 
 
+def test_a_big_endian_array_is_refused_before_its_stream_is_waited_on(monkeypatch):
+    """Kernels read elements little-endian: a '>f4' array would be read as other numbers with no error. One-byte
+    types have no byte order ('>u1' and '|u1' are the same bytes)."""
+    import cuadv.interop as interop
+
+    monkeypatch.setattr(interop, "wait_for_stream", lambda *a: pytest.fail("the producer's stream was waited on"))
+    with pytest.raises(KernelArgumentError, match=r"big-endian array \('>f4'\).*newbyteorder"):
+        device_array(FakeArray((4,), ">f4", stream=5), stream=7)
+    assert device_array(FakeArray((4,), ">u1")).type_name == "uint8"
+
+
 def test_c_strides_give_extent_one_and_zero_dimensions_a_stride():
     assert c_strides((2, 3, 4), 4) == (48, 16, 4)
     assert c_strides((0, 3), 8) == (24, 8)

@@ -187,6 +187,9 @@ def test_copy_config_defaults():
     (dict(burst=0), r"burst must be 1 to lookahead"),
     (dict(l2_promotion="512B"), r"l2_promotion must be one of none, 64B, 128B, 256B; got '512B'"),
     (dict(evict_first="all"), r"evict_first must be one of none, loads, stores, both; got 'all'"),
+    (dict(stages=4, lookahead=2.5), r"lookahead must be an integer; got 2.5"),
+    (dict(stages=4.0), r"stages must be an integer; got 4.0"),
+    (dict(chunk=True), r"chunk must be an integer; got True"),
 ])
 def test_copy_config_errors(kw, pattern):
     with pytest.raises(LaunchConfigError, match=pattern):
@@ -269,3 +272,14 @@ def test_lab_metadata():
     assert t.name == "tma" and "9.0" in t.supported(type("C", (), {"tma": False, "cluster_launch": False,
                                                                     "cc_string": lambda self: "8.0"})())
     assert len(t.build("sm_90a")) == 1
+
+
+def test_a_tensor_map_box_that_is_no_sequence_names_the_parameter():
+    """TensorMap.tiled and from_pointer hand box, shape and strides to TiledLayout's check as given: box=64 is a
+    TensorMapError naming box (before: Python's "'int' object is not iterable"), raised before the driver."""
+    from cuadv.tma.tensormap import TensorMap
+
+    with pytest.raises(TensorMapError, match=r"box must be a sequence of integers, one per dimension; got 64"):
+        TensorMap.tiled(FakeArray((64, 64)), box=64)
+    with pytest.raises(TensorMapError, match=r"shape must be a sequence of integers"):
+        TensorMap.from_pointer(0x10000, "float32", 64, (256, 4), (8, 8))

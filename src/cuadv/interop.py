@@ -154,6 +154,9 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         shape = tuple(int(v) for v in cai["shape"])
         typestr = cai["typestr"]
         itemsize = int(typestr[2:])
+        if typestr[0] == ">" and itemsize > 1:  # every kernel reads its elements little-endian, as the GPU stores them
+            raise KernelArgumentError(f"a big-endian array ({typestr!r}): GPU kernels read little-endian elements; "
+                                      "convert it first (x.astype(x.dtype.newbyteorder('<')))")
         strides = cai.get("strides")
         strides = tuple(int(v) for v in strides) if strides is not None else c_strides(shape, itemsize)
         producer = cai.get("stream")

@@ -79,6 +79,10 @@ class TmaCopyConfig:
     persistent: bool = True
 
     def __post_init__(self):
+        for name in ("stages", "lookahead", "blocks_per_sm", "chunk", "burst"):
+            value = getattr(self, name)  # packed as 32-bit ints: 2.5 would become 2 with no word
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise LaunchConfigError(f"tma copy: {name} must be an integer; got {value!r}")
         if not 2 <= self.stages <= MAX_STAGES:
             raise LaunchConfigError(f"tma copy: stages must be 2 to {MAX_STAGES}; got {self.stages}")
         if self.lookahead is None:

@@ -282,7 +282,7 @@ class TensorMap:
               element_strides: Sequence[int] | None = None) -> "TensorMap":
         """A tiled tensor map over a device array; ``box`` in the array's index order (rows, columns)."""
         address, name, shape, strides = describe_array(array, dtype)
-        layout = TiledLayout(address, name, shape, strides, tuple(box), element_strides=element_strides,
+        layout = TiledLayout(address, name, shape, strides, box, element_strides=element_strides,
                              swizzle=swizzle, oob_fill=oob_fill, l2_promotion=l2_promotion)
         return cls(layout, owner=array)
 
@@ -290,7 +290,7 @@ class TensorMap:
     def from_pointer(cls, address: int, dtype: str, shape: Sequence[int], strides: Sequence[int],
                      box: Sequence[int], **options) -> "TensorMap":
         """A tiled tensor map over raw device memory (strides in bytes, NumPy order)."""
-        return cls(TiledLayout(int(address), dtype, tuple(shape), tuple(strides), tuple(box), **options))
+        return cls(TiledLayout(int(address), dtype, shape, strides, box, **options))  # TiledLayout checks each
 
     @property
     def box_bytes(self) -> int:
