@@ -343,3 +343,66 @@ def test_counts_kept_for_a_stream_are_never_freed_on_it(monkeypatch):
     scratch = api.Scratch(16, 5, keep=False)
     del scratch
     assert frees[-1] == (0x1001, 5)  # any other scratch: freed on its own stream when it goes
+
+
+def _raw_engine(monkeypatch):
+    """count_bins' engine for a fake H200 whose occupancy query and kernel build fail the test."""
+    from test_histogram_cpu import FakeCaps
+
+    from cuadv.histograms import launcher
+
+    eng = launcher.HistogramEngine(FakeCaps())
+
+    def reached(*a, **k):
+        raise AssertionError("reached the GPU before the arguments were checked")
+
+    monkeypatch.setattr(launcher, "_engine", eng)
+    monkeypatch.setattr(eng, "resident_units", reached)
+    monkeypatch.setattr(eng, "kernel", reached)
+    return eng
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(stream="default"), "cannot use str as a stream"),
+    (dict(stream=-1), "stream handle -1 is not a CUstream"),
+    (dict(units=0), "units must be >= 1, got 0"),
+    (dict(units=-3), "units must be >= 1, got -3"),
+    (dict(units="4"), "units must be an int number of blocks .*got str '4'"),
+    (dict(units=2.5), "units must be an int number of blocks .*got float 2.5"),
+    (dict(units=True), "units must be an int number of blocks .*got bool True"),
+])
+def test_count_bins_with_out_checks_stream_and_units_before_the_occupancy_query(monkeypatch, kwargs, text):
+    """With out given no array is made, so the stream was first read after the occupancy query (which builds the
+    kernels), and units after it too: both are pure checks and raise first."""
+    from cuadv.errors import CuadvError
+    from cuadv.histograms import count_bins
+
+    _raw_engine(monkeypatch)
+    with pytest.raises(CuadvError, match=text):
+        count_bins(FakeCupy((100,), "<i4"), 10, out=FakeCupy((10,), "<u4", ptr=1 << 21), **kwargs)
+
+
+def test_count_bins_orders_the_producers_of_x_and_out(monkeypatch):
+    """The count zeroes and writes out on the call's stream: after the pending work of out's producer (CAI v3
+    stream) as well as x's, as every other op orders its arrays."""
+    from cuadv import interop, launching
+    from cuadv.histograms import count_bins, launcher
+
+    eng = _raw_engine(monkeypatch)
+    monkeypatch.setattr(eng, "resident_units", lambda plan: 132)
+    monkeypatch.setattr(eng, "kernel", lambda plan: object())
+    events = []
+
+    class Driver:
+        def cuMemsetD32Async(self, ptr, value, count, stream):
+            events.append(("memset", stream))
+            return (0,)
+
+    monkeypatch.setattr(launcher, "driver", Driver)
+    monkeypatch.setattr(launching, "launch", lambda *a, stream=None, **k: events.append(("launch", stream)))
+    monkeypatch.setattr(interop, "capturing", lambda stream: False)
+    monkeypatch.setattr(interop, "wait_for_stream", lambda waiter, producer: events.append(("wait", waiter, producer)))
+    x, out = FakeCupy((100,), "<i4"), FakeCupy((10,), "<u4", ptr=1 << 21)
+    x.__cuda_array_interface__["stream"], out.__cuda_array_interface__["stream"] = 5, 9
+    assert count_bins(x, 10, out=out, stream=3) is out
+    assert events == [("wait", 3, 5), ("wait", 3, 9), ("memset", 3), ("launch", 3)]

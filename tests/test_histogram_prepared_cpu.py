@@ -128,3 +128,27 @@ def test_every_plan_runs_the_most_threads_per_block():
         except (ValueError, cuadv.LaunchConfigError):
             continue
         assert plan.threads == plans.THREADS == 1024
+
+
+def test_a_given_out_is_ordered_after_its_producer_as_x_is(counting, monkeypatch):
+    """histogram and bincount write out on the call's stream: the stream first waits for the pending work of out's
+    producer (its CAI v3 stream; a DLPack out is asked on the call's stream), not only for x's."""
+    from cuadv import interop
+
+    monkeypatch.setattr(api, "_order_after_producer", lambda arr, stream: interop.device_array(arr, stream=stream))
+    monkeypatch.setattr(interop, "capturing", lambda stream: False)
+    waits = []
+    monkeypatch.setattr(interop, "wait_for_stream", lambda waiter, producer: waits.append((waiter, producer)))
+
+    def arrays(n, out_len):
+        x, out = FakeCupy((n,), "<i4", address=X), FakeCupy((out_len,), "<i8", address=OUT)
+        x.__cuda_array_interface__["stream"], out.__cuda_array_interface__["stream"] = 5, 9
+        return x, out
+
+    x, out = arrays(1000, 10)
+    hist, _ = cuadv.prepare_histogram(x, bins=10, range=(0.5, 9.5), stream=3)(out=out)
+    assert hist is out and waits == [(3, 5), (3, 9)]
+    waits.clear()
+    x, out = arrays(1000, 21)
+    counting.maxima = iter([20])
+    assert cuadv.prepare_bincount(x, stream=3)(out=out) is out and waits == [(3, 5), (3, 9)]

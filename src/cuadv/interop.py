@@ -142,10 +142,11 @@ def library_of(obj: Any) -> str:
     return "other"
 
 
-def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
+def device_array(obj: Any, *, stream: int | None = None, what: str = "the array") -> DeviceArray:
     """Describe a device array. ``stream``: the handle cuadv will use the data on; the producer's
     pending work is ordered before it (CAI v3 stream, DLPack stream argument). Raises
-    KernelArgumentError for host arrays and objects that are no device array."""
+    KernelArgumentError for host arrays, big-endian ones and objects that are no device array (``what``
+    names the argument in the big-endian message)."""
     if isinstance(obj, np.ndarray):
         raise KernelArgumentError("a NumPy array lives in host memory; copy it to the GPU (cupy.asarray)")
     library = library_of(obj)
@@ -155,8 +156,8 @@ def device_array(obj: Any, *, stream: int | None = None) -> DeviceArray:
         typestr = cai["typestr"]
         itemsize = int(typestr[2:])
         if typestr[0] == ">" and itemsize > 1:  # every kernel reads its elements little-endian, as the GPU stores them
-            raise KernelArgumentError(f"a big-endian array ({typestr!r}): GPU kernels read little-endian elements; "
-                                      "convert it first (x.astype(x.dtype.newbyteorder('<')))")
+            raise KernelArgumentError(f"{what} has big-endian byte order ({typestr}); the GPU reads little-endian "
+                                      f"data: pass a little-endian array (astype('<{typestr[1:]}'))")
         strides = cai.get("strides")
         strides = tuple(int(v) for v in strides) if strides is not None else c_strides(shape, itemsize)
         producer = cai.get("stream")

@@ -441,7 +441,8 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[An
 
 
 def _order_after_producer(x: Any, stream: int) -> None:
-    """Make ``stream`` wait for the stream the producer of ``x`` names (CAI v3 / DLPack)."""
+    """Make ``stream`` wait for the stream the producer of ``x`` (the input, or a given ``out``) names (CAI v3 /
+    DLPack)."""
     from .. import interop
 
     interop.device_array(x, stream=stream)
@@ -560,6 +561,8 @@ class PreparedHistogram:
 
     def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> tuple[Any, Any]:
         _order_after_producer(x, h)
+        if out is not None:  # the kernels write out on h: after its producer's pending work too (a read of it, a fill)
+            _order_after_producer(out, h)
         caps = self.eng.caps
         in_place = src.size > 0 and (self.direct or (
             self.unit is not None and self._counts_in_place(src.ptr, min(src.size, DIRECT_CHUNK), h)))
@@ -769,6 +772,8 @@ class PreparedBincount:
 
     def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> Any:
         _order_after_producer(x, h)
+        if out is not None:  # the kernels write out on h: after its producer's pending work too (a read of it, a fill)
+            _order_after_producer(out, h)
         caps = self.eng.caps
         length = self.minlength
         if src.size:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import interop
 from .._cuda import check, driver
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
@@ -26,19 +27,14 @@ from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EX
 def device_array(obj: Any, what: str) -> DeviceArray:
     """Pointer, element count and dtype of a C-contiguous device array (CUDA array interface or DLPack,
     read by ``cuadv.interop``). Pure: no GPU call, so every check runs before anything is launched."""
-    from .. import interop
-
     if isinstance(obj, np.ndarray) or (getattr(obj, "__cuda_array_interface__", None) is None
                                        and not hasattr(obj, "__dlpack__")):
         raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ (CuPy, PyTorch, "
                                   f"Numba), got {type(obj).__name__}")
-    arr = interop.device_array(obj)
+    arr = interop.device_array(obj, what=what)  # a big-endian array raises there, naming ``what``
     dtype = arr.dtype
     if dtype is None:
         raise ValueError(f"{what} has element type {arr.type_name}, which NumPy does not know")
-    if dtype.str.startswith(">"):  # the GPU reads and writes little-endian: '>i4' would be read byte-swapped
-        raise TypeError(f"{what} has big-endian byte order ({dtype.str}); the GPU reads little-endian data: pass "
-                        f"a little-endian array (astype('{dtype.newbyteorder('<').str}'))")
     if not arr.contiguous:
         raise KernelArgumentError(f"{what} must be C-contiguous (strides {arr.strides} for shape {arr.shape})")
     if arr.size and arr.ptr % dtype.itemsize:
@@ -213,10 +209,9 @@ class HistogramEngine:
         if src.size > MAX_ELEMENTS:
             raise ValueError(f"x has {src.size} elements; the uint32 counters allow at most {MAX_ELEMENTS}")
         plan = self.plan(bins, dtype, variant, cluster, aggregate, counter_bits, hot, vectors, sort, stages)
+        given = out
         if out is None:  # in x's library, on the stream the count will run on
-            from ..interop import empty, stream_handle
-
-            out = empty(src.library, (bins,), np.uint32, like=x, stream=stream_handle(stream, x))
+            out = interop.empty(src.library, (bins,), np.uint32, like=x, stream=interop.stream_handle(stream, x))
         dst = writable(device_array(out, "out"), "out")
         if dst.dtype != np.uint32 or dst.size != bins:
             raise KernelArgumentError(f"out must be a uint32 array of {bins} elements, got {dst.dtype} x {dst.size}")
@@ -225,62 +220,72 @@ class HistogramEngine:
         if overlaps(dst, src):
             raise ValueError(f"out (bytes {dst.ptr:#x} + {dst.nbytes}) overlaps x (bytes {src.ptr:#x} + {src.nbytes}): "
                              "the counts would overwrite the data being counted; pass a separate array")
-        return PreparedHistogram(self, plan, src, dst, out, stream, self._grid(plan, src.size, units))
+        handle = interop.stream_handle(stream, out)  # pure (None: out's library decides), before the occupancy query
+        grid = self._grid(plan, src.size, units)
+        for arr in (x,) if given is None else (x, given):  # the producers' pending work (CAI v3 / DLPack) first
+            interop.device_array(arr, stream=handle)
+        return PreparedHistogram(plan, src, dst, out, handle, grid, self.kernel(plan), self.config_for(plan, grid))
 
     def launch_config(self, plan: HistogramPlan, n: int, units: int | None = None):
         """The kernel and the LaunchConfig of ``plan`` for ``n`` elements (the persistent grid)."""
+        return self.kernel(plan), self.config_for(plan, self._grid(plan, n, units))
+
+    def config_for(self, plan: HistogramPlan, grid: int):
+        """The LaunchConfig of ``plan`` over ``grid`` blocks, made once per (plan, grid)."""
         from ..launching import LaunchConfig
 
-        grid = self._grid(plan, n, units)
         config = self._configs.get((plan, grid))
         if config is None:
             cluster = plan.cluster if plan.clustered else None
             config = self._configs.put((plan, grid), LaunchConfig(grid=grid, block=plan.threads, cluster=cluster,
                                                                   shared_mem=plan.shared_bytes))
-        return self.kernel(plan), config
+        return config
 
     def _grid(self, plan: HistogramPlan, n: int, units: int | None) -> int:
+        _check_units(units)  # pure: before the occupancy query
         resident = self.resident_units(plan)
         per_unit = plan.cluster
         if units is None:
             blocks_needed = max(1, -(-n // (plan.threads * 32)))  # about one batch per block
             units = min(resident, max(1, -(-blocks_needed // per_unit)))
-        elif not 1 <= units:
-            raise LaunchConfigError(f"units must be >= 1, got {units}")
         elif plan.clustered and units > resident:
             raise LaunchConfigError(f"{units} clusters exceed the {resident} that can be resident (persistent grid)")
-        return units * per_unit
+        return int(units) * per_unit
+
+
+def _check_units(units: Any) -> None:
+    """``units`` is None or an int >= 1 (pure: before the occupancy query)."""
+    if units is None:
+        return
+    if not isinstance(units, (int, np.integer)) or isinstance(units, (bool, np.bool_)):
+        raise LaunchConfigError(f"units must be an int number of blocks (clusters for dsm and exchange), got "
+                                f"{type(units).__name__} {units!r}")
+    if units < 1:
+        raise LaunchConfigError(f"units must be >= 1, got {units}")
 
 
 @dataclass
 class PreparedHistogram:
-    """One histogram call with every check done: calling it zeroes ``out`` and launches (no sync)."""
+    """One histogram call with every check done (``HistogramEngine.prepare``): calling it zeroes ``out`` and
+    launches on ``stream``, a handle (no sync)."""
 
-    engine: HistogramEngine
     plan: HistogramPlan
     src: DeviceArray
     dst: DeviceArray
     out: Any
-    stream: Any
+    stream: int
     grid: int
-    _config: Any = field(default=None, repr=False)
+    kernel: Any = field(repr=False)
+    config: Any = field(repr=False)
 
     def __post_init__(self):
-        from ..interop import stream_handle
-        from ..launching import LaunchConfig
-
-        self._stream = stream_handle(self.stream, self.out)  # None: the current stream of the arrays' library
-        cluster = self.plan.cluster if self.plan.clustered else None
-        self._config = LaunchConfig(grid=self.grid, block=self.plan.threads, cluster=cluster,
-                                    shared_mem=self.plan.shared_bytes)
-        self._kernel = self.engine.kernel(self.plan)
         self._args = self.plan.kernel_args(self.src.ptr, self.src.size, self.dst.ptr)
 
     def __call__(self):
         from ..launching import launch
 
-        check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self._stream), "cuMemsetD32Async")
-        launch(self._kernel, self._config, *self._args, stream=self._stream)
+        check(driver().cuMemsetD32Async(self.dst.ptr, 0, self.plan.bins, self.stream), "cuMemsetD32Async")
+        launch(self.kernel, self.config, *self._args, stream=self.stream)
         return self.out
 
 
