@@ -34,7 +34,7 @@ def device_array(obj: Any, what: str) -> DeviceArray:
     arr = interop.device_array(obj, what=what)  # a big-endian array raises there, naming ``what``
     dtype = arr.dtype
     if dtype is None:
-        raise ValueError(f"{what} has element type {arr.type_name}, which NumPy does not know")
+        raise TypeError(f"{what} has element type {arr.type_name}, which NumPy does not know")  # as any dtype it lacks
     if not arr.contiguous:
         raise KernelArgumentError(f"{what} must be C-contiguous (strides {arr.strides} for shape {arr.shape})")
     if arr.size and arr.ptr % dtype.itemsize:
