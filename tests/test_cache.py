@@ -180,6 +180,12 @@ def test_disabled(root, monkeypatch):
     assert cache.clear() == 0
 
 
+@pytest.mark.parametrize("value", ["0", "False", "OFF", " no ", "off\n"])
+def test_disabled_in_any_case_and_spacing(root, monkeypatch, value):
+    monkeypatch.setenv("CUADV_CACHE", value)
+    assert cache.cache_dir() is None
+
+
 def test_cache_dir_overrides_platform_default(tmp_path, monkeypatch):
     monkeypatch.delenv("CUADV_CACHE", raising=False)
     monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "elsewhere"))

@@ -44,3 +44,29 @@ def test_a_range_is_closed_by_the_backend_that_opened_it(monkeypatch):
         with nvtx.annotate("step"):
             pass
     assert calls == ["push step", "pop"]
+
+
+def test_a_timed_call_that_raises_still_closes_its_range(recorder, monkeypatch):
+    """time_gpu's range around each timed launch is closed when the launch raises (else later ranges nest in it)."""
+    from cuadv import timing
+
+    class Events:
+        def record_start(self, stream):
+            pass
+
+        def record_stop(self, stream):
+            pass
+
+    monkeypatch.setattr(timing, "init_driver", lambda: 1)
+    monkeypatch.setattr(timing, "synchronize", lambda *args, **kwargs: None)
+    monkeypatch.setattr(timing, "EventPair", Events)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) > 1:  # the warm-up call passes, the first timed one raises
+            raise RuntimeError("launch failed")
+
+    with pytest.raises(RuntimeError, match="launch failed"):
+        timing.time_gpu(launch, stream=0x10, warmup=1, repeats=3, queue_ahead_us=0)
+    assert recorder == [f"push cuadv timed {launch.__qualname__}", "pop"]

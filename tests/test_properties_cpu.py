@@ -204,3 +204,21 @@ def test_h200_limits_exactly(monkeypatch, grid, block, cluster, shared, cooperat
     except LaunchConfigError:
         accepted = False
     assert accepted is want
+
+
+def test_a_nested_struct_sits_where_c_puts_it():
+    """struct Outer { u8 x; u4 n; Inner inner; } with Inner { u8 q; }: C aligns inner to 8 (offset 16). The nested
+    c_struct dtype does; a raw V8 field (aligned to 1 byte) would sit at 12 with the same total size."""
+    from cuadv.params import c_struct, pack_struct
+
+    inner = c_struct("Inner", [("q", "<u8")], size=8)
+    outer = c_struct("Outer", [("x", "<u8"), ("n", "<u4"), ("inner", inner)], size=24)
+    assert outer.fields["inner"][1] == 16
+    assert c_struct("Raw", [("x", "<u8"), ("n", "<u4"), ("inner", "V8")], size=24).fields["inner"][1] == 12
+
+    class Q:
+        def kernel_param_bytes(self):
+            return (7).to_bytes(8, "little")
+
+    packed = pack_struct(outer, {"x": 1, "n": 2, "inner": Q()})
+    assert packed == (1).to_bytes(8, "little") + (2).to_bytes(4, "little") + bytes(4) + (7).to_bytes(8, "little")

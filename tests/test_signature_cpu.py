@@ -28,7 +28,10 @@ from cuadv.signature import declared_signature, parse_param, split_params
      None),
     ("Pair<int, int> p", None, "Pair<int, int> p", False, None),  # unreadable: unchecked, not a pointer
     ("float (*f)(int, int)", None, "float (*f)(int, int)", False, None),
-    ("int n = 4", None, "int n = 4", False, None),
+    ("int n = 4", "n", "int", False, "int"),  # a default argument: the type is still int
+    ("float* __restrict__ out = nullptr", "out", "float*", True, "float"),  # still a pointer
+    ("const T* const in = nullptr", "in", "const T*", True, None),
+    ("unsigned long long seed = (1ull << 32) + 7", "seed", "unsigned long long", False, "unsigned long long"),
 ])
 def test_a_parameter_declaration(text, name, type_name, pointer, element):
     p = parse_param(text)
@@ -51,6 +54,25 @@ def test_split_params_nests_templates_and_parentheses():
     assert split_params("") == [] and split_params("int a") == ["int a"]
     assert split_params("Pair<int, int> p, float (*f)(int, int), int a[2]") == [
         "Pair<int, int> p", "float (*f)(int, int)", "int a[2]"]
+
+
+def test_default_arguments_keep_their_parameters_types():
+    """A default argument neither hides a parameter's type nor, with a shift in it, swallows the next parameter."""
+    assert split_params("float* x, int n = 1 << 10, float a = 2.0f") == ["float* x", "int n = 1 << 10",
+                                                                        "float a = 2.0f"]
+    sig = declared_signature('extern "C" __global__ void d(const float* x, float* y = nullptr, int n = 1 << 10, '
+                             'float a = 2.0f) {}', "d")
+    assert [p.describe() for p in sig.params] == ["const float* x", "float* y", "int n", "float a"]
+    assert [p.pointer for p in sig.params] == [True, True, False, False]
+    assert sig.fits((8, 8, 4, 4))
+
+
+def test_names_come_from_any_declaration():
+    """A prototype without names, then the definition: the names (and so a pitch's strided pointer) are read."""
+    src = 'extern "C" __global__ void p(float*, size_t);\nextern "C" __global__ void p(float* a, size_t a_pitch) {}'
+    sig = declared_signature(src, "p")
+    assert [p.describe() for p in sig.params] == ["float* a", "size_t a_pitch"]
+    assert [p.strided for p in sig.params] == [True, False]
 
 
 SOURCE = r"""

@@ -173,6 +173,32 @@ def test_events_of_each_library_are_told_from_streams():
     assert waiting._event(None) is None and waiting._event(0) is None  # streams: the current one, the legacy one
 
 
+def test_a_torch_event_is_an_event_and_another_event_class_is_refused():
+    """torch names its event's handle cuda_event (0 until its first record: nothing to wait for); a threading.Event
+    is no CUDA event: TypeError, not an AttributeError from inside cuadv."""
+    import threading
+
+    class Event:  # as torch.cuda.Event names its handle
+        def __init__(self, cuda_event):
+            self.cuda_event = cuda_event
+
+    assert int(waiting._event(Event(0xABC0))) == 0xABC0
+    assert waiting._event(Event(0)) is waiting._NEVER_RECORDED
+    waiting.wait(Event(0))  # returns at once: no GPU needed
+    with pytest.raises(TypeError, match=r"cannot wait for a threading.Event: it names no CUDA event"):
+        waiting.wait(threading.Event())
+
+
+def test_numpy_numbers_are_timeouts():
+    import numpy as np
+
+    assert waiting.resolve_timeout(np.float32(0.5)) == 0.5 and waiting.resolve_timeout(np.int64(3)) == 3.0
+    with waiting.scope(timeout_s=np.float64(2.0)):
+        assert waiting.resolve_timeout() == 2.0
+    with pytest.raises(ValueError, match=r"timeout_s must be a number of seconds > 0"):
+        waiting.resolve_timeout(np.int64(0))
+
+
 def test_after_a_timeout_device_memory_is_not_freed(monkeypatch):
     """Freeing synchronizes: after a timeout it could wait for the timed-out work for ever, so it is skipped."""
     from cuadv import memory
@@ -224,3 +250,67 @@ def test_a_copy_to_the_host_waits_bounded_then_copies_on_the_stream(monkeypatch)
     assert out.dtype == np.uint32 and out.tolist() == [0x07070707] * 2
     assert calls == [("wait", 0x51, "kernel k"), ("cuMemcpyDtoHAsync", 0xABC0, 8, 0x51),
                      ("wait", 0x51, "the copy to the host after kernel k")]
+
+
+@pytest.mark.parametrize("nbytes, repeats, message", [
+    (8, 20, r"nbytes \(bytes read, a multiple of 16\) must be an int >= 16, got 8"),
+    (1000, 20, r"must be a multiple of 16, got 1000"),
+    (1.5e9, 20, r"must be an int >= 16"),
+    (1 << 20, 0, r"repeats \(timed runs; the median needs one\) must be an int >= 1, got 0"),
+])
+def test_the_read_ceiling_refuses_a_bad_size_before_the_gpu(monkeypatch, nbytes, repeats, message):
+    from cuadv import device, timing
+
+    monkeypatch.setattr(device, "current_device", lambda: pytest.fail("reached the GPU"))
+    with pytest.raises(ValueError, match=message):
+        timing.read_ceiling(nbytes, repeats)
+
+
+def test_a_copy_from_the_host_waits_bounded_first(monkeypatch):
+    """A synchronous copy from pageable memory synchronizes the legacy stream without a bound: a bounded wait for
+    that stream comes first, so work that never ends raises GpuTimeoutError instead of hanging the upload."""
+    import numpy as np
+
+    from cuadv import memory
+
+    calls = []
+    fake = type("Driver", (), {"cuMemcpyHtoD": staticmethod(lambda dst, src, n: calls.append(("copy", dst, n))
+                                                           or (0,))})
+    monkeypatch.setattr(memory, "driver", lambda: fake)
+    monkeypatch.setattr(memory, "check", lambda result, call: result[0])
+    monkeypatch.setattr(memory, "wait", lambda stream, what=None: calls.append(("wait", stream)))
+    buffer = object.__new__(memory.DeviceBuffer)
+    buffer.ptr, buffer.nbytes = 0xD000, 16
+    buffer.from_host(np.arange(4, dtype=np.uint32))
+    assert calls == [("wait", 0), ("copy", 0xD000, 16)]
+
+    def hung(stream, what=None):
+        raise GpuTimeoutError(what, 1.0)
+
+    calls.clear()
+    monkeypatch.setattr(memory, "wait", hung)
+    with pytest.raises(GpuTimeoutError):
+        buffer.from_host(np.arange(4, dtype=np.uint32))
+    assert calls == []  # nothing reached the copy
+    buffer.ptr = 0  # the fake buffer frees nothing
+
+
+@pytest.mark.parametrize("raw, ordinal", [(None, 0), ("", 0), (" 1 ", 1), ("3", 3)])
+def test_the_device_ordinal_from_the_environment(monkeypatch, raw, ordinal):
+    from cuadv import device
+
+    if raw is None:
+        monkeypatch.delenv("CUADV_DEVICE", raising=False)
+    else:
+        monkeypatch.setenv("CUADV_DEVICE", raw)
+    assert device.device_ordinal() == ordinal
+
+
+@pytest.mark.parametrize("raw", ["gpu1", "1.5", "cuda:0"])
+def test_a_bad_device_ordinal_names_the_variable(monkeypatch, raw):
+    from cuadv import device
+
+    monkeypatch.setenv("CUADV_DEVICE", raw)
+    with pytest.raises(ValueError, match=rf"CUADV_DEVICE must be a device ordinal \(an integer: 0, 1, ...\), "
+                                         rf"got '{raw}'"):
+        device.device_ordinal()

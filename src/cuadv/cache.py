@@ -56,7 +56,7 @@ class CacheUsage:
 
 
 def cache_dir() -> Path | None:
-    if os.environ.get("CUADV_CACHE", "1") in ("0", "false", "no", "off"):
+    if os.environ.get("CUADV_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     root = os.environ.get("CUADV_CACHE_DIR")
     if root:

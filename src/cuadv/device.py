@@ -147,5 +147,17 @@ def current_device() -> Device:
     """The device cuadv works on: ordinal from CUADV_DEVICE, else 0. Raises NoGpuError without a GPU."""
     global _current
     if _current is None:
-        _current = Device(int(os.environ.get("CUADV_DEVICE", "0")))
+        _current = Device(device_ordinal())
     return _current.activate()
+
+
+def device_ordinal() -> int:
+    """The ordinal ``CUADV_DEVICE`` names (unset or empty: 0); ValueError naming the variable for anything that is
+    no integer (before any driver call)."""
+    raw = os.environ.get("CUADV_DEVICE", "").strip()
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"CUADV_DEVICE must be a device ordinal (an integer: 0, 1, ...), got {raw!r}") from None

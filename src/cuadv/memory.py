@@ -58,9 +58,14 @@ class DeviceBuffer:
         return copy_to_host(self.ptr, self.nbytes, dtype, stream, what)
 
     def from_host(self, array: np.ndarray) -> None:
+        """Copy ``array`` (pageable host memory) to the start of the buffer, on the legacy default stream. Such a
+        copy first synchronizes that stream, without a bound: a bounded wait for it comes first (``cuadv.waiting``),
+        so work that never ends raises GpuTimeoutError here rather than hanging. The copy may return before its
+        DMA lands: wait for the legacy stream before a non-blocking stream reads the buffer."""
         array = np.ascontiguousarray(array)
         if array.nbytes > self.nbytes:
             raise ValueError(f"{array.nbytes} B do not fit a {self.nbytes} B buffer")
+        wait(0, what="the work ahead of a copy to the GPU on the legacy default stream")
         check(driver().cuMemcpyHtoD(self.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
 
     @property

@@ -16,8 +16,11 @@ Example::
     launch(kernel, config, TaskParams(ptr, n, 1000))   # 24 bytes, as the kernel declares
 
 A field of the layout that the dataclass lacks (padding, a reserved word) stays zero; a field whose
-value has ``kernel_param_bytes()`` (a nested struct, a TMA tensor map) is copied in as raw bytes, its
-layout field being ``"V<size>"``.
+value has ``kernel_param_bytes()`` (a nested struct, a TMA tensor map) is copied in as raw bytes. Its layout
+field is the nested struct's own ``c_struct`` dtype, which NumPy aligns as C does (to its widest member), or
+``"V<size>"``, which NumPy aligns to 1 byte: a raw field then needs explicit padding ahead of it to sit where C
+puts it (after ``u8, u4``, an 8-byte-aligned struct starts at 16, a ``V8`` at 12, with the same total size, so
+the size check cannot tell), and a ``CUtensorMap`` (``alignas(64)``) needs an offset that is a multiple of 64.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ parses its parameter list: each parameter's name, its type as written, whether i
 type cuadv knows (``float``, ``unsigned int``, ``int64_t``, ``__half``, ``float4``, ...), the NumPy element
 types and the alignment it takes (``CType``). What it cannot read is left unchecked rather than guessed:
 ``void*``, structs, template parameters and typedefs accept anything, and a kernel declared behind a macro,
-or twice in two different ways, has no signature.
+or twice in two different ways, has no signature. A default argument (``int n = 0``) does not change the
+parameter's type: it is read as ``int n``.
 
 A pointer parameter ``p`` takes a strided (pitched) array where the kernel also declares ``p_pitch``,
 ``p_stride`` or ``p_strides``: it then addresses rows itself. Every other pointer takes C-contiguous arrays.
@@ -110,8 +111,9 @@ _TOKEN = re.compile(r"(?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*|\S")
 
 
 def parse_param(text: str) -> DeclaredParam:
-    """One parameter declaration; unreadable ones (function pointers, templates, macros) come back with no ctype."""
-    text = " ".join(text.split())
+    """One parameter declaration; unreadable ones (function pointers, templates, macros) come back with no ctype.
+    A default argument (``= ...``) is dropped: ``float* x = nullptr`` is the pointer ``float* x``."""
+    text = " ".join(_without_default(text).split())
     tokens = _TOKEN.findall(re.sub(r"\s*::\s*", "::", text))
     if not tokens or any(not (t[0].isalpha() or t[0] in "_:") and t not in ("*", "[", "]") for t in tokens):
         return DeclaredParam(None, text, False, None)
@@ -129,19 +131,35 @@ def parse_param(text: str) -> DeclaredParam:
     return DeclaredParam(name, type_name, levels > 0, ctype)
 
 
-def split_params(params: str) -> list[str]:
-    """The parameters of a C++ parameter list (split at top-level commas: templates and parentheses nest)."""
-    if not params.strip():
-        return []
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(params):
+def _without_default(text: str) -> str:
+    """A parameter declaration without its default argument: the text before its first top-level ``=``."""
+    depth = 0
+    for i, ch in enumerate(text):
         if ch in "<([{":
             depth += 1
         elif ch in ">)]}":
             depth -= 1
+        elif ch == "=" and depth == 0:
+            return text[:i]
+    return text
+
+
+def split_params(params: str) -> list[str]:
+    """The parameters of a C++ parameter list (split at top-level commas: templates and parentheses nest; in a
+    default argument, after a top-level ``=``, ``<`` and ``>`` are operators, as in ``int n = 1 << 10``)."""
+    if not params.strip():
+        return []
+    parts, depth, start, default = [], 0, 0, False
+    for i, ch in enumerate(params):
+        if ch in "([{" or ch == "<" and not default:
+            depth += 1
+        elif ch in ")]}" or ch == ">" and not default:
+            depth -= 1
+        elif ch == "=" and depth == 0:
+            default = True
         elif ch == "," and depth == 0:
             parts.append(params[start:i])
-            start = i + 1
+            start, default = i + 1, False
     parts.append(params[start:])
     return [p.strip() for p in parts]
 
@@ -200,9 +218,11 @@ def declared_signature(source: str, kernel: str) -> Signature | None:
         found.append(() if parts in ([], ["void"]) else tuple(parse_param(p) for p in parts))
     if not found or any([p.type_name for p in f] != [p.type_name for p in found[0]] for f in found):
         return None
-    names = {p.name for p in found[0]}
+    # Each parameter's name from the first declaration that gives one (a prototype may leave them out).
+    params = tuple(replace(p, name=next((f[i].name for f in found if f[i].name), None)) for i, p in enumerate(found[0]))
+    names = {p.name for p in params}
     params = tuple(replace(p, strided=True) if p.pointer and p.name and names & {f"{p.name}{s}" for s in STRIDE_SUFFIXES}
-                   else p for p in found[0])
+                   else p for p in params)
     hidden = 0
     while hidden < len(params) and (params[hidden].name or "").startswith("cuadv_"):
         hidden += 1

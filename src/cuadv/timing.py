@@ -147,10 +147,12 @@ def time_gpu(fn: Callable[[], Any], *, stream: Any = None, warmup: int = 3, repe
         if queue_ahead_us:
             queue_ahead(queue_ahead_us, handle)
         pop = nvtx.push(label)  # each timed launch is a range in Nsight Systems; its host cost stays outside the events
-        ev.record_start(handle)
-        fn()
-        ev.record_stop(handle)
-        pop()
+        try:
+            ev.record_start(handle)
+            fn()
+            ev.record_stop(handle)
+        finally:  # a call that raises still closes its range (else every later range nests inside it)
+            pop()
     samples = [ev.elapsed_ms(what=what, timeout_s=timeout_s) for ev in events]
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
@@ -282,6 +284,10 @@ def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
     """Measure (once per process) the read-only ceiling over ``nbytes`` (a multiple of 16): what a kernel
     that reads its input once (a histogram, a reduction) is divided by."""
     global _read_ceiling
+    _count(nbytes, "nbytes (bytes read, a multiple of 16)", 16)
+    if nbytes % 16:
+        raise ValueError(f"nbytes (bytes read, a multiple of 16) must be a multiple of 16, got {nbytes!r}")
+    _count(repeats, "repeats (timed runs; the median needs one)", 1)
     if _read_ceiling is not None and _read_ceiling.nbytes == nbytes:
         return _read_ceiling
     from .compiler import compile_source
@@ -304,5 +310,5 @@ def read_ceiling(nbytes: int = 1 << 30, repeats: int = 20) -> ReadCeiling:
         free(src)
         if out is not None:
             free(out)
-    _read_ceiling = ReadCeiling(bytes_per_s=t.rate(nbytes // 16 * 16), nbytes=nbytes, timing=t)
+    _read_ceiling = ReadCeiling(bytes_per_s=t.rate(nbytes), nbytes=nbytes, timing=t)
     return _read_ceiling

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import numbers
 import os
 import sys
 import threading
@@ -88,7 +89,8 @@ def resolve_timeout(timeout_s: float | None = None) -> float:
 
 
 def _checked(value: Any, name: str, shown: Any = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    # Any real number (NumPy's integers and float32 too, which are no int or float), not bool.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"{name} must be a number of seconds > 0 (inf: no limit), got "
                          f"{value if shown is None else shown!r}")
     return float(value)
@@ -115,9 +117,12 @@ def wait_until(done: Callable[[], bool], what: str, timeout_s: float | None = No
 
 def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None = None) -> None:
     """Wait for the work queued so far on a stream (anything ``stream_handle`` takes; None: the current
-    stream) or until an event (a ``CUevent``, a cuda.core or CuPy Event) has happened, at most the timeout."""
+    stream) or until an event (a ``CUevent``, a cuda.core, CuPy or torch Event) has happened, at most the timeout.
+    A torch Event never recorded has nothing to wait for (as its ``synchronize``)."""
     drv = driver()
     event = _event(target)
+    if event is _NEVER_RECORDED:
+        return
     if event is not None:
         done = _ready(lambda: drv.cuEventQuery(event), "cuEventQuery")
         what = what or "a CUDA event"
@@ -136,14 +141,25 @@ def wait_device(*, timeout_s: float | None = None, what: str | None = None) -> N
     _guarded(lambda: _synchronize_context(_current_context(), what or "all GPU work of this process", timeout_s))
 
 
+_NEVER_RECORDED = object()  # _event's answer for a torch Event that holds no CUDA event yet
+
+
 def _event(target: Any) -> Any:
-    """The CUevent of a CUevent, a cuda.core Event (``handle``) or a CuPy Event (``ptr``); None for anything else."""
+    """The CUevent of a CUevent, a cuda.core Event (``handle``), a CuPy Event (``ptr``) or a torch Event
+    (``cuda_event``, 0 until its first record: ``_NEVER_RECORDED``); None for anything else (a stream). TypeError
+    for another class named Event (a threading.Event), which names no CUDA event."""
     drv = driver()
     if isinstance(target, drv.CUevent):
         return target
     if type(target).__name__ == "Event":
-        handle = getattr(target, "handle", None)
-        return drv.CUevent(int(handle if handle is not None else target.ptr))
+        for attr in ("handle", "ptr", "cuda_event"):
+            handle = getattr(target, attr, None)
+            if handle is not None:
+                if attr == "cuda_event" and not int(handle):
+                    return _NEVER_RECORDED
+                return drv.CUevent(int(handle))
+        raise TypeError(f"cannot wait for a {type(target).__module__}.Event: it names no CUDA event; pass a CUevent, "
+                        "a cuda.core, CuPy or torch Event, or a stream")
     return None
 
 
