@@ -106,6 +106,27 @@ def test_stream_none_follows_torchs_current_stream_for_a_tensor(monkeypatch):
     assert stream_handle(None, Tensor()) == 0xF00D
 
 
+def test_stream_none_without_arrays_follows_torchs_current_stream_where_cupys_is_null(monkeypatch):
+    """time_gpu and wait get no array: under torch.cuda.stream(s) their None is s (a torch pool stream is not ordered
+    with the legacy stream), unless CuPy has a current stream of its own; CuPy arrays keep CuPy's stream."""
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(is_initialized=lambda: True,
+                                       current_stream=lambda: types.SimpleNamespace(cuda_stream=0xF00D))
+    cupy = types.ModuleType("cupy")
+    cupy_stream = types.SimpleNamespace(ptr=0)
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: cupy_stream)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    CupyArray = type("ndarray", (), {"__module__": "cupy"})
+    assert stream_handle(None) == 0xF00D and stream_handle(None, 7) == 0xF00D
+    assert stream_handle(None, CupyArray()) == 0  # the arguments' library: CuPy, on its null stream
+    cupy_stream.ptr = 0xBEEF
+    assert stream_handle(None) == 0xBEEF
+    torch.cuda.is_initialized = lambda: False
+    cupy_stream.ptr = 0
+    assert stream_handle(None) == 0  # torch imported but never used: not initialised by cuadv
+
+
 def test_c_struct_checks_its_size_against_the_device_struct():
     layout = c_struct("P", [("a", "<u8"), ("n", "<u4"), ("t", "<u8")], size=24)
     assert layout.fields["t"][1] == 16  # natural alignment, as C lays it out

@@ -291,13 +291,23 @@ def wait_for_stream(waiter: int, producer: int) -> None:
 
 def current_stream(*like: Any) -> int:
     """The stream work on ``like`` goes to when the caller names none: PyTorch's current stream for a
-    tensor, else CuPy's current stream when CuPy is in use, else the legacy default stream (0)."""
+    tensor, else CuPy's current stream when CuPy is in use. With no array of either library (``time_gpu``,
+    ``wait``, raw pointers) and CuPy on its null stream, PyTorch's current stream where torch has been initialised
+    (under ``torch.cuda.stream(s)`` that is s, which need not be ordered with the legacy stream); else the legacy
+    default stream (0)."""
+    cupy_array = False
     for obj in like:
-        if type(obj).__module__.startswith("torch"):
+        module = type(obj).__module__
+        if module.startswith("torch"):
             return int(sys.modules["torch"].cuda.current_stream(obj.device).cuda_stream)
+        cupy_array = cupy_array or module.startswith("cupy")
     cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        return int(cupy.cuda.get_current_stream().ptr)
+    handle = int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
+    if handle or cupy_array:
+        return handle
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_stream().cuda_stream)
     return 0
 
 
