@@ -435,3 +435,52 @@ def test_timeout_option_is_checked_and_passed_to_the_labs(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "tma", "--timeout", "2.5"])
     assert seen["timeout_s"] == 2.5
+
+
+def test_bad_values_are_usage_errors_before_any_work(monkeypatch, capsys, tmp_path):
+    """Targets NVRTC refuses for their suffix, output paths that cannot be written, and check's --jobs /
+    --timeout: exit 2 with one line, before minutes of building, running or checking (not a traceback after)."""
+    monkeypatch.setattr(cli, "_build", lambda *a, **k: pytest.fail("must not build"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for argv, says in ((["build", "--arch", "sm_89a"], "the 'a' suffix exists from sm_90 on"),
+                       (["build", "--arch", "sm_90f"], "the 'f' suffix exists from sm_100 on"),
+                       (["build", "--json", str(tmp_path / "no" / "b.json")], "does not exist"),
+                       (["build", "--json", str(tmp_path)], "is a folder"),
+                       (["check", "--jobs", "0"], "must be a whole number >= 1"),
+                       (["check", "--timeout", "-5"], "must be a whole number >= 1"),
+                       (["check", "--log", str(tmp_path / "no" / "check.log")], "does not exist"),
+                       (["run", "--out", str(a_file)], "is a file, not a directory"),
+                       (["bench", "vecscale", "--out", str(a_file)], "is a file, not a directory")):
+        assert cli.main(argv) == cli.EXIT_USAGE, argv
+        out, err = capsys.readouterr()
+        assert says in err and "Traceback" not in out + err, argv
+    assert cli.build_parser().parse_args(["build", "--arch", "sm_100f", "--arch", "sm_90a", "--arch", "sm_89"]).arch \
+        == ["sm_100f", "sm_90a", "sm_89"]
+
+
+def test_check_of_an_unknown_lab_names_the_labs(monkeypatch, capsys):
+    from cuadv.app import runner, sanitize
+    import cuadv.device as device
+
+    monkeypatch.setattr(runner, "gpu_or_reason", lambda: None)
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/opt/cuda/bin/compute-sanitizer")
+    monkeypatch.setattr(device, "current_device", lambda: type("D", (), {"caps": None})())
+    monkeypatch.setattr(sanitize, "run_check", lambda *a, **k: pytest.fail("nothing must be checked"))
+    assert cli.main(["check", "--lab", "nosuch"]) == cli.EXIT_FAILED
+    assert "no lab named 'nosuch'; labs: " in capsys.readouterr().err
+
+
+def test_a_file_that_cannot_be_written_is_one_line(monkeypatch, capsys, tmp_path):
+    from cuadv.report import writer
+
+    _no_gpu(monkeypatch)
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [])
+
+    def disk_full(report, out_dir):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "write_report", disk_full)
+    assert cli.main(["run", "--out", str(tmp_path / "rep")]) == cli.EXIT_FAILED
+    out, err = capsys.readouterr()
+    assert "cuadv run: [Errno 28] No space left on device" in err and "Traceback" not in out + err

@@ -225,6 +225,9 @@ def test_bad_file_contents(tmp_path):
     (tmp_path / "neg.txt").write_text("1\n-2\n")
     with pytest.raises(SimulationError, match="finite duration >= 0"):
         make_workload(str(tmp_path / "neg.txt"), 1, 1.0, Machine())
+    np.save(tmp_path / "words.npy", np.array(["a", "b"]))  # no durations: named, not a NumPy traceback
+    with pytest.raises(SimulationError, match=r"cannot read durations from .*words\.npy"):
+        make_workload(str(tmp_path / "words.npy"), 1, 1.0, Machine())
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(sms=0), "sms must be a positive integer"),
@@ -315,3 +318,14 @@ def test_run_without_gpu_has_the_simulator_and_an_explained_selection_matrix(tmp
 def test_study_needs_work():
     with pytest.raises(SimulationError, match="at least one tile"):
         study(Machine(2, 1), workload="uniform", tiles=0)
+
+
+def test_cli_simulate_bad_seed_sweep_and_out_are_usage_errors(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for args, says in ((["--seed", "-1"], "argument --seed: must be a whole number >= 0"),
+                       (["--sweep", "-1"], "argument --sweep: must be a number of microseconds > 0 or inf"),
+                       (["--sweep", "nan"], "argument --sweep: must be a number of microseconds > 0 or inf"),
+                       (["--out", str(a_file)], "is a file, not a directory")):
+        r = cuadv("simulate", "--tiles", "200", *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

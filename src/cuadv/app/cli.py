@@ -12,6 +12,7 @@ from rich.console import Console
 
 from ..arch import parse_arch
 from ..errors import CuadvError, NoGpuError
+from .arg_types import output_file, positive_int
 from .exit_codes import EXIT_CODES, EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK, EXIT_USAGE
 from ..report.console import make_console, print_table, progress_bar
 from ..report.results import Table
@@ -146,6 +147,9 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     from .runner import collect_environment, gpu_or_reason, run_labs
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():  # before minutes of labs and builds, not when writing the report
+        print(f"cuadv {getattr(args, 'command', 'run')}: --out {args.out} is a file, not a directory", file=sys.stderr)
+        return EXIT_USAGE
     labs = _select_labs(args.only)
     command = "cuadv " + " ".join(sys.argv[1:])
     reason = gpu_or_reason()
@@ -326,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "  cuadv build --arch sm_90a --arch sm_100a --jobs 8 --json build.json")
     build.add_argument("--arch", action="append", type=_target,
                        help="target such as sm_90a (repeatable; default sm_90a and sm_100a)")
-    build.add_argument("--json", metavar="FILE", help="also write the resource report as JSON")
-    build.add_argument("--jobs", type=_positive_int, default=1, help="compile labs in this many processes (default 1)")
+    build.add_argument("--json", metavar="FILE", type=output_file, help="also write the resource report as JSON")
+    build.add_argument("--jobs", type=positive_int, default=1, help="compile labs in this many processes (default 1)")
     run = _command(sub, "run", "run every lab, validate, measure and write the report",
                    "Run every lab (or those given with --only): validate, measure, and write results.json, "
                    "report.md and index.html.\nWithout a GPU it says so and runs what needs none (the build check "
@@ -347,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
                      f"{EXIT_NO_GPU}; if the lab\nis skipped on this GPU: exit {EXIT_NOTHING_RAN}.\n\n"
                      f"labs:\n{_LABS_PLACEHOLDER}",
                      "  cuadv bench scheduling --quick\n  cuadv bench domains --peer     (2 GPUs)")
-    bench.add_argument("lab", help="lab name (listed below)")
+    bench.add_argument("lab", help="lab name (listed above)")
     bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     bench.add_argument("--out", default="cuadv-report", help="output directory (default: cuadv-report)")
     bench.add_argument("--json", action="store_true",
@@ -372,23 +376,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _target(text: str) -> str:
-    """A compile target's form, sm_XY[a] (argparse type: a usage error, exit 2); whether NVRTC compiles for it is
+    """A compile target's form, sm_XY[a|f] (argparse type: a usage error, exit 2); whether NVRTC compiles for it is
     cmd_build's check, which may load NVRTC."""
     try:
-        parse_arch(text)
+        major, minor = parse_arch(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    # NVRTC takes architecture-specific targets (a) from sm_90 on and family-specific ones (f) from sm_100 on;
+    # its own "invalid --nv_arch" would otherwise come from every lab's compile, after the whole build.
+    suffix, first = text[-1], {"a": 90, "f": 100}.get(text[-1])
+    if first is not None and major * 10 + minor < first:
+        raise argparse.ArgumentTypeError(f"target {text!r}: the '{suffix}' suffix exists from sm_{first} on "
+                                         f"(use sm_{major}{minor})")
     return text
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
 
 
 PEER_LABS = ("domains",)
@@ -411,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_GPU
     except CuadvError as exc:
         print(f"cuadv: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:  # a report, log or JSON file that cannot be written (disk full, no permission, ...)
+        print(f"cuadv {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
 

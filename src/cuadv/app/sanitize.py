@@ -150,6 +150,11 @@ def cmd_check(args, console) -> int:
     from ..device import current_device
 
     caps = current_device().caps
+    if args.lab:  # a name that is no lab fails as bench's and run --only's do (exit 1), not as "nothing to check"
+        from ..labs import lab_by_name
+
+        for name in args.lab:
+            lab_by_name(name)
     labs = [lab for lab in all_labs() if hasattr(lab, "smoke") and (not args.lab or lab.name in args.lab)
             and lab.supported(caps) is None]
     tools = args.tool or list(TOOLS)
@@ -190,6 +195,8 @@ def cmd_check(args, console) -> int:
 def register(sub) -> None:
     import argparse
 
+    from .arg_types import output_file, positive_int
+
     p = sub.add_parser("check", help="run every lab's kernels under compute-sanitizer",
                        description="Run every lab's kernels once at a small size under compute-sanitizer "
                                    "(memcheck, racecheck, synccheck, initcheck)\nand summarise the hazards. Needs "
@@ -199,9 +206,10 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tool", action="append", choices=TOOLS, help="sanitizer tool (repeatable; default all four)")
     p.add_argument("--lab", action="append", help="only this lab (repeatable)")
-    p.add_argument("--log", metavar="FILE", help="write the full sanitizer output here")
-    p.add_argument("--jobs", type=int, default=4, help="sanitizer processes at once (default 4)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per sanitizer run (default 600)")
+    p.add_argument("--log", metavar="FILE", type=output_file, help="write the full sanitizer output here")
+    p.add_argument("--jobs", type=positive_int, default=4, help="sanitizer processes at once (default 4)")
+    p.add_argument("--timeout", type=positive_int, default=600, metavar="SECONDS",
+                   help="seconds per sanitizer run (default 600)")
     p.add_argument("--json", action="store_true", help="print each run's result as JSON on stdout (the rest on stderr)")
     p.set_defaults(handler=cmd_check)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -21,6 +22,9 @@ def cmd_simulate(args, console) -> int:
         print(f"cuadv simulate: --quantum-us must be a number of microseconds or inf, got {args.quantum_us!r}",
               file=sys.stderr)
         return 2  # a usage error
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"cuadv simulate: --out {args.out} is a file, not a directory", file=sys.stderr)
+        return 2  # a usage error, before the simulation
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
         with console.status("simulating"):
@@ -43,6 +47,32 @@ def cmd_simulate(args, console) -> int:
     if args.json:
         print(data)  # stdout: JSON only (the tables and messages above went to stderr)
     return 0
+
+
+def _sweep_quantum(text: str) -> float:
+    """--sweep: a quantum in microseconds > 0, or inf (argparse type: a usage error, exit 2)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of microseconds > 0 or inf, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer >= 0, as NumPy's generators take it (argparse type: a usage error, exit 2)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
 
 
 def register(sub) -> None:
@@ -72,7 +102,7 @@ def register(sub) -> None:
     p.add_argument("--quantum-us", default="50", help="steal quantum in microseconds, or inf (default 50)")
     p.add_argument("--policy", action="append", choices=POLICIES + ("all",),
                    help="policy to simulate (repeatable; default all)")
-    p.add_argument("--sweep", type=float, action="append", metavar="QUANTUM_US",
+    p.add_argument("--sweep", type=_sweep_quantum, action="append", metavar="QUANTUM_US",
                    help="add a row to the quantum sweep table (repeatable; inf allowed)")
     p.add_argument("--launch-ns", type=float, default=Machine.launch_ns,
                    help="block launch + teardown cost (default %(default)g ns)")
@@ -82,7 +112,7 @@ def register(sub) -> None:
                    help="clc: latency of a cancel answer (default %(default)g ns)")
     p.add_argument("--exit-ns", type=float, default=Machine.exit_ns,
                    help="steal: from a failed claim to the slot being free (default %(default)g ns)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the Pareto workload")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON on stdout (everything else on stderr)")

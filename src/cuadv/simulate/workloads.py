@@ -62,9 +62,9 @@ def _durations_from_file(path: Path) -> np.ndarray:
         raise SimulationError(f"workload file {path} does not exist")
     try:
         us = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None)
+        us = np.asarray(us, dtype=np.float64).reshape(-1)  # strings or objects in a .npy fail here, with the path named
     except Exception as exc:
         raise SimulationError(f"cannot read durations from {path}: {exc}") from exc
-    us = np.asarray(us, dtype=np.float64).reshape(-1)
     if len(us) == 0 or not np.isfinite(us).all() or us.min() < 0:
         raise SimulationError(f"{path} must hold at least one finite duration >= 0 (microseconds per tile)")
     return us * 1e3
