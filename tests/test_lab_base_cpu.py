@@ -23,3 +23,26 @@ def test_a_torch_failing_its_own_import_gives_the_first_line_of_its_error(monkey
     monkeypatch.setattr(builtins, "__import__", failing)
     first_line = "could not parse schema foo(Tensor x) -> Tensor"
     assert import_torch() == (None, f"torch failed to import (RuntimeError: {first_line})")
+
+
+def test_missed_by_is_relative_or_in_points_and_never_zero():
+    from cuadv.labs.base import missed_by
+
+    assert missed_by(0.988, 1.0) == "missed by 1.2%"  # relative to the target
+    assert missed_by(7.5, 10.0) == "missed by 25.0%"
+    assert missed_by(93.7, 95.0, points=True) == "missed by 1.3 points"  # a % target: percentage points
+    assert missed_by(0.9996, 1.0) == "missed by 0.04%"  # not "0.0%"
+    assert missed_by(94.96, 95.0, points=True) == "missed by 0.04 points"
+    assert missed_by(0.99999, 1.0) == "missed by less than 0.01%"
+
+
+def test_rates_are_of_the_same_bytes_and_ceiling():
+    from cuadv.labs.base import gb_per_s, rates
+    from cuadv.report.results import Spread
+    from cuadv.timing import Ceiling, Timing
+
+    ceiling = Ceiling(bytes_per_s=4e12, nbytes=1 << 31, timing=Timing(1.0, 1.0, 1.0, (1.0,)))
+    gbps, pct = rates(0.5, 1e9, ceiling)  # 1 GB in 0.5 ms: 2000 GB/s, half of 4 TB/s
+    assert gbps == 2000.0 and pct == 50.0
+    s = gb_per_s(Spread(0.5, 0.4, 1.0), 1e9)  # the slowest tenth of the times is the lowest tenth of the rates
+    assert (float(s), s.p10, s.p90) == (2000.0, 1000.0, 2500.0)

@@ -83,3 +83,11 @@ def test_interpreter_refuses_the_shifted_stencil(interpreted):
     check, passed = triton_peers.validate_stencils([("shifted", (16, 32))], result)
     assert check.endswith(": none") and not passed and "16-byte aligned" in result.notes[0]
 
+
+
+def test_verdicts_agree_with_their_figures():
+    assert triton_peers._verdict(1.02, 98.0) == "1.02x Triton: met; 98% of the copy: met"
+    # 0.9996x was shown as "1.000x ... missed by 0.0%", 96.96% as "97.0% ... missed by 0.0 points"
+    assert triton_peers._verdict(0.9996, 96.96) == ("0.9996x Triton: missed by 0.04%; "
+                                                    "96.96% of the copy: missed by 0.04 points")
+    assert triton_peers._verdict(0.988, None) == "0.988x Triton: missed by 1.2%"

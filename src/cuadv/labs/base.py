@@ -91,6 +91,18 @@ def rates(ms: float, nbytes: float, ceiling: "Ceiling") -> tuple[float, float]:
     return gbps, spread_map(lambda g: 100 * ceiling.fraction(g * 1e9), gbps)
 
 
+def missed_by(value: float, least: float, points: bool = False) -> str:
+    """'missed by ...' for a ``value`` below its target ``least``: by how much, relative to the target (0.988
+    against 1.0: '1.2%') or, for a target that is itself a percentage, in percentage points (93.7 against 95:
+    '1.3 points'). One decimal, more where that would round a miss to nothing (0.16%), so a missed target
+    never reads 'missed by 0%'."""
+    gap = least - value if points else 100 * (1 - value / least)
+    text = f"{gap:.1f}"
+    if float(text) == 0:
+        text = f"{gap:.2g}" if gap >= 0.01 else "less than 0.01"
+    return f"missed by {text}" + (" points" if points else "%")
+
+
 def readback(array):
     """A CuPy array on the host (NumPy) after a bounded wait for the current stream (``cuadv.waiting``): a lab
     reading back after a kernel that never ends fails naming its step instead of hanging in CuPy's own copy."""

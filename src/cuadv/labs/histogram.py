@@ -211,7 +211,7 @@ class HistogramLab:
 
         self._tables(result, ctx, measurements, n_bytes)
         self._plot(result, ctx, measurements)
-        self._judge(result, ctx, measurements)
+        self._judge(result, ctx, measurements, n_bytes)
         try:
             result.tables.append(occupancy_table())
         except Exception as exc:  # the table is evidence, not a result: report why it is missing
@@ -352,7 +352,7 @@ class HistogramLab:
         fig.suptitle("Histogram throughput by variant")
         ctx.save_figure(fig, "histogram_throughput.png", result)
 
-    def _judge(self, result: LabResult, ctx, ms: list[Measurement]) -> None:
+    def _judge(self, result: LabResult, ctx, ms: list[Measurement], n_bytes: int = 1 << 30) -> None:
         """Targets of the issue, reported (not asserted), and the selection-matrix cell."""
         f = result.figures
         shared_bins = ctx.caps.shared_mem_per_block_optin // 4 - 1
@@ -400,7 +400,8 @@ class HistogramLab:
         zglob = next((m for m in zipf if m.variant == "global"), None)
         choice = (f"DSM histogram: bins sharded over a cluster ({top.label})" if top.gbps > glob.gbps
                   else "global atomics (DSM measured slower here)")
-        evidence = (f"{big} bins, 1 GiB uniform int32: {top.label} {top.gbps:.0f} GB/s vs global atomics "
+        size = f"{n_bytes >> 30} GiB" if n_bytes >= 1 << 30 else f"{n_bytes >> 20} MiB"
+        evidence = (f"{big} bins, {size} uniform int32: {top.label} {top.gbps:.0f} GB/s vs global atomics "
                     f"{glob.gbps:.0f} GB/s ({top.gbps / glob.gbps:.1f}x) and cupy.histogram {peer.gbps:.0f} GB/s")
         if ztop and zglob:
             evidence += f"; Zipf(1.3): {ztop.label} {ztop.gbps:.0f} vs global {zglob.gbps:.0f} GB/s"

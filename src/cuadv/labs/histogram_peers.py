@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Table, spread_map
+from .base import missed_by
 from .profile_notes import histogram_note
 
 BINS = (256, 4096, 65536, 262144, 1 << 20, 1 << 24)
@@ -74,10 +75,11 @@ def targets(case: Case) -> list[tuple[str, str, float]]:
     return out
 
 
-def verdict(value: float, least: float) -> str:
+def verdict(value: float, least: float, points: bool = False) -> str:
+    """met / missed for a value against its least; ``points``: a % target (of a ceiling), missed by points."""
     if value != value:  # NaN: the peer it divides by was not measured
         return "not measured"
-    return f"met ({value / least:.2f}x the target)" if value >= least else f"missed by {100 * (1 - value / least):.0f}%"
+    return f"met ({value / least:.2f}x the target)" if value >= least else missed_by(value, least, points)
 
 
 @dataclass
@@ -115,10 +117,11 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
                     figures[f"peers_{case.key}_x_best_peer"] = x_best
                 checks = targets(case)
                 goal = "; ".join(t[0] for t in checks) or "-"
-                met = "; ".join(verdict(values[t[1]], t[2]) for t in checks) or "-"
+                met = "; ".join(verdict(values[t[1]], t[2], t[1] == "pct_read") for t in checks) or "-"
                 why = histogram_note(case.dtype, case.dist, case.bins)
                 for what, key, least in checks:
-                    line = f"{case.group} {case.bins} bins: {values[key]:.2f} ({what}): {verdict(values[key], least)}"
+                    line = (f"{case.group} {case.bins} bins: {values[key]:.4g} ({what}): "
+                            f"{verdict(values[key], least, key == 'pct_read')}")
                     lines.append(line + (f"; {why}" if why and values[key] < least else ""))
             tables.setdefault(case.group, []).append([
                 case.bins, r.label + (f" [{r.plan}]" if r.plan else ""), r.ms, r.gbps, pct, x_cub,

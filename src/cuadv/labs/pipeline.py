@@ -326,7 +326,7 @@ class PipelineLab:
                              "NumPy's (outputs poisoned with NaN before the checked run)")
         result.tables.append(Table(
             "2-D 5-point stencil (float32), staged through shared memory",
-            ["size", "variant", "copy", "blocks", "blocks/SM", "shared KB/block", "median ms", "GB/s",
+            ["size", "variant", "copy", "blocks", "blocks/SM", "shared KiB/block", "median ms", "GB/s",
              "% of copy ceiling", "x best sync", "x CuPy"],
             rows_out,
             note=f"bytes = 8 per element (read + write; halo re-reads not counted); copy ceiling "

@@ -356,7 +356,8 @@ class SchedulingLab:
             rows.append([label, lat, lat / alone, total])
             result.figures[f"preempt_{label.replace(' ', '_')}_latency_ms"] = lat
         result.tables.append(Table(
-            "c. preemption: a high-priority kernel (132 tiles of 20 us) launched 3 ms into a ~10 ms low-priority one",
+            f"c. preemption: a high-priority kernel ({short_tiles} tiles of 20 us) launched 3 ms into a ~10 ms "
+            "low-priority one",
             ["low-priority policy", "high-priority latency ms", "x its time alone", "low-priority kernel ms"], rows,
             note=f"alone: {alone:.3f} ms; latency: from the moment the already-enqueued high-priority kernel may start "
                  f"(a device-side gate opens; an event right after it) to its end, so no host launch time is in it; "

@@ -31,7 +31,7 @@ from ..params import c_struct
 from ..report.results import LabResult, Table
 from ..timing import EventPair, StreamGate, synchronize, synchronize_device
 from ..work_stealing.timeline import common_window
-from .base import RunContext, interleaved_rounds
+from .base import RunContext, interleaved_rounds, missed_by
 from .profile_notes import COUNTER
 from .scheduling_support import SHARED, WORKLOAD_SEED, Regime, spin_kernel, workload
 from .vecscale import DEFAULT_SHAPE, tiles_for, validate, vecscale_kernel
@@ -161,7 +161,7 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
             target = "-"
             if name.startswith("steal"):
                 worst = min(x.values())
-                target = f"met ({worst:.2f}x)" if worst >= 1.0 else f"missed by {100 * (1 - worst):.1f}%"
+                target = f"met ({worst:.2f}x)" if worst >= 1.0 else missed_by(worst, 1.0)
                 missed |= name == "steal" and worst < 1.0
             rows.append([label, name, t["stream"], x["stream"], t["graph"], x["graph"], target])
             for mode in t:

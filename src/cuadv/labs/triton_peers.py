@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Table, spread_map
-from .base import RunContext, interleaved_rounds, rates
+from .base import RunContext, interleaved_rounds, missed_by, rates
 
 # Tile shapes (rows, columns) of the Triton kernels; warps per program grow with the tile.
 COPY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (256, 128))
@@ -300,10 +300,10 @@ def _checked(candidates: list[_Row], target, expected, result: LabResult, what: 
 
 
 def _verdict(x: float, pct: float | None) -> str:
-    parts = [f"{x:.3f}x Triton: " + ("met" if x >= COPY_TARGET_X else f"missed by {100 * (1 - x):.1f}%")]
+    parts = [f"{x:.4g}x Triton: " + ("met" if x >= COPY_TARGET_X else missed_by(x, COPY_TARGET_X))]
     if pct is not None:
-        parts.append(f"{pct:.1f}% of the copy: " + ("met" if pct >= COPY_TARGET_PCT else
-                                                   f"missed by {COPY_TARGET_PCT - pct:.1f} points"))
+        parts.append(f"{pct:.4g}% of the copy: " + ("met" if pct >= COPY_TARGET_PCT else
+                                                   missed_by(pct, COPY_TARGET_PCT, points=True)))
     return "; ".join(parts)
 
 
@@ -443,7 +443,7 @@ def _compare_stencil(ctx: RunContext, result: LabResult) -> None:
     table = []
     for r in rows:
         x_tri = tri.ms / r.ms
-        verdict = (f"{x_tri:.3f}x: " + ("met" if x_tri >= STENCIL_TARGET_X else f"missed by {100 * (1 - x_tri):.1f}%")
+        verdict = (f"{x_tri:.4g}x: " + ("met" if x_tri >= STENCIL_TARGET_X else missed_by(x_tri, STENCIL_TARGET_X))
                    if r.cuadv else "-")
         table.append([r.what + (" (fastest)" if r is tri else ""), r.config, r.ms, _tb_per_s(r.ms, nbytes),
                       100 * ceiling.ms / r.ms, x_tri, verdict])

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..report.results import LabResult, Spread, Table
 from ..work_stealing import DEFAULT_QUANTUM_US, TileKernel
-from .base import RunContext, import_torch, interleaved_rounds, rates, readback
+from .base import RunContext, import_torch, interleaved_rounds, missed_by, rates, readback
 from .profile_notes import PROFILED, VECSCALE
 
 
@@ -270,7 +270,8 @@ class VecScaleLab:
                        "blocks as find work); steal full grid: min_tiles 1, one block per tile, each launching also "
                        "after the work is gone"))
         steal = float(best.get(("1 GiB", "steal"), (math.nan, ""))[0])  # steal with its defaults, best shape
-        why = "" if steal >= STEAL_TARGET_PCT else f", missed; why ({PROFILED}): {VECSCALE}"
+        why = "" if steal >= STEAL_TARGET_PCT else \
+            f", {missed_by(steal, STEAL_TARGET_PCT, points=True)}; why ({PROFILED}): {VECSCALE}"
         if "1 GiB" in torch_pct:
             why += f"; the strongest peer, {torch_label}, {torch_pct['1 GiB']:.1f}%"
         result.tables.append(Table(
