@@ -111,7 +111,7 @@ def test_stream_none_without_arrays_follows_torchs_current_stream_where_cupys_is
     with the legacy stream), unless CuPy has a current stream of its own; CuPy arrays keep CuPy's stream."""
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(is_initialized=lambda: True,
-                                       current_stream=lambda: types.SimpleNamespace(cuda_stream=0xF00D))
+                                       current_stream=lambda device: types.SimpleNamespace(cuda_stream=0xF00D + device))
     cupy = types.ModuleType("cupy")
     cupy_stream = types.SimpleNamespace(ptr=0)
     cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: cupy_stream)
@@ -120,6 +120,9 @@ def test_stream_none_without_arrays_follows_torchs_current_stream_where_cupys_is
     CupyArray = type("ndarray", (), {"__module__": "cupy"})
     assert stream_handle(None) == 0xF00D and stream_handle(None, 7) == 0xF00D
     assert stream_handle(None, CupyArray()) == 0  # the arguments' library: CuPy, on its null stream
+    monkeypatch.setenv("CUADV_DEVICE", "1")
+    assert stream_handle(None) == 0xF00E  # torch's current stream on the GPU cuadv works on
+    monkeypatch.delenv("CUADV_DEVICE")
     cupy_stream.ptr = 0xBEEF
     assert stream_handle(None) == 0xBEEF
     torch.cuda.is_initialized = lambda: False

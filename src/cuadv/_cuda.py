@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
@@ -78,3 +79,15 @@ def nvrtc_version() -> tuple[int, int]:
 
 def driver_version() -> int:
     return int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+
+
+def device_ordinal() -> int:
+    """The ordinal ``CUADV_DEVICE`` names (unset or empty: 0); ValueError naming the variable for anything that is
+    no integer (before any driver call)."""
+    raw = os.environ.get("CUADV_DEVICE", "").strip()
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"CUADV_DEVICE must be a device ordinal (an integer: 0, 1, ...), got {raw!r}") from None

@@ -162,7 +162,7 @@ def _pack_array(value: Any, where: str, param: DeclaredParam | None, device: int
         raise KernelArgumentError(f"{where}: an array cannot be passed for {param.type_name}, which is no pointer; "
                                   f"pass {_what_fits(param)}")
     if param is not None and param.pointer and not _untyped(value):
-        _check_layout(device_array(value), param, where)
+        _check_layout(device_array(value, what=where), param, where)
     if device is not None:
         on = array_device(value, ptr)
         if on is not None and on != device:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from functools import cached_property
 
-from ._cuda import check, driver, driver_version, init_driver, nvrtc_version
+from ._cuda import check, device_ordinal, driver, driver_version, init_driver, nvrtc_version
 from .arch import arch_for
 from .errors import CuadvError
 from .features import require
@@ -150,14 +149,3 @@ def current_device() -> Device:
         _current = Device(device_ordinal())
     return _current.activate()
 
-
-def device_ordinal() -> int:
-    """The ordinal ``CUADV_DEVICE`` names (unset or empty: 0); ValueError naming the variable for anything that is
-    no integer (before any driver call)."""
-    raw = os.environ.get("CUADV_DEVICE", "").strip()
-    if not raw:
-        return 0
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"CUADV_DEVICE must be a device ordinal (an integer: 0, 1, ...), got {raw!r}") from None

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._cuda import check, driver
+from ._cuda import check, device_ordinal, driver
 from .errors import KernelArgumentError
 
 
@@ -292,23 +292,19 @@ def wait_for_stream(waiter: int, producer: int) -> None:
 def current_stream(*like: Any) -> int:
     """The stream work on ``like`` goes to when the caller names none: PyTorch's current stream for a
     tensor, else CuPy's current stream when CuPy is in use. With no array of either library (``time_gpu``,
-    ``wait``, raw pointers) and CuPy on its null stream, PyTorch's current stream where torch has been initialised
-    (under ``torch.cuda.stream(s)`` that is s, which need not be ordered with the legacy stream); else the legacy
-    default stream (0)."""
-    cupy_array = False
+    ``wait``, raw pointers) and CuPy on its null stream, PyTorch's current stream on cuadv's GPU where torch has
+    been initialised (under ``torch.cuda.stream(s)`` that is s, which need not be ordered with the legacy stream);
+    else the legacy default stream (0)."""
     for obj in like:
-        module = type(obj).__module__
-        if module.startswith("torch"):
+        if type(obj).__module__.startswith("torch"):
             return int(sys.modules["torch"].cuda.current_stream(obj.device).cuda_stream)
-        cupy_array = cupy_array or module.startswith("cupy")
     cupy = sys.modules.get("cupy")
     handle = int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
-    if handle or cupy_array:
-        return handle
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return int(torch.cuda.current_stream().cuda_stream)
-    return 0
+    if handle or torch is None or not torch.cuda.is_initialized() \
+            or any(type(obj).__module__.startswith("cupy") for obj in like):
+        return handle
+    return int(torch.cuda.current_stream(device_ordinal()).cuda_stream)  # on the GPU cuadv works on
 
 
 def stream_handle(stream: Any, *like: Any) -> int:

@@ -59,8 +59,9 @@ class DeviceBuffer:
 
     def from_host(self, array: np.ndarray) -> None:
         """Copy ``array`` (pageable host memory) to the start of the buffer, on the legacy default stream. Such a
-        copy first synchronizes that stream, without a bound: a bounded wait for it comes first (``cuadv.waiting``),
-        so work that never ends raises GpuTimeoutError here rather than hanging. The copy may return before its
+        copy first synchronizes that stream, without a bound: a bounded wait for the work queued on it comes first
+        (``cuadv.waiting``), so such work that never ends raises GpuTimeoutError here rather than hanging (work on
+        blocking streams, which the legacy stream also waits for, is not covered). The copy may return before its
         DMA lands: wait for the legacy stream before a non-blocking stream reads the buffer."""
         array = np.ascontiguousarray(array)
         if array.nbytes > self.nbytes:
