@@ -149,7 +149,8 @@ static inline __device__ void arrive_relaxed() {
 // barrier.cluster.wait.acquire;  (sm_90) - waits until every thread of the cluster has arrived at the
 // current phase. Acquire: what they wrote before a releasing arrive is visible to this thread after
 // it. Rule 2: no remote access before this wait; rule 1: after it every block of the cluster has
-// started (its shared memory exists) and has not yet passed this phase.
+// started (its shared memory exists) and has arrived at this phase; a peer may leave once its own wait
+// returns, so no block touches a peer's shared memory after the last barrier of the kernel.
 template <int D = 0>
 static inline __device__ void wait_acquire() {
   static_assert(arch_at_least<D>(90), "barrier.cluster.wait needs sm_90");

@@ -209,7 +209,8 @@ struct Tiling2D {
 // >= chunks), so a launch takes exactly chunks + gridDim.x tickets, and the block holding the last one sets the
 // counter back to zero: the next launch on the stream (or the next replay of a graph) starts from zero without a
 // host memset. Launches that may overlap need their own counters. Tiling: count_for_block(), tile(k), tiles, chunk
-// (Tiling2D has them).
+// (Tiling2D has them). Preconditions: a 1-D grid (the reset counts gridDim.x failed claims), and `tiling` outlives
+// the source (it is kept by reference: pass a named Tiling, not a temporary).
 template <class Tiling>
 class TicketSource {
  public:

@@ -563,7 +563,8 @@ class Scheduler {
   // longer than the launch, as a long prologue stretches them), the first block to find the work gone
   // reports, so launches enqueued after this one ends need not be the full tile grid again.
   // After the loop, so it adds no registers across the body, but it changed ptxas's code of some loops
-  // (docs/work_stealing.md); 32-bit arithmetic (slices past 4.29 s saturate).
+  // (docs/work_stealing.md); 32-bit arithmetic (slices past 4.29 s saturate; within per_unit of 2^32 ns the
+  // rounding up wraps and reports fit = 1: slow next launches, never a wrong result).
   __device__ void report_slice(unsigned int done) const {
     if (!submitter() || s_.report == nullptr || blockIdx.x % kReportEvery != 0) return;
     const unsigned long long launch = ptx::grid_id() + 1;  // never 0, the state's initial value
