@@ -57,6 +57,25 @@ def test_power_law_reaches_hundreds_of_thousands_at_full_size_shape():
     assert lens.sum() == 8 << 22 and 100_000 <= lens.max() <= (1 << 22) // 8
 
 
+def test_uniform_rows_are_the_mean_within_25_percent_but_a_few_one_shorter():
+    # docs/spmv.md: 6 to 10 non-zeros at mean 8, about 0.4% of rows 5 (the exact total takes a non-zero off random rows)
+    lens = S.generate("uniform", N, 8, seed=18).lengths
+    assert lens.min() == 5 and lens.max() == 10 and lens.sum() == 8 * N
+    assert 0.002 < (lens == 5).mean() < 0.01
+
+
+def test_nnz_past_the_kernels_int32_headroom_is_refused():
+    # spmv.cuh indexes with int and steps up to 1536 past a row's last non-zero (block_row_sum): a matrix whose last
+    # row ends within that of 2**31 would overflow there, so neither the generators nor build_tiles make one
+    assert S.MAX_NNZ + 2 * S.THREADS * 6 < 2**31
+    with pytest.raises(ValueError, match="int32 offsets"):
+        S.build_tiles(np.array([0, 5, S.MAX_NNZ + 1], np.int64), False)
+    with pytest.raises(ValueError, match="int32 offsets"):
+        S._rows_to_csr("big", np.array([S.MAX_NNZ // 2 + 1, S.MAX_NNZ // 2 + 1]), 1 << 30, np.random.default_rng(0))
+    t = S.build_tiles(np.array([0, 5, S.MAX_NNZ], np.int64), False)  # the most: one long row, ending at MAX_NNZ
+    assert t.tiles.tolist()[-1] == [1, 0, 5, S.MAX_NNZ]
+
+
 def test_gini():
     assert S.gini(np.full(10, 3)) == pytest.approx(0.0)
     assert S.gini(np.array([0, 0, 0, 10])) == pytest.approx(0.75)

@@ -9,8 +9,8 @@ Run: ``cuadv bench spmv`` (``--quick``: 2**19 rows, about 4M non-zeros; full: 2*
 
 The matrices (``spmv_support``, seeded, generated on the host with NumPy): power-law rows (Pareto(1.3)
 lengths, the longest capped at rows / 8), an R-MAT graph (a, b, c = 0.57, 0.19, 0.19, labels scrambled)
-and a uniform one (every row the mean +- 25%), all with mean 8 non-zeros per row, columns sorted and
-unique within each row, values and x uniform in [-1, 1].
+and a uniform one (every row the mean +- 25%, about 0.4% of rows one shorter for the exact total), all with mean 8
+non-zeros per row, columns sorted and unique within each row, values and x uniform in [-1, 1].
 
 The design (one tile body, ``spmv.cuh``; the tile list built on the host, CSR-adaptive style):
   - Short rows (at most 512 non-zeros) are grouped into tiles by their running weight (non-zeros + 2 per

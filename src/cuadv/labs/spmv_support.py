@@ -22,6 +22,10 @@ LONG_NNZ = GROUP_NNZ // 4  # rows longer than this are tiles of their own (build
 STAGE = 2 * GROUP_NNZ  # floats of shared memory: a short-row tile has fewer non-zeros than this
 SLICE_NNZ = 4 * GROUP_NNZ  # "split": rows longer than this become slices of it, summed by the last slice
 WIDEST_NNZ = 4 * GROUP_NNZ  # guided windows (build_tiles): the widest, where the work left is many windows per slot
+# The most non-zeros a matrix may have: int32 offsets and columns, with headroom for spmv.cuh's int index steps past
+# the last one (block_row_sum's base += THREADS * 6 = 1536, register_rows' a + 2 * step, the padding), which
+# would overflow for a row ending within that distance of 2**31
+MAX_NNZ = 2**31 - 2**12
 MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per SM (at most 40 registers: no spill)
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
@@ -105,8 +109,7 @@ def _rows_to_csr(name: str, lens: np.ndarray, n_cols: int, rng: np.random.Genera
     offsets = np.zeros(lens.size + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     nnz = int(offsets[-1])
-    if nnz >= 2**31:
-        raise ValueError(f"{nnz} non-zeros do not fit int32 offsets")
+    _check_nnz(nnz)
     width = n_cols // np.maximum(lens, 1)  # >= 1 as every row length is at most n_cols
     start = np.floor(rng.random(lens.size) * (n_cols - lens * width + 1)).astype(np.int32)
     w = np.repeat(width.astype(np.int32), lens)
@@ -114,6 +117,11 @@ def _rows_to_csr(name: str, lens: np.ndarray, n_cols: int, rng: np.random.Genera
     cols += (rng.random(nnz) * w).astype(np.int32)  # float64: the product stays below w
     cols += np.repeat(start, lens)
     return Csr(name, offsets.astype(np.int32), cols, _values(nnz, rng), n_cols)
+
+
+def _check_nnz(nnz: int) -> None:
+    if nnz > MAX_NNZ:
+        raise ValueError(f"{nnz} non-zeros do not fit int32 offsets with the kernel's headroom (at most {MAX_NNZ})")
 
 
 def _values(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -130,7 +138,8 @@ def power_law(n_rows: int, nnz: int, seed: int, alpha: float = 1.3) -> Csr:
 
 
 def uniform(n_rows: int, nnz: int, seed: int) -> Csr:
-    """Every row about the same length: the mean +- 25%."""
+    """Every row about the same length: the mean +- 25%, but a few rows one shorter (about 0.4% at mean 8: 5 non-zeros),
+    where _exact_total takes its scaled floors' excess off random rows."""
     rng = np.random.default_rng(seed)
     mean = nnz / n_rows
     lens = rng.uniform(0.75 * mean, 1.25 * mean, n_rows)
@@ -158,6 +167,7 @@ def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c:
     mix = _label_hash(scale, rng)
     key = np.sort((mix(src).astype(np.int64) << scale) | mix(dst))
     key = key[np.concatenate(([True], key[1:] != key[:-1]))] if key.size else key
+    _check_nnz(key.size)  # before the int32 offsets below, which would wrap
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(key >> scale, minlength=n), out=offsets[1:])
     return Csr("R-MAT", offsets.astype(np.int32), (key & (n - 1)).astype(np.int32), _values(key.size, rng), n)
@@ -328,13 +338,15 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
     `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
     finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
-    A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz."""
+    A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz.
+    Raises ValueError for a matrix of more than MAX_NNZ non-zeros."""
     if widest is not None and slots < 1:
         raise ValueError(f"slots (the blocks the kernel keeps resident) must be at least 1, got {slots}")
     if not windows_per_slot > 0:
         raise ValueError(f"windows_per_slot must be positive, got {windows_per_slot!r}")
     offsets = np.asarray(offsets, np.int64)
     n = offsets.size - 1
+    _check_nnz(int(offsets[-1]))
     lens = np.diff(offsets)
     long_ = lens > (group // 4 if long_nnz is None else long_nnz)
     weight_end = offsets[1:] + 2 * np.arange(1, n + 1)
