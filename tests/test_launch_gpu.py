@@ -63,6 +63,16 @@ extern "C" __global__ void add_one(float* x, unsigned long long n) {
 extern "C" __global__ void takes_scalars(double* out, float f, double d, int i, unsigned char c) {
   out[0] = f; out[1] = d; out[2] = i; out[3] = c;
 }
+
+// 16 KB of static shared memory beside a dynamic array: past 48 KB in all, the dynamic part needs the opt-in.
+extern "C" __global__ void static_and_dynamic(int* out, int n_dyn) {
+  __shared__ int fixed[4096];
+  extern __shared__ int dyn[];
+  for (int i = threadIdx.x; i < 4096; i += blockDim.x) fixed[i] = i;
+  for (int i = threadIdx.x; i < n_dyn; i += blockDim.x) dyn[i] = 2 * i;
+  __syncthreads();  // both arrays are written before thread 0 reads their last words
+  if (threadIdx.x == 0) out[blockIdx.x] = fixed[4095] + dyn[n_dyn - 1];
+}
 """
 
 
@@ -120,6 +130,17 @@ def test_shared_memory_limit(module, cp):
     # Above 48 KB the kernel's limit is raised, not refused.
     launch(module.kernel("block_ids"), LaunchConfig(grid=2, block=32, shared_mem=100 * 1024), out)
     synchronize()
+
+
+def test_dynamic_shared_memory_beside_static_opts_in_past_48_kb_in_all(module, cp):
+    """16 KB static and 40 KB dynamic: 56 KB in all, so the dynamic limit (48 KB less the static by default) is
+    raised although the dynamic part alone is under 48 KB."""
+    k = module.kernel("static_and_dynamic")
+    assert k.static_shared_bytes == 16 * 1024
+    out = cp.full(2, -1, dtype=cp.int32)
+    launch(k, LaunchConfig(grid=2, block=256, shared_mem=40 * 1024), out, np.int32(10 * 1024))
+    synchronize()
+    assert out.tolist() == [4095 + 2 * (10 * 1024 - 1)] * 2
 
 
 def test_occupancy_queries_and_largest_cluster(module, cp):
@@ -360,3 +381,28 @@ def test_stream_none_goes_on_torchs_current_side_stream():
         launch(add, cfg, x, np.int32(ORDER_N))  # stream=None with a tensor argument: torch's current stream
     side.synchronize()
     assert int(x.min()) == 2 and int(x.max()) == 2
+
+
+def test_stream_none_without_arrays_and_a_torch_event_follow_torchs_side_stream(cp):
+    """No array among the arguments and CuPy on its null stream: None is torch's current stream (a pool stream,
+    not ordered with the legacy one), so time_gpu's stop event follows the work enqueued there and its wait for
+    that event leaves the side stream idle; wait() takes a torch Event, at once where it was never recorded."""
+    torch = pytest.importorskip("torch")
+    from cuadv import time_gpu, wait
+    from cuadv.interop import stream_handle
+
+    spin, _add, cfg = _order_kernels()
+    side = torch.cuda.Stream()
+    x = torch.zeros(ORDER_N, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    ev = torch.cuda.Event()
+    wait(ev)  # never recorded: nothing to wait for
+    with torch.cuda.stream(side):
+        assert stream_handle(None) == side.cuda_stream
+        time_gpu(lambda: launch(spin, cfg, x, np.int32(ORDER_N), np.uint64(20_000_000), stream=side.cuda_stream),
+                 warmup=0, repeats=1)
+        assert side.query()  # the 20 ms spin came before the stop event time_gpu waited for
+        launch(spin, cfg, x, np.int32(ORDER_N), np.uint64(20_000_000), stream=side.cuda_stream)
+        ev.record(side)
+    wait(ev)
+    assert ev.query() and side.query()
