@@ -430,6 +430,38 @@ def test_cupy_non_blocking_stream_orders_with_surrounding_work(cp):
     assert np.array_equal(cp.asnumpy(hist), want)
 
 
+SPIN = r"""
+#include <cuadv/timer.cuh>
+extern "C" __global__ void spin(unsigned long long ns) { cuadv::timer::spin_ns(ns); }
+"""
+
+
+@pytest.mark.parametrize("op", ["bincount", "histogram"])
+def test_a_given_out_is_ordered_after_its_producers_stream(cp, op):
+    """out is filled with 7s on one non-blocking stream behind a 30 ms spin and counted into on another: the count
+    waits for the stream out's CAI v3 names before it zeroes out, so the fill cannot land over the counts. (x is
+    handed over without a stream, CAI v2: CuPy names its current stream for every array, so x would order the
+    count after the fill by itself.)"""
+    from cuadv import LaunchConfig, compile_source, launch
+
+    n, bins = 1_000_003, 1000
+    host = np.arange(n, dtype=np.int32) % bins
+    x_cupy = cp.asarray(host)
+    cp.cuda.Device().synchronize()  # x is ready on every stream
+    cai = {k: v for k, v in x_cupy.__cuda_array_interface__.items() if k != "stream"}
+    x = type("NoStream", (), {"__cuda_array_interface__": {**cai, "version": 2}})()
+    spin = compile_source(SPIN, name="histogram_api_spin").kernel("spin")
+    fill, count = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with fill:
+        out = cp.empty(bins, dtype=cp.int64)
+        launch(spin, LaunchConfig(grid=1, block=32), np.uint64(30_000_000), stream=fill)
+        out.fill(7)  # on fill, after the spin
+        got = (bincount(x, minlength=bins, out=out, stream=count) if op == "bincount"
+               else histogram(x, bins, range=(0, bins), out=out, stream=count)[0])
+    count.synchronize()
+    assert got is out and np.array_equal(cp.asnumpy(out), np.bincount(host, minlength=bins))
+
+
 def test_torch_in_torch_out_and_side_stream():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(11)
