@@ -65,7 +65,9 @@ HISTOGRAM = {
         "two adjacent bins with one 64-bit atomic (half the atomics): 93.7-93.8% against 92.2-92.5% one-shot and "
         "93.6-94.2% against 91.9-92.1% prepared, in the same run (21:15), flush median 7.7 us (11.3 us in the 19:15 "
         "trace of the tree before); claiming the last eighth of the chunks by ticket evened the streams but "
-        "made the blocks' flushes collide (90.5%), and summing a cluster pair's counters first gained nothing"),
+        "made the blocks' flushes collide (90.5%), and summing a cluster pair's counters first gained nothing; "
+        "flushing through the TMA unit (6 bulk reductions per block, 2026-12-05, docs/results/h200-2026-12-05-0140) "
+        "left the flush at 7.9 us: it is bound by the L2's 4.3 M 64-bit reductions, not by the instructions"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
