@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 
 def output_file(text: str) -> str:
@@ -17,12 +18,19 @@ def output_file(text: str) -> str:
     return text
 
 
-def positive_int(text: str) -> int:
-    """A count such as --jobs (argparse type): a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+def whole_number(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least`` (a count such as --jobs, a seed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = whole_number(1)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import interop
 from .._cuda import check, driver
+from ..dims import is_int
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
 from ..interop import DeviceArray, overlaps, writable
@@ -257,7 +258,7 @@ def _check_units(units: Any) -> None:
     """``units`` is None or an int >= 1 (pure: before the occupancy query)."""
     if units is None:
         return
-    if not isinstance(units, (int, np.integer)) or isinstance(units, (bool, np.bool_)):
+    if not is_int(units):
         raise LaunchConfigError(f"units must be an int number of blocks (clusters for dsm and exchange), got "
                                 f"{type(units).__name__} {units!r}")
     if units < 1:

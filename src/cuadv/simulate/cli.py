@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ..app.arg_types import whole_number
 from .model import POLICIES, Machine, SimulationError
 from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
 from .tradeoff import study
@@ -62,19 +63,6 @@ def _sweep_quantum(text: str) -> float:
     return value
 
 
-def _seed(text: str) -> int:
-    """--seed: an integer >= 0, as NumPy's generators take it (argparse type: a usage error, exit 2)."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
-
-
 def register(sub) -> None:
     import argparse
 
@@ -112,7 +100,7 @@ def register(sub) -> None:
                    help="clc: latency of a cancel answer (default %(default)g ns)")
     p.add_argument("--exit-ns", type=float, default=Machine.exit_ns,
                    help="steal: from a failed claim to the slot being free (default %(default)g ns)")
-    p.add_argument("--seed", type=_seed, default=0, help="random seed of the Pareto workload")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="random seed of the Pareto workload")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON on stdout (everything else on stderr)")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..compiler import CompiledModule, shipped
 from ..device import current_device
+from ..dims import is_int
 from ..errors import LaunchConfigError
 from ..kernel import Kernel, max_active_blocks_per_sm
 from ..launching import LaunchConfig, launch
@@ -81,7 +82,7 @@ class TmaCopyConfig:
     def __post_init__(self):
         for name in ("stages", "lookahead", "blocks_per_sm", "chunk", "burst"):
             value = getattr(self, name)  # packed as 32-bit ints: 2.5 would become 2 with no word
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+            if value is not None and not is_int(value):
                 raise LaunchConfigError(f"tma copy: {name} must be an integer; got {value!r}")
         if not 2 <= self.stages <= MAX_STAGES:
             raise LaunchConfigError(f"tma copy: stages must be 2 to {MAX_STAGES}; got {self.stages}")
