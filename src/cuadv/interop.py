@@ -249,9 +249,11 @@ def device_pointer(obj: Any) -> int | None:
     return None
 
 
-def array_device(obj: Any, ptr: int) -> int | None:
+def array_device(obj: Any, ptr: int, *, ask_driver: bool = True) -> int | None:
     """The ordinal of the GPU whose memory holds an array at ``ptr``; None where no one GPU holds it (managed or
-    page-locked host memory, which every GPU reaches) or the driver does not know the address."""
+    page-locked host memory, which every GPU reaches) or the driver does not know the address. CuPy arrays and
+    DLPack producers say where they are; for a bare ``__cuda_array_interface__`` the driver is asked, unless
+    ``ask_driver`` is False (then None: checks that must make no driver call)."""
     ordinal = getattr(getattr(obj, "data", None), "device_id", None)  # CuPy: MemoryPointer.device_id
     if isinstance(ordinal, int):
         return ordinal
@@ -259,7 +261,7 @@ def array_device(obj: Any, ptr: int) -> int | None:
     if dlpack_device is not None:
         kind, ordinal = dlpack_device()
         return int(ordinal) if int(kind) == DLPACK_CUDA else None
-    if not ptr:
+    if not ptr or not ask_driver:
         return None
     drv = driver()
     attrs = drv.CUpointer_attribute

@@ -190,3 +190,43 @@ def test_count_bins_checks_out_x_and_bins_as_histogram_does(raw_engine, kwargs, 
 def test_count_bins_with_a_good_out_gets_past_the_checks(raw_engine):
     with pytest.raises(AssertionError, match="reached the GPU"):  # the occupancy query: the checks let it through
         count_bins(x_of(), 10, out=FakeCupy((10,), "<u4", address=OUT))
+
+
+class OnGpu(FakeCupy):
+    """A CuPy-like array that says which GPU holds it (``data.device_id``), as CuPy's do."""
+
+    def __init__(self, device: int, typestr: str = "<i4"):
+        super().__init__((100,), typestr, address=X)
+        self.data = type("MemoryPointer", (), {"ptr": X, "device_id": device})()
+
+
+class DlpackOnGpu(FakeCupy):
+    """A DLPack producer on a GPU (kDLCUDA) besides its CUDA array interface, as a torch tensor is."""
+
+    def __init__(self, device: int):
+        super().__init__((100,), "<i4", address=X)
+        self._device = device
+
+    def __dlpack_device__(self):
+        return (2, self._device)
+
+
+@pytest.mark.parametrize("x", [OnGpu(1), DlpackOnGpu(1)], ids=["cupy", "dlpack"])
+def test_an_input_on_another_gpu_raises_naming_both(use_gpu, raw_engine, x):
+    """cuadv runs on GPU 0 (CUADV_DEVICE unset): an input in GPU 1's memory would fault in its kernels (or be read
+    over the peer link); every entry point names both GPUs and the way out before the GPU is reached."""
+    text = r"x is in the memory of GPU 1, but cuadv runs on GPU 0; copy it there .* \(CUADV_DEVICE=1\)"
+    for call in (lambda: cuadv.histogram(x, bins=10, range=(0, 10)),
+                 lambda: cuadv.prepare_histogram(x, bins=10, range=(0, 10)),
+                 lambda: cuadv.bincount(x, minlength=10),
+                 lambda: count_bins(x, 10)):
+        with pytest.raises(KernelArgumentError, match=text):
+            call()
+
+
+def test_an_input_on_the_gpu_cuadv_runs_on_is_accepted(monkeypatch, raw_engine):
+    """CUADV_DEVICE=1 with the input on GPU 1: the device check passes (count_bins goes on to the GPU, which this
+    test forbids)."""
+    monkeypatch.setenv("CUADV_DEVICE", "1")
+    with pytest.raises(AssertionError, match="reached the GPU"):
+        count_bins(OnGpu(1), 10, out=FakeCupy((10,), "<u4", address=OUT))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import interop
-from .._cuda import check, driver
+from .._cuda import check, device_ordinal, driver
 from ..dims import is_int
 from ..errors import KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from ..features import require
@@ -27,12 +27,18 @@ from .plans import (CLUSTER_SIZES, CLUSTERED, DTYPES, EXCHANGE_CLUSTER_SIZES, EX
 
 def device_array(obj: Any, what: str) -> DeviceArray:
     """Pointer, element count and dtype of a C-contiguous device array (CUDA array interface or DLPack,
-    read by ``cuadv.interop``). Pure: no GPU call, so every check runs before anything is launched."""
+    read by ``cuadv.interop``) in the memory of cuadv's GPU as far as the array says (CuPy, DLPack). Pure: no GPU
+    call, so every check runs before anything is launched."""
     if isinstance(obj, np.ndarray) or (getattr(obj, "__cuda_array_interface__", None) is None
                                        and not hasattr(obj, "__dlpack__")):
         raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ (CuPy, PyTorch, "
                                   f"Numba), got {type(obj).__name__}")
     arr = interop.device_array(obj, what=what)  # a big-endian array raises there, naming ``what``
+    on, gpu = interop.array_device(obj, arr.ptr, ask_driver=False), device_ordinal()
+    if on is not None and on != gpu:  # the kernels would fault on it (or, with peer access, read it slowly)
+        raise KernelArgumentError(f"{what} is in the memory of GPU {on}, but cuadv runs on GPU {gpu}; copy it there "
+                                  f"(with cupy.cuda.Device({gpu}): cupy.asarray(x)), or run cuadv on GPU {on} "
+                                  f"(CUADV_DEVICE={on})")
     dtype = arr.dtype
     if dtype is None:
         raise TypeError(f"{what} has element type {arr.type_name}, which NumPy does not know")  # as any dtype it lacks
