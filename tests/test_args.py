@@ -169,3 +169,59 @@ def test_struct_instances_are_packed_each_call():
     s.a = 9  # a mutable argument: its current value, not the first one
     packer.pack((s,))
     assert packer.blobs() == [bytes(S(9, 2.0))]
+
+
+class GradTensor:
+    """What cuadv reads of a torch CUDA tensor that requires grad: torch refuses its __cuda_array_interface__
+    (RuntimeError, not AttributeError), while its detached alias, the same memory, gives it."""
+
+    __module__ = "torch"
+
+    def __init__(self, ptr=0xBEEF0000, requires_grad=True):
+        self.ptr, self.requires_grad = ptr, requires_grad
+        self.shape = (4,)
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
+                               "aren't required, use var.detach() to get Variable that doesn't require grad.")
+        return {"data": (self.ptr, False), "shape": self.shape, "typestr": "<f4", "version": 2}
+
+    def detach(self):
+        return GradTensor(self.ptr, requires_grad=False)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_a_tensor_that_requires_grad_passes_its_memory():
+    """Kernel arguments, the array reader and the histogram's input check take a tensor that requires grad (as
+    torch.histc does) through its detached alias: same address, no autograd involvement."""
+    from cuadv.histograms.launcher import device_array as histogram_input
+    from cuadv.interop import cuda_array_interface, device_array, device_pointer
+
+    t = GradTensor()
+    assert cuda_array_interface(t)["data"][0] == 0xBEEF0000
+    assert device_pointer(t) == 0xBEEF0000
+    assert pack_argument(t, 8, 0) == (0xBEEF0000).to_bytes(8, "little")
+    arr = device_array(t)
+    assert (arr.ptr, arr.shape, arr.owner) == (0xBEEF0000, (4,), t)
+    assert histogram_input(t, "x").ptr == 0xBEEF0000
+    assert PackedArguments([t], (8,), device=0).blobs == [(0xBEEF0000).to_bytes(8, "little")]
+    packer = ArgumentPacker((8,), device=0)
+    for ptr in (0xBEEF0000, 0xBEEF0100):  # the plan made for the type, then the cached plan
+        packer.pack((GradTensor(ptr),))
+        assert packer.blobs() == [ptr.to_bytes(8, "little")]
+
+
+def test_other_runtime_errors_of_the_interface_propagate():
+    class Broken:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("broken producer")
+
+    from cuadv.interop import cuda_array_interface
+
+    with pytest.raises(RuntimeError, match="broken producer"):
+        cuda_array_interface(Broken())

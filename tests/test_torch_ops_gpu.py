@@ -59,3 +59,16 @@ def test_tile_op_compiles_and_writes_in_place(torch):
     assert np.array_equal(v.cpu().numpy(), expected) and np.array_equal(out.cpu().numpy(), expected + 1)
     scale(v, 0.5)  # the eager wrapper
     assert np.array_equal(v.cpu().numpy(), expected * 0.5)
+
+
+def test_a_tensor_that_requires_grad_is_counted(torch):
+    """An activation or a parameter (requires_grad) is counted as torch.histc counts it: torch refuses its CUDA
+    array interface, so cuadv reads its detached alias (the same memory)."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = torch.rand(50_001, device="cuda", generator=g).requires_grad_()
+    reference = torch.histc(w.detach(), bins=64, min=0.0, max=1.0).long()
+    assert torch.equal(torch.ops.cuadv.histogram(w, 64, 0.0, 1.0), reference)
+    import cuadv
+
+    counts, edges = cuadv.histogram(w, bins=64, range=(0.0, 1.0))
+    assert torch.equal(counts, reference) and edges.numel() == 65 and not counts.requires_grad

@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import KernelArgumentError
-from .interop import DLPACK_CUDA, DeviceArray, array_device, device_array, device_pointer, library_of
+from .interop import (DLPACK_CUDA, DeviceArray, array_device, cuda_array_interface, device_array, device_pointer,
+                      library_of)
 from .memory import DeviceBuffer
 from .signature import CType, DeclaredParam, Signature
 
@@ -442,7 +443,7 @@ class ArgumentPacker:
             def pack(value: Any) -> None:
                 if type(value) is not kind:
                     raise _TypeChanged
-                cai = getattr(value, "__cuda_array_interface__", None)
+                cai = cuda_array_interface(value)
                 if cai is None:  # e.g. a tensor of the same type in host memory: the canonical path
                     slow(value)
                     return

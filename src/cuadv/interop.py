@@ -142,6 +142,18 @@ def library_of(obj: Any) -> str:
     return "other"
 
 
+def cuda_array_interface(obj: Any) -> dict | None:
+    """``obj.__cuda_array_interface__``, or None where it has none. A torch tensor that requires grad refuses to
+    give one (RuntimeError); its detached alias, the same memory, gives it (cuadv's kernels take no part in
+    autograd, as torch.histc does not)."""
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except RuntimeError:
+        if not getattr(obj, "requires_grad", False):
+            raise
+        return obj.detach().__cuda_array_interface__
+
+
 def device_array(obj: Any, *, stream: int | None = None, what: str = "the array") -> DeviceArray:
     """Describe a device array. ``stream``: the handle cuadv will use the data on; the producer's
     pending work is ordered before it (CAI v3 stream, DLPack stream argument). Raises
@@ -150,7 +162,7 @@ def device_array(obj: Any, *, stream: int | None = None, what: str = "the array"
     if isinstance(obj, np.ndarray):
         raise KernelArgumentError("a NumPy array lives in host memory; copy it to the GPU (cupy.asarray)")
     library = library_of(obj)
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    cai = cuda_array_interface(obj)
     if cai is not None:
         shape = tuple(int(v) for v in cai["shape"])
         typestr = cai["typestr"]
@@ -238,7 +250,7 @@ _TYPES: dict[str, tuple[np.dtype | None, str]] = {}  # typestr -> (dtype or None
 
 def device_pointer(obj: Any) -> int | None:
     """The device address of an array-like, or None if obj is not one (kernel-argument packing)."""
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    cai = cuda_array_interface(obj)
     if cai is not None:
         return int(cai["data"][0])
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
