@@ -494,3 +494,28 @@ def test_named_cluster_variant_without_clusters_names_the_fallback(cp):
         pytest.skip("this GPU has clusters")
     with pytest.raises(UnsupportedFeatureError, match="variant='shared', 'hot' or 'global'"):
         histogram(cp.zeros(10, dtype=cp.int32), 1 << 20, range=(0, 1 << 20), variant="exchange")
+
+
+def test_calls_that_read_min_max_refuse_a_capture_and_leave_the_stream_usable(cp):
+    """histogram without range and bincount read x's min and max back to the host, which a stream being captured
+    into a CUDA graph cannot wait for: they raise naming the way out, the capture ends cleanly (Graph.capture), and
+    the stream then counts as before; with range the same histogram is captured and replayed exactly."""
+    from cuadv.graphs import Graph
+
+    s = cp.cuda.Stream(non_blocking=True)
+    x_host = np.random.default_rng(9).integers(0, 300, size=100_003).astype(np.int32)
+    x = cp.asarray(x_host)
+    cp.cuda.Device().synchronize()
+    with pytest.raises(UnsupportedFeatureError, match=r"cuadv.histogram without range needs x's min and max read "
+                                                      r"back to the host.*fallback: pass range=\(lo, hi\)"):
+        Graph.capture(s, lambda: histogram(x, 64, stream=s))
+    with pytest.raises(UnsupportedFeatureError, match=r"cuadv.bincount .*fallback: cuadv.histograms.count_bins"):
+        Graph.capture(s, lambda: bincount(x, stream=s))
+    with s:
+        assert np.array_equal(cp.asnumpy(bincount(x)), np.bincount(x_host))
+    captured = []
+    graph = Graph.capture(s, lambda: captured.append(histogram(x, 64, range=(0, 300), stream=s)))
+    graph.launch(s.ptr)
+    s.synchronize()
+    assert np.array_equal(cp.asnumpy(captured[0][0]), np.histogram(x_host, 64, range=(0, 300))[0])
+    graph.close()

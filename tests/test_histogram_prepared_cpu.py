@@ -46,7 +46,7 @@ def counting(monkeypatch):
     monkeypatch.setattr(api, "driver", lambda: drv)
     monkeypatch.setattr(api, "free", frees.append)
     monkeypatch.setattr(api, "_order_after_producer", lambda x, stream: None)
-    monkeypatch.setattr(api, "_minmax", lambda src, stream, arch, sm: (src.dtype.type(0),
+    monkeypatch.setattr(api, "_minmax", lambda src, stream, arch, sm, needed_by: (src.dtype.type(0),
                                                                           src.dtype.type(next(state.maxima))))
     monkeypatch.setattr(api, "_aux_launch", lambda *a, **k: None)
     monkeypatch.setattr(api, "_new_output", lambda src, x, length, dtype, stream: FakeCupy((length,), "<i8",

@@ -6,16 +6,22 @@ them in one graph (a plain Python call into cuadv is opaque to Dynamo and breaks
     counts = torch.ops.cuadv.histogram(x, 4096, 0.0, 1.0)
 
     scale = cuadv.torch_ops.tile_op("mylib::scale", kernel, "(Tensor(a!) v, float alpha) -> ()",
-                                    lambda v, alpha: (v.numel() // 1024, (v, v.numel(), alpha)))
+                                    lambda v, alpha: (-(-v.numel() // 1024), (v, v.numel(), alpha)))
     scale(v, 2.0)                                   # or torch.ops.mylib.scale(v, 2.0), also under torch.compile
 
 Each op runs on torch's current stream (cuadv's ``stream=None`` rule) and has a fake (meta) kernel that
 gives torch.compile the output's shape and dtype without running it (and makes the op's cheap checks: bins, dtype,
-rank). Needs torch with CUDA; a CPU tensor raises KernelArgumentError naming torch's own op as the fallback.
+rank). Needs torch with CUDA; given a CPU tensor, ``register()``'s ops raise KernelArgumentError naming torch's own
+op as the fallback, and a tile op (a CUDA kernel only) torch's NotImplementedError. A tensor that requires grad is
+read through its detached alias: the ops take no part in autograd, as torch.histc does not.
+``torch.ops.cuadv.histogram`` is tagged ``cudagraph_unsafe`` (where torch has the tag): without lo and hi it reads
+x's min and max back to the host, which a CUDA graph cannot, so ``torch.compile(mode="reduce-overhead")`` runs the
+graphs that hold it without CUDA graphs.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from .errors import CuadvError, KernelArgumentError
@@ -24,6 +30,7 @@ __all__ = ["register", "tile_op"]
 
 NAMESPACE = "cuadv"
 _libraries: dict[str, Any] = {}  # namespace -> torch.library.Library: an op lives as long as its library
+_defining = threading.Lock()  # one thread at a time checks whether an op exists and defines it
 
 
 def _torch():
@@ -53,13 +60,19 @@ def register() -> None:
     counts, ``cuadv.histogram``'s semantics; the edges are not returned, as ``torch.histc``) and
     ``torch.ops.cuadv.bincount(Tensor x, int minlength=0) -> Tensor``. Calling it again does nothing."""
     torch = _torch()
-    if _defined(f"{NAMESPACE}::histogram"):
-        return
+    with _defining:
+        if not _defined(f"{NAMESPACE}::histogram"):
+            _define_histogram_ops(torch)
+
+
+def _define_histogram_ops(torch) -> None:
     from .histograms.api import bincount, check_bins, check_dtype, histogram
 
     lib = _library(NAMESPACE)
-    lib.define("histogram(Tensor x, int bins, float? lo=None, float? hi=None) -> Tensor")
-    lib.define("bincount(Tensor x, int minlength=0) -> Tensor")
+    unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)  # the min/max pass of a call without lo and hi
+    lib.define("histogram(Tensor x, int bins, float? lo=None, float? hi=None) -> Tensor",
+               tags=(unsafe,) if unsafe is not None else ())
+    lib.define("bincount(Tensor x, int minlength=0) -> Tensor")  # its length is data-dependent: never in a graph
 
     def range_of(lo, hi):
         if (lo is None) != (hi is None):
@@ -111,8 +124,8 @@ def tile_op(qualname: str, kernel: Any, schema: str, launch: Callable[..., tuple
 
     qualname: "namespace::name" (not "cuadv::..."); schema: the op's arguments in torch's schema language, the
     tensors it writes marked ``(a!)``, ``(b!)``, ..., returning ``()``, e.g. ``"(Tensor(a!) v, float alpha) -> ()"``.
-    launch(*op_args) -> (tiles, kernel_args): the tile grid and the kernel's arguments (after the schedule) for one
-    call. Returns a callable that calls ``torch.ops.namespace.name``."""
+    launch(*op_args, **op_kwargs) -> (tiles, kernel_args): the tile grid and the kernel's arguments (after the
+    schedule) for one call. Returns a callable that calls ``torch.ops.namespace.name``."""
     torch = _torch()
     if not isinstance(qualname, str) or not isinstance(schema, str):
         raise TypeError(f"qualname and schema must be str, got {type(qualname).__name__} and {type(schema).__name__}")
@@ -129,21 +142,22 @@ def tile_op(qualname: str, kernel: Any, schema: str, launch: Callable[..., tuple
     if "!" not in schema:
         raise ValueError("mark the tensors the kernel writes with (a!), (b!), ... in the schema, so torch.compile "
                          f"orders them; got {schema!r}")
-    if _defined(qualname):
-        raise ValueError(f"torch.ops.{namespace}.{name} is already defined")
-    lib = _library(namespace)
-    lib.define(name + schema.strip())
 
-    def run(*args):
-        tiles, kernel_args = launch(*args)
+    def run(*args, **kwargs):
+        tiles, kernel_args = launch(*args, **kwargs)
         kernel(tiles, *kernel_args)
 
-    lib.impl(name, run, "CUDA")
-    torch.library.register_fake(qualname, lambda *args: None, lib=lib)  # writes in place: no new tensors
+    with _defining:
+        if _defined(qualname):
+            raise ValueError(f"torch.ops.{namespace}.{name} is already defined")
+        lib = _library(namespace)
+        lib.define(name + schema.strip())
+        lib.impl(name, run, "CUDA")
+        torch.library.register_fake(qualname, lambda *args, **kwargs: None, lib=lib)  # in place: no new tensors
     op = getattr(getattr(torch.ops, namespace), name)
 
-    def call(*args) -> None:
-        op(*args)
+    def call(*args, **kwargs) -> None:
+        op(*args, **kwargs)
 
     call.__name__, call.__doc__ = name, f"torch.ops.{namespace}.{name}{schema}"
     return call

@@ -160,7 +160,7 @@ def test_only_the_length_of_a_bincounts_out_waits_for_the_data(monkeypatch, use_
     """The min/max pass gives the length (21 here); an out of another length raises then, before anything is
     written to it (the driver, the binning kernels and the output allocation fail the test)."""
     monkeypatch.setattr(api, "_order_after_producer", lambda x, stream: None)
-    monkeypatch.setattr(api, "_minmax", lambda src, stream, arch, sm_count: (np.int32(0), np.int32(20)))
+    monkeypatch.setattr(api, "_minmax", lambda src, stream, arch, sm_count, needed_by: (np.int32(0), np.int32(20)))
     with pytest.raises(ValueError, match=r"out must have shape \(21,\), got \(10,\)"):
         cuadv.bincount(x_of(), out=FakeCupy((10,), "<i8", address=OUT), stream=0)
 
@@ -230,3 +230,15 @@ def test_an_input_on_the_gpu_cuadv_runs_on_is_accepted(monkeypatch, raw_engine):
     monkeypatch.setenv("CUADV_DEVICE", "1")
     with pytest.raises(AssertionError, match="reached the GPU"):
         count_bins(OnGpu(1), 10, out=FakeCupy((10,), "<u4", address=OUT))
+
+
+def test_a_min_max_pass_under_a_capture_raises_before_any_launch(monkeypatch):
+    """The min/max pass (histogram without range, bincount) waits on the host, which a stream being captured into a
+    CUDA graph forbids: it raises naming the call and its way out, launching nothing."""
+    monkeypatch.setattr(api, "capturing", lambda stream: True)
+    forbid(monkeypatch, api, "_aux_launch", "copy_to_host")
+    src = launcher.device_array(x_of(), "x")
+    with pytest.raises(UnsupportedFeatureError, match=r"^cuadv.histogram without range needs x's min and max read "
+                                                      r"back to the host, which no CUDA graph capture allows \(got a "
+                                                      r"stream being captured\); fallback: pass range=\(lo, hi\)"):
+        api._minmax(src, 7, "sm_90a", 132, "cuadv.histogram without range: pass range=(lo, hi)")

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from .._cuda import check, driver
-from ..errors import LaunchConfigError
-from ..interop import DeviceArray, data_ptr, overlaps, stream_handle, writable
+from ..errors import LaunchConfigError, UnsupportedFeatureError
+from ..interop import DeviceArray, capturing, data_ptr, overlaps, stream_handle, writable
 from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
@@ -423,8 +423,14 @@ class _Counter:
             self.release(stream)
 
 
-def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int) -> tuple[Any, Any]:
-    """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy."""
+def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int, needed_by: str) -> tuple[Any, Any]:
+    """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy. ``needed_by``
+    names the call and its way out where ``stream`` is being captured into a CUDA graph, which no host read may
+    wait for (the wait would invalidate the capture)."""
+    if capturing(stream):
+        call, fallback = needed_by.split(": ", 1)
+        raise UnsupportedFeatureError(call, "x's min and max read back to the host, which no CUDA graph capture "
+                                      "allows", "a stream being captured", fallback)
     blocks = max(1, min(-(-src.size // AUX_THREADS), 4 * sm_count))
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     try:
@@ -618,7 +624,8 @@ class PreparedHistogram:
             if src.size == 0:
                 edges = np.histogram_bin_edges(np.empty(0, dtype=src.dtype), self.bins)
             else:
-                lo, hi = _minmax(src, h, caps.arch, caps.sm_count)
+                lo, hi = _minmax(src, h, caps.arch, caps.sm_count, "cuadv.histogram without range: pass "
+                                 "range=(lo, hi) (torch.ops.cuadv.histogram: lo and hi)")
                 if not (np.isfinite(lo) and np.isfinite(hi)):
                     raise ValueError(f"autodetected range of [{lo}, {hi}] is not finite")
                 edges = self._edges_for(lo, hi)
@@ -777,7 +784,8 @@ class PreparedBincount:
         caps = self.eng.caps
         length = self.minlength
         if src.size:
-            lo, hi = _minmax(src, h, caps.arch, caps.sm_count)
+            lo, hi = _minmax(src, h, caps.arch, caps.sm_count, "cuadv.bincount (its length is x.max() + 1): "
+                             "cuadv.histograms.count_bins(x, bins, out=...) counts into a length fixed beforehand")
             if lo < 0:
                 raise ValueError(f"'list' argument must have no negative elements (x.min() = {lo})")
             if int(hi) + 1 > MAX_BINS:
