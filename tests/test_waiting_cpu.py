@@ -189,6 +189,20 @@ def test_a_torch_event_is_an_event_and_another_event_class_is_refused():
         waiting.wait(threading.Event())
 
 
+def test_a_device_generic_torch_event_is_an_event_on_cuda_only():
+    """torch.Event (device-generic, torch >= 2.4) names its handle event_id (0 until its first record); one made for
+    another device than CUDA names no CUDA event: TypeError saying so."""
+    class Event:  # as torch.Event names its handle and device
+        def __init__(self, event_id, device="cuda"):
+            self.event_id, self.device = event_id, type("device", (), {"type": device})()
+
+    assert int(waiting._event(Event(0xABC0))) == 0xABC0
+    assert waiting._event(Event(0)) is waiting._NEVER_RECORDED
+    waiting.wait(Event(0))  # returns at once: no GPU needed
+    with pytest.raises(TypeError, match=r"Event of device 'cpu': it names no CUDA event; make it with device='cuda'"):
+        waiting.wait(Event(0, device="cpu"))
+
+
 def test_numpy_numbers_are_timeouts():
     import numpy as np
 
@@ -264,6 +278,28 @@ def test_the_read_ceiling_refuses_a_bad_size_before_the_gpu(monkeypatch, nbytes,
     monkeypatch.setattr(device, "current_device", lambda: pytest.fail("reached the GPU"))
     with pytest.raises(ValueError, match=message):
         timing.read_ceiling(nbytes, repeats)
+
+
+def test_the_copy_ceiling_frees_its_source_when_the_second_buffer_fails(monkeypatch):
+    """copy_ceiling allocates two buffers of 2 GiB: where the second allocation fails (out of memory) the first is
+    freed before the error reaches the caller."""
+    from cuadv import device, timing
+
+    class Driver:
+        def cuMemAlloc(self, nbytes):
+            self.allocs = getattr(self, "allocs", 0) + 1
+            return (0, 0xA000) if self.allocs == 1 else (2, None)  # CUDA_ERROR_OUT_OF_MEMORY the second time
+
+    freed = []
+    monkeypatch.setattr(device, "current_device", lambda: None)
+    monkeypatch.setattr(timing, "driver", Driver)
+    monkeypatch.setattr(timing, "check", lambda result, what: result[1] if result[0] == 0 else
+                        (_ for _ in ()).throw(CudaDriverError(f"{what} failed: out of memory")))
+    monkeypatch.setattr(timing, "free", freed.append)
+    monkeypatch.setattr(timing, "_ceiling", None)
+    with pytest.raises(CudaDriverError, match="cuMemAlloc failed"):
+        timing.copy_ceiling(1 << 31)
+    assert freed == [0xA000]
 
 
 def test_a_copy_from_the_host_waits_bounded_first(monkeypatch):

@@ -233,15 +233,17 @@ def copy_ceiling(nbytes: int = 1 << 31, repeats: int = 20) -> CopyCeiling:
     current_device()
     drv = driver()
     src = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
-    dst = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+    dst = None
     try:
+        dst = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")  # may fail (2 GiB more): src is freed below all the same
         check(drv.cuMemsetD8(src, 0x5A, nbytes), "cuMemsetD8")
         stream = 0
         t = time_gpu(lambda: check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync"),
                      stream=stream, warmup=3, repeats=repeats)
     finally:
         free(src)
-        free(dst)
+        if dst is not None:
+            free(dst)
     _ceiling = CopyCeiling(bytes_per_s=t.rate(2 * nbytes), nbytes=nbytes, timing=t)
     return _ceiling
 

@@ -146,16 +146,21 @@ _NEVER_RECORDED = object()  # _event's answer for a torch Event that holds no CU
 
 def _event(target: Any) -> Any:
     """The CUevent of a CUevent, a cuda.core Event (``handle``), a CuPy Event (``ptr``) or a torch Event
-    (``cuda_event``, 0 until its first record: ``_NEVER_RECORDED``); None for anything else (a stream). TypeError
-    for another class named Event (a threading.Event), which names no CUDA event."""
+    (``torch.cuda.Event``'s ``cuda_event``, the device-generic ``torch.Event``'s ``event_id``; 0 until its first
+    record: ``_NEVER_RECORDED``); None for anything else (a stream). TypeError for another class named Event (a
+    threading.Event) and for a torch.Event of another device than CUDA, which name no CUDA event."""
     drv = driver()
     if isinstance(target, drv.CUevent):
         return target
     if type(target).__name__ == "Event":
-        for attr in ("handle", "ptr", "cuda_event"):
+        for attr in ("handle", "ptr", "cuda_event", "event_id"):
             handle = getattr(target, attr, None)
             if handle is not None:
-                if attr == "cuda_event" and not int(handle):
+                device = getattr(getattr(target, "device", None), "type", "cuda")
+                if attr == "event_id" and device != "cuda":
+                    raise TypeError(f"cannot wait for a {type(target).__module__}.Event of device {device!r}: it "
+                                    "names no CUDA event; make it with device='cuda'")
+                if attr in ("cuda_event", "event_id") and not int(handle):
                     return _NEVER_RECORDED
                 return drv.CUevent(int(handle))
         raise TypeError(f"cannot wait for a {type(target).__module__}.Event: it names no CUDA event; pass a CUevent, "
