@@ -329,3 +329,14 @@ def test_cli_simulate_bad_seed_sweep_and_out_are_usage_errors(tmp_path):
                        (["--out", str(a_file)], "is a file, not a directory")):
         r = cuadv("simulate", "--tiles", "200", *args)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_the_simulator_imports_nothing_above_it():
+    """simulate sits below the CLI (cuadv.app) and the labs: importing it, its command line included, loads neither."""
+    import subprocess
+    import sys
+
+    code = ("import sys, cuadv.simulate, cuadv.simulate.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith(('cuadv.app', 'cuadv.labs'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

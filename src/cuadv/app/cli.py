@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..arch import parse_arch
 from ..errors import CuadvError, NoGpuError
-from .arg_types import output_file, positive_int
+from ..arg_types import output_file, positive_int
 from .exit_codes import EXIT_CODES, EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK, EXIT_USAGE
 from ..report.console import make_console, print_table, progress_bar
 from ..report.results import Table

@@ -195,7 +195,7 @@ def cmd_check(args, console) -> int:
 def register(sub) -> None:
     import argparse
 
-    from .arg_types import output_file, positive_int
+    from ..arg_types import output_file, positive_int
 
     p = sub.add_parser("check", help="run every lab's kernels under compute-sanitizer",
                        description="Run every lab's kernels once at a small size under compute-sanitizer "

@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ..app.arg_types import whole_number
+from ..arg_types import whole_number
 from .model import POLICIES, Machine, SimulationError
 from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
 from .tradeoff import study

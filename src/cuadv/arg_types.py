@@ -1,4 +1,5 @@
-"""argparse types of the CLI's options: a bad value is a usage error (exit 2) before any work."""
+"""argparse types of the command lines (cuadv's CLI and ``cuadv simulate``): a bad value is a usage error (exit 2)
+before any work. Imports nothing of cuadv, so the command line of any layer may use it."""
 
 from __future__ import annotations
 
