@@ -150,7 +150,7 @@ def test_markdown_and_json_carry_the_same_content(written):
     md = paths["report.md"].read_text()
     for title in ["makespan by policy", "preemption", "Selection matrix", "Unsupported features on NVIDIA H200"]:
         assert title in md
-    assert "![timeline_steal.png](timeline_steal.png)" in md
+    assert "![timeline_steal.png](<timeline_steal.png>)" in md
     assert '<a id="lab-scheduling"></a>' in md and "(#lab-scheduling)" in md
     data = json.loads(paths["results.json"].read_text())
     assert [r["lab"] for r in data["results"]] == ["scheduling", "tma", "pdl"]
@@ -173,6 +173,28 @@ def test_report_without_gpu(tmp_path):
     assert "No GPU was used" in text and "capabilities were not read" in text and "no CUDA GPU" in text
 
 
+def test_cells_a_lab_could_not_fill_keep_the_files_readable(tmp_path):
+    """NaN and inf cells (and NumPy numbers): results.json is JSON a strict parser reads (null for them), the HTML
+    sort keys are numbers JavaScript's parseFloat reads, markdown links to a plot whose name has spaces stay links,
+    and an environment record whose packages are no dict still gives a report."""
+    import math
+
+    import numpy as np
+
+    result = LabResult("odd", "Odd cells", tables=[Table("t", ["case", "x"], [["nan", math.nan], ["inf", math.inf],
+                                                                             ["np", np.float64(2.5)]])])
+    result.plots.append("rate plot.png")
+    _plot(tmp_path / "rate plot.png", "rate")
+    report = Report(caps=None, results=[result], environment={"gpu": "fake", "packages": ["not", "a", "dict"]})
+    write_report(report, tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text(),
+                      parse_constant=lambda name: pytest.fail(f"results.json holds {name}, which JSON has not"))
+    assert [row[1] for row in data["results"][0]["tables"][0]["rows"]] == [None, None, 2.5]
+    page = next(tmp_path.glob("*odd*.html")).read_text()
+    assert "data-v='Infinity'" in page and "data-v='2.5'" in page and "data-v='inf'" not in page
+    assert "![rate plot.png](<rate plot.png>)" in (tmp_path / "report.md").read_text()
+
+
 def test_headless_browser_renders_the_report(written, tmp_path):
     chromium = require_chromium()
     shot = screenshot_module()
@@ -190,3 +212,21 @@ def test_blank_screenshot_is_detected(tmp_path):
     shot = screenshot_module()
     mpimg.imsave(tmp_path / "white.png", np.ones((50, 80, 3)))
     assert shot.measure_ink(tmp_path / "white.png").blank
+
+
+def test_terminal_tables_print_brackets_as_text():
+    """A plan name in brackets or a path with '[/]' is printed as it is: the console never reads table text as rich
+    markup (which dropped the plan names of the histogram peers' rows and raised MarkupError on '[/]')."""
+    import io
+
+    from rich.console import Console
+
+    from cuadv.report.console import print_table
+
+    out = io.StringIO()
+    console = Console(file=out, width=300, color_system=None)
+    print_table(console, Table("sizes [/tmp/a[/]b.txt]", ["variant [x]"],
+                               [["cuadv.histogram (auto) [shared (1 block, x16, TMA ring of 6)]"]], note="see [red]x"))
+    text = out.getvalue()
+    for shown in ("sizes [/tmp/a[/]b.txt]", "variant [x]", "[shared (1 block, x16, TMA ring of 6)]", "see [red]x"):
+        assert shown in text

@@ -214,7 +214,11 @@ def test_workload_from_files(tmp_path):
 
 
 @pytest.mark.parametrize("spec, match", [("zipf", "unknown workload 'zipf'"), ("pareto:1", "alpha > 1"),
-                                         ("pareto:x", "unknown workload"), ("periodic:0", "period >= 1"),
+                                         ("pareto:x", "unknown workload"), ("periodic:0", "period that is a whole "
+                                                                                            "number >= 1, got 0"),
+                                         ("periodic:nan", "got nan"), ("periodic:inf", "got inf"),
+                                         ("periodic:1.5", "whole number >= 1, got 1.5"),
+                                         ("periodic:4:nan", "finite factor >= 0, got nan"),
                                          ("missing.npy", "does not exist")])
 def test_bad_workloads(spec, match):
     with pytest.raises(SimulationError, match=match):
@@ -340,3 +344,18 @@ def test_the_simulator_imports_nothing_above_it():
             "print(sorted(m for m in sys.modules if m.startswith(('cuadv.app', 'cuadv.labs'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_seed_reaches_every_random_workload_and_the_tables(tmp_path, monkeypatch):
+    """--seed moves the pareto workload and the preemption scenario alike: the timeline of the preemption (whose
+    title gives the wait) is simulated on the trade-off table's workload of the same seed, and the parameters table
+    names the seed."""
+    from cuadv.simulate import tables
+
+    s = study(Machine(4, 2), workload="pareto:1.5", tiles=400, tile_us=20.0, prologue_us=5.0, seed=7)
+    assert ["seed of the random workloads", 7] in tables.parameters_table(s).rows
+    seeds = []
+    real = tables.preemption_workload
+    monkeypatch.setattr(tables, "preemption_workload", lambda *a: seeds.append(a[2:]) or real(*a))
+    tables.write_timelines(s, tmp_path)
+    assert seeds == [(7,)]

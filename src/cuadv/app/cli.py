@@ -160,7 +160,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
                           timeout_s=args.timeout)
         nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
-        console.print(f"{reason}: running what needs no GPU (build check, simulator)")
+        console.print(f"{reason}: running what needs no GPU (build check, simulator)", markup=False)
         report = Report(caps=None, results=[], command=command, environment=collect_environment(None))
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
         nothing_ran = False  # the GPU-free parts run (--require-gpu makes this exit EXIT_NO_GPU above)
@@ -171,7 +171,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
         for t in r.tables:
             print_table(console, t)
     paths = write_report(report, out)
-    console.print("report: " + ", ".join(str(p) for p in paths))
+    console.print("report: " + ", ".join(str(p) for p in paths), markup=False)
     if getattr(args, "json", False):
         print(json.dumps(report.as_dict(), indent=2, default=str))  # stdout: JSON only (the rest went to stderr)
     failed = [r.lab for r in report.results if r.status == "failed"]
@@ -237,7 +237,7 @@ def cmd_cache(args, console: Console) -> int:
         if args.json:
             print(json.dumps({"path": _path_or_none(where), "removed": removed}, indent=2))
         else:
-            console.print(f"removed {removed} entries from {_where(where)}")
+            console.print(f"removed {removed} entries from {_where(where)}", markup=False)
         return EXIT_OK
     u = cache.usage()
     if args.json:

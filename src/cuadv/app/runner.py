@@ -64,7 +64,7 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
             report.results.append(result)
             # A line per lab on stdout, also where no terminal shows the bar (logs, CI).
             console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"
-                          + (f" ({result.reason})" if result.reason else ""))
+                          + (f" ({result.reason})" if result.reason else ""), markup=False)
             bar.advance(task)
     return report
 

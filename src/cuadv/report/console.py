@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.progress import Progress
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from .results import Table, fmt
 
@@ -34,16 +35,18 @@ def progress_bar(console: Console, *columns, **kwargs) -> Progress:
 
 
 def print_table(console: Console, table: Table) -> None:
-    t = RichTable(title=table.title, title_justify="left")
+    """The table as text: titles, cells and notes are printed as they are, never read as rich markup (a plan name
+    "[shared (1 block, x16)]" or a path with brackets would be dropped or raise MarkupError)."""
+    t = RichTable(title=Text(table.title), title_justify="left")
     for c in table.columns:
-        t.add_column(c, justify="left" if c == table.columns[0] else "right")
+        t.add_column(Text(c), justify="left" if c == table.columns[0] else "right")
     for row in table.rows:
-        t.add_row(*[fmt(c) for c in row])
+        t.add_row(*[Text(fmt(c)) for c in row])
     if not console.is_terminal:
         _fit(console, t)
     console.print(t)
     if table.note:
-        console.print(f"[dim]{table.note}[/]")
+        console.print(Text(table.note, style="dim"))
 
 
 def _fit(console: Console, table: RichTable) -> None:

@@ -49,7 +49,8 @@ def environment_line(env: dict | None) -> str:
     """One line: GPU, driver, Python, cuda-core, CuPy (the rest is in the table)."""
     if not env:
         return ""
-    pk = env.get("packages") or {}
+    pk = env.get("packages")
+    pk = pk if isinstance(pk, dict) else {}  # as environment_table reads it: whatever keys the record holds
     bits = [env.get("gpu"), env.get("driver_version") and f"driver {env['driver_version']}",
             env.get("python") and f"Python {env['python']}",
             pk.get("cuda-core") and f"cuda-core {pk['cuda-core']}", env.get("nvrtc") and f"NVRTC {env['nvrtc']}",

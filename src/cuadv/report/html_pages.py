@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import csv
 import html
+import math
+import numbers
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+import numpy as np
 
 from .results import LabResult, Table, fmt
 
@@ -132,9 +136,10 @@ def _cell_html(value) -> str:
     text = esc(fmt(value))
     if isinstance(value, str) and value in ("ok", "failed", "skipped"):
         return f"<td class='text {value}'>{text}</td>"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        sort_key = "" if value != value else f" data-v='{value!r}'"  # NaN: sorts as its text
-        return f"<td class='num'{sort_key}>{text}</td>"
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):  # NumPy's numbers too
+        v = float(value)  # the sort key JavaScript's parseFloat reads: "Infinity", never "inf" or "np.float64(2.5)"
+        key = "" if v != v else f" data-v='{'Infinity' if v == math.inf else '-Infinity' if v == -math.inf else repr(v)}'"
+        return f"<td class='num'{key}>{text}</td>"  # NaN: no key, sorts as its text
     return f"<td class='text'>{text}</td>"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -97,13 +99,19 @@ def spread_map(fn: Callable[[float], float], value: float) -> float:
 
 
 def json_cells(value: Any) -> Any:
-    """``value`` with every Spread inside it (lists, dicts) as {"median", "p10", "p90"}, for results.json."""
+    """``value`` with every Spread inside it (lists, dicts) as {"median", "p10", "p90"}, NumPy floats as floats and
+    a number that is not finite (NaN, inf: a cell a lab could not fill) as null, so results.json is JSON that any
+    reader parses (JSON has no NaN)."""
     if isinstance(value, Spread):
-        return value.as_json()
+        return json_cells(value.as_json())
     if isinstance(value, dict):
         return {k: json_cells(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_cells(v) for v in value]
+    if isinstance(value, float) or getattr(getattr(value, "dtype", None), "kind", None) == "f" \
+            and not getattr(value, "shape", ()):
+        value = float(value)
+        return value if math.isfinite(value) else None
     return value
 
 

@@ -176,7 +176,7 @@ def write_markdown(report: Report, path: Path) -> None:
         out.append("")
         for t in r.tables:
             out += [table_markdown(t), ""]
-        out += [f"![{Path(p).name}]({p})" for p in r.plots]
+        out += [f"![{Path(p).name}](<{p}>)" for p in r.plots]  # <...>: a name with spaces stays one link (CommonMark)
         if r.selection:
             out += ["", table_markdown(selection_cells(r)), ""]
         out.append("")

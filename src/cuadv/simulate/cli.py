@@ -15,6 +15,7 @@ from .tradeoff import study
 
 def cmd_simulate(args, console) -> int:
     from ..report.console import print_table
+    from ..report.results import json_cells
 
     policies = POLICIES if not args.policy or "all" in args.policy else tuple(dict.fromkeys(args.policy))
     try:
@@ -39,12 +40,13 @@ def cmd_simulate(args, console) -> int:
         tables.append(sweep_table(s))
     for t in tables:
         print_table(console, t)
-    data = json.dumps([asdict(t) for t in tables], indent=2, default=str)
+    data = json.dumps(json_cells([asdict(t) for t in tables]), indent=2, default=str)
     if args.out:
         out = Path(args.out)
         names = write_timelines(s, out)
         (out / "simulate.json").write_text(data)
-        console.print(f"timelines and tables: {', '.join(str(out / n) for n in names)}, {out / 'simulate.json'}")
+        console.print(f"timelines and tables: {', '.join(str(out / n) for n in names)}, {out / 'simulate.json'}",
+                      markup=False)
     if args.json:
         print(data)  # stdout: JSON only (the tables and messages above went to stderr)
     return 0
@@ -100,7 +102,8 @@ def register(sub) -> None:
                    help="clc: latency of a cancel answer (default %(default)g ns)")
     p.add_argument("--exit-ns", type=float, default=Machine.exit_ns,
                    help="steal: from a failed claim to the slot being free (default %(default)g ns)")
-    p.add_argument("--seed", type=whole_number(0), default=0, help="random seed of the Pareto workload")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="random seed of the random workloads (pareto, the standard ones of the trade-off table, the "
+                   "preemption scenario's jitter)")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON on stdout (everything else on stderr)")

@@ -16,7 +16,7 @@ from .workloads import PERIODIC_FACTOR
 def parameters_table(s: Study) -> Table:
     m = s.machine
     rows = [["SMs x slots per SM", f"{m.sms} x {m.slots_per_sm} = {m.slots}"],
-            ["tiles", s.tiles], ["workload", s.workload], ["mean tile (us)", float(s.durations_ns.mean() / 1e3) if s.tiles else 0.0],
+            ["tiles", s.tiles], ["workload", s.workload], ["seed of the random workloads", s.seed], ["mean tile (us)", float(s.durations_ns.mean() / 1e3) if s.tiles else 0.0],
             ["longest tile (us)", float(s.durations_ns.max() / 1e3) if s.tiles else 0.0],
             ["prologue (us)", s.prologue_ns / 1e3], ["heavy prologue (us)", s.heavy_prologue_ns / 1e3],
             ["steal quantum (us)", _us(s.quantum_ns).removesuffix("us")],
@@ -101,7 +101,7 @@ def write_timelines(s: Study, out_dir: Path, prefix: str = "sim_timeline", label
         names.append(name)
     steal = next((r for r in s.rows if r.variant.policy == "steal" and r.variant.quantum_ns != NEVER), None)
     if steal is not None:
-        low = preemption_workload(s.tiles, s.tile_ns)
+        low = preemption_workload(s.tiles, s.tile_ns, s.seed)  # the tables' scenario, so the title agrees with them
         p = preemption(s.machine, low, steal.variant, s.prologue_ns, s.tile_ns, full=True)
         trace = p.result.trace()
         t0 = float(trace.records["start_ns"].min()) if len(trace.records) else 0.0

@@ -109,6 +109,7 @@ class Study:
     rows: list[TradeoffRow]
     sweep: list[tuple[float, float, Preemption]] = field(default_factory=list)  # (quantum, heavy ratio, preemption)
     seconds: float = 0.0
+    seed: int = 0  # of the random workloads (the given one, the standard ones, the preemption scenario's)
 
 
 def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, tile_us: float = 20.0,
@@ -147,7 +148,7 @@ def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, t
         heavy = run_variant(machine, uniform, v, heavy_ns)
         sweep.append((v.quantum_ns, _ratio(heavy, uniform, machine), preemption(machine, low, v, prologue_ns, tile_ns)))
     return Study(machine, tiles, tile_ns, prologue_ns, heavy_ns, quantum_ns, workload, durations, runs, rows, sweep,
-                 time.perf_counter() - t0)
+                 time.perf_counter() - t0, seed)
 
 
 def _ratio(result: SimResult, durations: np.ndarray, machine: Machine) -> float:

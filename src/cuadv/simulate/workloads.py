@@ -43,10 +43,12 @@ def make_workload(spec: str, tiles: int, tile_ns: float, machine: Machine, seed:
     if name == "triangular" and not params:
         return 2.0 * tile_ns * np.arange(1, tiles + 1, dtype=np.float64) / (tiles + 1)
     if name == "periodic" and values is not None and len(values) <= 2:
+        if values and not (math.isfinite(values[0]) and values[0] == int(values[0]) and values[0] >= 1):
+            raise SimulationError(f"periodic needs a period that is a whole number >= 1, got {values[0]:g}")
         period = int(values[0]) if values else machine.slots
         factor = values[1] if len(values) > 1 else PERIODIC_FACTOR
-        if period < 1 or not factor >= 0:
-            raise SimulationError(f"periodic needs a period >= 1 and a factor >= 0, got {period} and {factor}")
+        if not (math.isfinite(factor) and factor >= 0):
+            raise SimulationError(f"periodic needs a finite factor >= 0, got {factor:g}")
         d = np.full(tiles, float(tile_ns))
         d[::period] *= factor
         return d
