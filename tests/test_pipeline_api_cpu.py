@@ -239,3 +239,10 @@ def test_a_single_row_may_report_any_row_stride():
     for stride in (0, 4):
         g = grid((1, 8), strides=(stride, 4))
         assert (g.rows, g.cols, g.pitch) == (1, 8, 8) and g.tma_loadable
+
+
+def test_the_built_variants_are_a_public_name():
+    """The function cuadv.pipeline.stencil hides the submodule of that name, so the list of built configurations the
+    docs and messages name is cuadv.pipeline.BUILT_VARIANTS: every named variant is among them."""
+    assert pipeline.BUILT_VARIANTS and all(v in pipeline.BUILT_VARIANTS for v in pipeline.STENCIL_VARIANTS.values())
+    assert "BUILT_VARIANTS" in pipeline.__all__

@@ -23,10 +23,12 @@ from .stencil import (
     SYNC, VARIANTS, Grid2D, Stencil, Trace, Variant, reference, tile, tma,
 )
 
-__all__ = ["stencil", "prepare_stencil", "PreparedStencil", "Stencil", "Variant", "STENCIL_VARIANTS", "Trace",
-           "reference", "header_path"]
+__all__ = ["stencil", "prepare_stencil", "PreparedStencil", "Stencil", "Variant", "STENCIL_VARIANTS", "BUILT_VARIANTS",
+           "Trace", "reference", "header_path"]
 
-# The named variants of the public op (any other Variant of cuadv.pipeline.stencil.VARIANTS may be passed too).
+BUILT_VARIANTS: tuple[Variant, ...] = VARIANTS  # every Variant the shipped module has a kernel for (the lab's sweep)
+
+# The named variants of the public op (any other Variant of BUILT_VARIANTS may be passed too).
 # Figures: 16384 x 16384 float32 on the H200, % of the copy ceiling (docs/results/h200-2026-12-01-0920).
 STENCIL_VARIANTS: dict[str, Variant] = {
     "tma_store": tma(3, 64, store=True, chunk=2, tickets=True),  # 92.9%: TMA loads and stores, tickets
@@ -76,11 +78,11 @@ def _device_has_tma() -> tuple[bool, str]:
 
 def _named(name: Any) -> Variant | None:
     """The variant ``name`` stands for (None: 'auto'); ValueError for anything else, and for a Variant whose kernel
-    is not built (the shipped module holds those of ``cuadv.pipeline.stencil.VARIANTS`` only)."""
+    is not built (the shipped module holds those of ``cuadv.pipeline.BUILT_VARIANTS`` only)."""
     if isinstance(name, Variant):
         if name not in VARIANTS:
             raise ValueError(f"variant {name.label} has no built kernel: a Variant must be one of "
-                             "cuadv.pipeline.stencil.VARIANTS (or name one of "
+                             "cuadv.pipeline.BUILT_VARIANTS (or name one of "
                              f"{', '.join(map(repr, STENCIL_VARIANTS))})")
         return name
     if isinstance(name, str) and (name == "auto" or name in STENCIL_VARIANTS):
@@ -217,7 +219,7 @@ def stencil(x: Any, out: Any = None, *, c_center: float, c_neighbour: float,
     ``out``: a float32 device array of x's shape (may be pitched; must not overlap x), or None for a new one in x's
     library (torch in, torch out; anything else, CuPy). ``variant``: 'auto' (the fastest measured that this GPU and
     these arrays allow), 'tma_store', 'tma', 'thread', 'mbar', 'sync', or a cuadv.pipeline.Variant of
-    cuadv.pipeline.stencil.VARIANTS. ``stream``:
+    cuadv.pipeline.BUILT_VARIANTS. ``stream``:
     None for the current stream of x's library. Returns ``out``. For repeated calls use prepare_stencil."""
     return prepare_stencil(x, out, c_center=c_center, c_neighbour=c_neighbour, variant=variant,
                            stream=stream)(x, out, stream=stream)

@@ -384,7 +384,7 @@ class Stencil:
         expression = variant.expression(align)
         if expression not in self.module.lowered_names:
             raise LaunchConfigError(f"{variant.label}: kernel {expression} is not among those built (the kernels "
-                                    "of cuadv.pipeline.stencil.VARIANTS)")
+                                    "of cuadv.pipeline.BUILT_VARIANTS)")
         return self.module.kernel(expression)
 
     def blocks_per_sm(self, variant: Variant, align: int) -> int:
