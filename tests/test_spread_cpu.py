@@ -98,3 +98,12 @@ def test_a_lab_table_from_timings_carries_their_spread_to_every_output(tmp_path)
     with open(tmp_path / "rep" / "lab-histogram-2.csv") as f:
         csv_row = next(r for r in csv.reader(f) if r[3] == "shared (1 block, x32)")
     assert float(csv_row[5]) == 0.5 and float(csv_row[6]) == pytest.approx(want_gbps[0])
+
+
+def test_a_spread_of_no_samples_is_nan_shown_as_a_dash():
+    import math
+
+    from cuadv.report.results import Spread, fmt
+
+    s = Spread.of([])
+    assert math.isnan(s) and math.isnan(s.p10) and math.isnan(s.p90) and fmt(s) == "-"

@@ -78,10 +78,13 @@ class Spread(float):
 
     @classmethod
     def of(cls, samples) -> "Spread":
-        """Of any sequence of numbers, e.g. a ``Timing``'s samples: ``Spread.of(time_gpu(fn).samples)``."""
+        """Of any sequence of numbers, e.g. a ``Timing``'s samples: ``Spread.of(time_gpu(fn).samples)``. No samples:
+        NaN throughout (a cell shown as "-")."""
         import numpy as np
 
         a = np.asarray(samples, dtype=np.float64)
+        if a.size == 0:
+            return cls(math.nan, math.nan, math.nan)
         return cls(float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)))
 
     def as_json(self) -> dict:
@@ -116,9 +119,10 @@ def json_cells(value: Any) -> Any:
 
 
 def fmt(value: Any) -> str:
-    """A table cell as text: 3 significant figures for floats; a Spread as ``median (p10-p90)``."""
+    """A table cell as text: floats to 3 significant figures below 1,000 and as whole numbers with thousands
+    separators from there (96,006); NaN as "-"; a Spread as ``median (p10-p90)``."""
     if isinstance(value, Spread):
-        return f"{fmt(float(value))} ({fmt(value.p10)}-{fmt(value.p90)})"
+        return "-" if value != value else f"{fmt(float(value))} ({fmt(value.p10)}-{fmt(value.p90)})"
     if isinstance(value, float):
         if value != value:
             return "-"
