@@ -3,9 +3,9 @@ up to 227 KB of shared memory per SM; the kernels around them in a timed call (t
 event, the widening pass after a count) ask for none, and a kernel whose carveout differs from what an SM is set
 to cannot start there until the SM is reconfigured (CUDA Programming Guide, "Shared Memory" of compute capability
 9.0: the carveout is a per-kernel preference). Alternated rounds, in one process: `default` (as the lab runs), and
-`max-shared` (the spin kernel and the widening passes prefer the largest shared-memory
-carveout, so no SM changes its split between them and a histogram; the read-only kernel keeps its default). Prints per round the read-only ceiling and, per case, the
-one-shot and prepared medians and their % of that round's ceiling.
+`max-shared` (the spin kernel and the widening passes prefer the largest shared-memory carveout, so no SM changes
+its split between them and a histogram; the read-only kernel keeps its default). Prints per round the read-only
+ceiling and, per case, the one-shot and prepared medians and their % of that round's ceiling.
 
     PYTHONPATH=src python3 scripts/hist_carveout_probe.py [--rounds=2]
 """

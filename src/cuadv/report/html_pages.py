@@ -137,9 +137,10 @@ def _cell_html(value) -> str:
     if isinstance(value, str) and value in ("ok", "failed", "skipped"):
         return f"<td class='text {value}'>{text}</td>"
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):  # NumPy's numbers too
-        v = float(value)  # the sort key JavaScript's parseFloat reads: "Infinity", never "inf" or "np.float64(2.5)"
-        key = "" if v != v else f" data-v='{'Infinity' if v == math.inf else '-Infinity' if v == -math.inf else repr(v)}'"
-        return f"<td class='num'{key}>{text}</td>"  # NaN: no key, sorts as its text
+        v = float(value)
+        shown = "Infinity" if v == math.inf else "-Infinity" if v == -math.inf else repr(v)  # as parseFloat reads
+        key = "" if v != v else f" data-v='{shown}'"  # NaN: no key, sorts as its text
+        return f"<td class='num'{key}>{text}</td>"
     return f"<td class='text'>{text}</td>"
 
 

@@ -83,8 +83,9 @@ def register(sub) -> None:
                    help="uniform | pareto[:alpha] | triangular | periodic[:period[:factor]] | FILE.npy/.txt of "
                         "per-tile microseconds (default pareto:1.5)")
     p.add_argument("--tiles", type=int, default=42_240, help="number of tiles (default 42240)")
-    p.add_argument("--tile-us", type=float, default=20.0, help="tile duration, microseconds (default 20): the mean of uniform and pareto, the base "
-                   "tile of periodic and triangular's mean; a file's durations are its own")
+    p.add_argument("--tile-us", type=float, default=20.0,
+                   help="tile duration, microseconds (default 20): the mean of uniform, pareto and triangular, the "
+                        "base tile of periodic; a file's durations are its own")
     p.add_argument("--sms", type=int, default=132, help="SMs (default 132, an H200)")
     p.add_argument("--slots", type=int, default=8, help="resident blocks per SM, the kernel's occupancy (default 8)")
     p.add_argument("--prologue-us", type=float, default=5.0, help="prologue per running block (default 5)")
