@@ -104,8 +104,9 @@ def register(sub) -> None:
                    help="clc: latency of a cancel answer (default %(default)g ns)")
     p.add_argument("--exit-ns", type=float, default=Machine.exit_ns,
                    help="steal: from a failed claim to the slot being free (default %(default)g ns)")
-    p.add_argument("--seed", type=whole_number(0), default=0, help="random seed of the random workloads (pareto, the standard ones of the trade-off table, the "
-                   "preemption scenario's jitter)")
+    p.add_argument("--seed", type=whole_number(0), default=0,
+                   help="seed of the random workloads (pareto, the trade-off table's standard ones, the preemption "
+                        "scenario's jitter)")
     p.add_argument("--out", default="cuadv-simulate", help="directory for timeline PNGs and simulate.json "
                                                            "('' to write nothing)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON on stdout (everything else on stderr)")

@@ -16,7 +16,8 @@ from .workloads import PERIODIC_FACTOR
 def parameters_table(s: Study) -> Table:
     m = s.machine
     rows = [["SMs x slots per SM", f"{m.sms} x {m.slots_per_sm} = {m.slots}"],
-            ["tiles", s.tiles], ["workload", s.workload], ["seed of the random workloads", s.seed], ["mean tile (us)", float(s.durations_ns.mean() / 1e3) if s.tiles else 0.0],
+            ["tiles", s.tiles], ["workload", s.workload], ["seed of the random workloads", s.seed],
+            ["mean tile (us)", float(s.durations_ns.mean() / 1e3) if s.tiles else 0.0],
             ["longest tile (us)", float(s.durations_ns.max() / 1e3) if s.tiles else 0.0],
             ["prologue (us)", s.prologue_ns / 1e3], ["heavy prologue (us)", s.heavy_prologue_ns / 1e3],
             ["steal quantum (us)", _us(s.quantum_ns).removesuffix("us")],
