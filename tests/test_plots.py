@@ -108,3 +108,21 @@ def test_timeline_rows_split_per_slot_and_other_kernels_drawn(tmp_path):
     sm0 = sorted(y for s, x, y in boxes if s == "" and y < 0.5)
     assert len(sm0) == 2 and sm0[0] != sm0[1]  # two slots on SM 0
     assert [(s, x) for s, x, _ in boxes if s] == [("high-priority kernel's tiles", 4.0)]
+
+
+def test_another_kernels_tiles_beside_this_ones_on_an_sm_get_their_own_lane(tmp_path):
+    """A high-priority tile that runs on SM 0 while a low-priority tile runs there is drawn in its own lane, not
+    over the other; the SM axis reaches the other kernel's highest SM."""
+    import csv
+
+    low = np.zeros(1, TRACE_DTYPE)
+    low["smid"], low["start_ns"], low["end_ns"] = 0, 0, 10_000
+    high = np.zeros(2, TRACE_DTYPE)
+    high["smid"], high["start_ns"], high["end_ns"] = [0, 5], [2_000, 0], [4_000, 1_000]
+    a, b = Trace("steal", (1, 1, 1), records=low), Trace("fixed_work", (2, 1, 1), records=high)
+    plot_sm_timeline(a, tmp_path / "t.png", "t", others=[(b, "high")])
+    boxes = [(r["series"], round(float(r["y"]), 3)) for r in csv.DictReader((tmp_path / "t.csv").open())
+             if r["kind"] == "box"]
+    sm0 = [y for _, y in boxes if y < 0.5]
+    assert len(sm0) == 2 and sm0[0] != sm0[1]  # the low tile and the high one on SM 0: two lanes
+    assert any(y > 4.5 for s, y in boxes if s == "high")  # SM 5's tile, within the axis (its limit: every kernel's SMs)

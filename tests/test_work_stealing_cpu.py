@@ -855,3 +855,18 @@ def test_a_bad_argument_raises_before_a_trace_fill_or_a_counter_memset(fake_occu
     k(1000, Array("<f4"), stream=7, trace=trace)
     ahead = ([("poison", 7)] if trace else []) + ([("memset", 7)] if policy == "atomic_counter" else [])
     assert enqueued == ahead + [("kernel", 7)]
+
+
+def test_heaviest_first_refuses_costs_that_are_not_finite():
+    """A NaN cost would sort as the lightest and be handed out last: refused, naming the unit."""
+    from cuadv.work_stealing.trace import TileOrder
+
+    for bad in (math.nan, math.inf):
+        with pytest.raises(LaunchConfigError, match=r"tile costs must be finite numbers; unit 1 costs"):
+            TileOrder.heaviest_first([1.0, bad, 5.0])
+
+
+def test_a_schedules_second_state_must_fit_the_address_space():
+    with pytest.raises(LaunchConfigError, match=r"state_ptr = 0xfffffffffffffff8 with phase 1 puts the second state"):
+        Schedule(tiles=8, cluster=1, state_ptr=2**64 - 8, phase=1)
+    Schedule(tiles=8, cluster=1, state_ptr=2**64 - 8, phase=0)  # the first state is the one used

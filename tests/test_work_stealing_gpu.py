@@ -420,3 +420,37 @@ def test_stream_none_follows_a_torch_side_stream():
         doubled = count * 2  # torch on the side stream, after the kernels
     side.synchronize()
     assert bool((doubled == 4).all()) and int(count.sum()) == 2 * tiles
+
+
+def test_a_captured_traced_launch_keeps_its_order_and_trace_for_the_graph(cp):
+    """trace=True and order= in a launch captured into a graph: the caller keeps neither the TileOrder nor the
+    Trace's buffer alive, yet every replay reads the order and writes the trace (the launch holds both for the
+    graph); the Trace reads the buffer again at each access, so it shows each finished replay's records."""
+    import gc
+
+    from cuadv import TileOrder
+    from cuadv.graphs import Graph
+
+    policy = "steal" if "steal" in policies() else "fixed_work"
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy=policy, block=64, name="captured_trace")
+    tiles = 5_003
+    count = cp.zeros(tiles, dtype=cp.uint32)
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    k(tiles, count, prologues, stream=stream)  # compiles outside the capture
+    stream.synchronize()
+    traces = []
+    graph = Graph.capture(stream, lambda: traces.append(
+        k(tiles, count, prologues, trace=True, order=TileOrder(np.arange(tiles)[::-1].copy()), stream=stream)))
+    trace = traces[0]
+    assert trace.captured
+    gc.collect()  # the TileOrder made in the lambda has no Python reference left
+    for replay in range(2):
+        poison = cp.full(tiles * 3, 0xFFFFFFFFFFFFFFFF, dtype=cp.uint64)  # reuses freed memory, if any was freed
+        graph.launch(stream)
+        stream.synchronize()
+        del poison
+        assert trace.written.all() and trace.makespan_ns > 0, replay
+    assert (cp.asnumpy(count) == 1 + 2).all()  # every tile once per launch: the order was read intact
+    graph.close()

@@ -34,7 +34,9 @@ class Schedule(StructArgument):
     """The scheduler's kernel parameter (cuadv::ws::Schedule). ``tiles`` and ``cluster``: an int or 1 to 3 ints
     (x, y, z; missing ones 1), as every cuadv shape; at least one tile per axis (a launch with no tiles must not
     be made), within the grid limits, the cluster 1 to 16 blocks dividing the tile grid. Every field is checked
-    here, so a bad one raises naming it rather than when the launch packs it."""
+    here, so a bad one raises naming it rather than when the launch packs it. A kernel of your own that runs
+    ``Scheduler<Steal>`` takes at most ``MAX_STEAL_UNITS`` (2^31 - 1) units (its 32-bit tickets), which a Schedule,
+    knowing no policy, does not check: ``TileKernel`` does (``check_steal_units``)."""
 
     LAYOUT: ClassVar[np.dtype] = SCHEDULE_DTYPE
 
@@ -78,6 +80,9 @@ class Schedule(StructArgument):
                 raise LaunchConfigError(f"Schedule {name} = {value} is outside [0, {limit}]")
         if not isinstance(self.count_exits, (bool, np.bool_)):
             raise TypeError(f"Schedule count_exits must be True or False, got {self.count_exits!r}")
+        if self.phase and self.state_ptr > 2**64 - 1 - STEAL_STATE_BYTES:  # the second state of the pair (state)
+            raise LaunchConfigError(f"Schedule state_ptr = {self.state_ptr:#x} with phase 1 puts the second state past "
+                                    "the 64-bit address space")
 
     @property
     def state(self) -> int:

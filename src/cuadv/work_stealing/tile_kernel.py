@@ -51,6 +51,7 @@ _pool = StatePool("work stealing")  # the TileKernel scheduler's counters
 # atomic_counter's counters, zeroed by a memset (a memset node in a capture) before every launch: a pool of their own,
 # so the steal counters (which reset themselves) never see a value left by one; every captured launch takes a slot.
 _counters = StatePool("the atomic-counter scheduler", slots=4096)
+_CAPTURED_BUFFERS: list[tuple] = []  # (trace buffer, TileOrder) of launches captured into graphs, never freed
 
 
 @dataclass(frozen=True)
@@ -336,13 +337,18 @@ class TileKernel:
                 launcher(schedule, *args, stream=handle,
                          before=before if trace_buf is not None or concrete == "atomic_counter" else None)
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
+        if trace_buf is None and order is None:
+            return None
+        in_graph = captured if pool else capturing(handle)
+        if in_graph:  # every replay reads the order and writes the trace: both live as long as the process (as the
+            _CAPTURED_BUFFERS.append((trace_buf, order))  # launch's state slot does), whatever the caller keeps
         if trace_buf is None:
             return None
         done = None
-        if not (captured if pool else capturing(handle)):  # an event recorded in a capture cannot be waited for
+        if not in_graph:  # an event recorded in a capture cannot be waited for
             # The stream may be destroyed before the records are read: they wait for this event instead.
             done = _new_event()
             _record(done, handle)
-        return Trace(concrete, t, buffer=trace_buf, stream=handle, done=done)
+        return Trace(concrete, t, buffer=trace_buf, stream=handle, done=done, captured=in_graph)
 
     launch = __call__

@@ -69,7 +69,11 @@ def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | N
     handles = []
     if everything:
         t0 = time_origin_ns if time_origin_ns is not None else int(min(int(r["start_ns"].min()) for r in everything))
-        slots = {id(r): _slots(r) for r in everything}  # computed once: the lane count, then each bar's lane
+        # One assignment over every kernel's tiles, so that tiles of two kernels on one SM at once get two lanes
+        # instead of one bar drawn over the other; computed once: the lane count, then each bar's lane.
+        joint = _slots(np.concatenate([r[["smid", "start_ns", "end_ns"]] for r in everything]))
+        parts = np.split(joint, np.cumsum([len(r) for r in everything])[:-1])
+        slots = {id(r): part for r, part in zip(everything, parts)}
         lanes = max(int(slot.max()) + 1 for slot in slots.values())
         if len(rec):
             y, start, width, height = _lanes(rec, slots[id(rec)], lanes, t0)
@@ -95,7 +99,7 @@ def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | N
         ax.legend(handles=handles, loc="upper right", fontsize="small")
     if window_us is not None:
         ax.set_xlim(*window_us)
-    ax.set_ylim(-1, (sm_count or (int(rec["smid"].max()) + 1 if len(rec) else 1)))
+    ax.set_ylim(-1, sm_count or max((int(r["smid"].max()) + 1 for r in everything), default=1))
     ax.set_xlabel("time since the first tile started (us)")
     ax.set_ylabel("SM")
     ax.set_title(title)

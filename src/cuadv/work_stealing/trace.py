@@ -45,8 +45,14 @@ class TileOrder:
 
     @classmethod
     def heaviest_first(cls, costs) -> "TileOrder":
-        """Units sorted by decreasing cost (longest processing time first)."""
-        return cls(np.argsort(-np.asarray(costs, dtype=np.float64), kind="stable"))
+        """Units sorted by decreasing cost (longest processing time first). Costs must be finite: a NaN would sort
+        as the lightest and be handed out last."""
+        c = np.asarray(costs, dtype=np.float64)
+        if not np.isfinite(c).all():
+            bad = np.flatnonzero(~np.isfinite(c))
+            raise LaunchConfigError(f"tile costs must be finite numbers; unit {bad[0]} costs {c[bad[0]]} ({bad.size} "
+                                    "such units)")
+        return cls(np.argsort(-c, kind="stable"))
 
 
 class Trace:
@@ -54,27 +60,33 @@ class Trace:
 
     Returned by a traced launch without waiting for it; ``records`` waits for the launch on first use. ``done``:
     an event recorded after the launch (owned by the Trace), which ``records`` waits for instead of ``stream``, so
-    the launch's stream may be destroyed meanwhile; without one (a launch captured into a graph) ``records`` waits
-    for ``stream``, which must then still exist.
+    the launch's stream may be destroyed meanwhile. ``captured``: a launch captured into a graph, whose every replay
+    rewrites the buffer (kept alive by the launch for the graph's sake): ``records`` waits for ``stream`` (which
+    must then still exist) and reads the buffer again each time, so it holds the latest replay that has finished;
+    before the first replay it holds nothing defined.
     """
 
     def __init__(self, policy: str, tiles: Dim3, records: np.ndarray | None = None,
-                 buffer: DeviceBuffer | None = None, stream: int = 0, done=None):
-        self.policy, self.tiles = policy, tiles
+                 buffer: DeviceBuffer | None = None, stream: int = 0, done=None, captured: bool = False):
+        self.policy, self.tiles, self.captured = policy, tiles, captured
         self._records, self._buffer, self._stream, self._done = records, buffer, stream, done
+        self._reading = threading.Lock()  # one thread copies the records; another finds them copied
 
     @property
     def records(self) -> np.ndarray:
-        if self._records is None:
-            what = f"the traced {self.policy} launch"
-            stream = self._stream
-            if self._done is not None:
-                wait(self._done, what=what)
-                stream = _copy_stream()  # the launch's may be gone; the legacy stream would wait for every other
-            self._records = self._buffer.to_host(np.uint8, stream=stream, what=what).view(TRACE_DTYPE)
-            self._buffer = None
-            self._destroy_event()
-        return self._records
+        with self._reading:
+            if self._records is None or self.captured and self._buffer is not None:
+                what = f"the traced {self.policy} launch"
+                stream = self._stream
+                if self._done is not None:
+                    wait(self._done, what=what)
+                    stream = _copy_stream()  # the launch's may be gone; the legacy stream would wait for every other
+                records = self._buffer.to_host(np.uint8, stream=stream, what=what).view(TRACE_DTYPE)
+                if self.captured:
+                    return records  # a later replay rewrites the buffer: read it again next time
+                self._records, self._buffer = records, None
+                self._destroy_event()
+            return self._records
 
     def _destroy_event(self) -> None:
         done, self._done = self._done, None
@@ -89,16 +101,19 @@ class Trace:
 
     @property
     def written(self) -> np.ndarray:
-        return self.records["end_ns"] != np.iinfo(np.uint64).max
+        return _written(self.records)
 
     @property
     def start_ns(self) -> int:
-        return int(self.records["start_ns"][self.written].min()) if self.written.any() else 0
+        r = self.records  # one read: a captured launch's are read again on each access
+        w = _written(r)
+        return int(r["start_ns"][w].min()) if w.any() else 0
 
     @property
     def makespan_ns(self) -> int:
-        w = self.written
-        return int(self.records["end_ns"][w].max() - self.records["start_ns"][w].min()) if w.any() else 0
+        r = self.records
+        w = _written(r)
+        return int(r["end_ns"][w].max() - r["start_ns"][w].min()) if w.any() else 0
 
     def plot(self, path, title: str | None = None, sm_count: int | None = None, highlight=(), shade_sms=(),
              window_us=None) -> None:
@@ -120,6 +135,11 @@ class Trace:
 
 _copy_lock = threading.Lock()
 _copy_handle: int | None = None
+
+
+def _written(records: np.ndarray) -> np.ndarray:
+    """The records a tile wrote (the launch poisons every one with all ones first)."""
+    return records["end_ns"] != np.iinfo(np.uint64).max
 
 
 def _copy_stream() -> int:
