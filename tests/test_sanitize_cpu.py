@@ -136,3 +136,57 @@ def test_a_hazard_fails_the_check_with_its_log_on_stderr(monkeypatch, capsys):
     assert "cuadv check: fake / racecheck: hazards\n========= Error: Race reported" in err
     assert "memcheck" not in err  # clean runs print no log
     assert "Race reported" not in out.getvalue() and "racecheck" in out.getvalue()  # the table stays on the console
+
+
+def _fake_sanitizer(tmp_path, body: str) -> str:
+    """An executable standing in for compute-sanitizer: a Python script (its arguments ignored)."""
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(f"#!{sys.executable}\nimport os, subprocess, sys, time\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("printed, code, status, hazards", [
+    ("========= ERROR SUMMARY: 1 error", 99, "hazards", 1),
+    ("========= ERROR SUMMARY: 3 errors", 99, "hazards", 3),
+    ("========= RACECHECK SUMMARY: 1 hazard displayed (0 errors, 1 warning)", 0, "hazards", 1),
+    ("========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)", 0, "hazards", 2),
+    ("========= ERROR SUMMARY: 0 errors", 0, "clean", 0),
+])
+def test_one_finding_counts_as_many_do(tmp_path, printed, code, status, hazards):
+    """compute-sanitizer writes one finding in the singular ("1 error", "1 hazard"): it counts as a finding, as two
+    do, whatever the exit status."""
+    fake = _fake_sanitizer(tmp_path, f"print({printed!r}); sys.exit({code})")
+    outcome = sanitize.run_check("vecscale", "racecheck", fake, timeout=60)
+    assert (outcome.status, outcome.hazards) == (status, hazards)
+
+
+def test_a_timed_out_check_kills_the_whole_run_and_keeps_its_output(tmp_path):
+    """On a timeout the sanitizer and the process it runs both go (a session of their own), and what was printed
+    until then is in the log; the child's own GPU waits time out first (CUADV_TIMEOUT_S below the kill)."""
+    import os
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    fake = _fake_sanitizer(tmp_path, (
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('========= Invalid __global__ read of size 4', flush=True)\n"
+        "print('CUADV_TIMEOUT_S', os.environ['CUADV_TIMEOUT_S'], flush=True)\n"
+        "time.sleep(60)"))
+    started = time.monotonic()
+    outcome = sanitize.run_check("vecscale", "memcheck", fake, timeout=3)
+    assert time.monotonic() - started < 30
+    assert outcome.status == "failed" and "timed out after 3 s" in outcome.log
+    assert "Invalid __global__ read of size 4" in outcome.log and "CUADV_TIMEOUT_S 2" in outcome.log
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the kill is delivered at once; reaping by init may take a moment
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{child}/stat").read().split()[2] == "Z":  # killed, waiting to be reaped
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the sanitized process {child} outlived the timeout")

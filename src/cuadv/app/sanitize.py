@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors|hazards)")
+# "ERROR SUMMARY: 1 error", "RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)": one finding is singular
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?|hazards?)\b")
 
 
 @dataclass
@@ -98,19 +100,27 @@ def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckO
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src_dir),
                                                        os.environ.get("PYTHONPATH", "")]),
                CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
-    # Kernels run many times slower under a sanitizer: the child's GPU waits get the whole run's bound.
-    env.setdefault("CUADV_TIMEOUT_S", str(timeout))
+    # Kernels run many times slower under a sanitizer: the child's GPU waits get most of the run's bound, so that
+    # its own GpuTimeoutError (naming the step) comes before the run is killed.
+    env.setdefault("CUADV_TIMEOUT_S", str(max(1, int(timeout * 0.9))))
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist
     # (cuGetProcAddress errors at import); cuadv checks every driver call's status itself.
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20", "--report-api-errors", "no"]
     if tool == "racecheck":
         cmd += ["--racecheck-report", "hazard"]
     cmd += [sys.executable, "-m", "cuadv.app.sanitize", "--smoke", lab]
+    # A session of its own: on a timeout the whole group goes (compute-sanitizer and the Python process it runs),
+    # and what they printed until then is kept.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return CheckOutcome(lab, tool, "failed", 0, f"timed out after {timeout} s")
-    log = proc.stdout + proc.stderr
+        _kill_group(proc)
+        out, err = proc.communicate()
+        return CheckOutcome(lab, tool, "failed", 0, f"timed out after {timeout} s; its output until then:\n"
+                            + ((out or "") + (err or ""))[-4000:])
+    log = out + err
     hazards = sum(int(m.group(2)) for m in _SUMMARY.finditer(log))
     if "Device not supported" in log or "Unable to find injection library" in log:
         return CheckOutcome(lab, tool, "failed", 0, "compute-sanitizer refused the device:\n" + log[-2000:])
@@ -118,6 +128,14 @@ def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckO
         return CheckOutcome(lab, tool, "clean", 0, log)
     status = "hazards" if hazards or proc.returncode == 99 else "failed"
     return CheckOutcome(lab, tool, status, hazards, log)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s process group (it was started in a session of its own), else ``proc`` alone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (AttributeError, ProcessLookupError, PermissionError):  # no killpg (Windows), or already gone
+        proc.kill()
 
 
 def smoke_main(lab_name: str) -> int:
