@@ -361,6 +361,86 @@ def test_run_labs_prints_one_line_per_lab_on_stdout(monkeypatch, tmp_path):
     assert len(lines) == 2 and lines[0].endswith("(needs compute capability 10.0 (got 9.0))")
 
 
+def _fake_gpu(monkeypatch, ceiling):
+    """run_labs on a fake GPU whose copy ceiling is ``ceiling()`` (no GPU touched)."""
+    import cuadv.device as device
+    import cuadv.timing as timing
+
+    class Caps:
+        name, sm_count = "Fake GPU [x]", 2
+
+        def cc_string(self):
+            return "9.0"
+
+        def as_dict(self):
+            return {"name": self.name}
+
+    monkeypatch.setattr(device, "current_device", lambda: type("Dev", (), {"caps": Caps()})())
+    monkeypatch.setattr(timing, "copy_ceiling", ceiling)
+
+
+def test_a_failed_copy_ceiling_skips_the_labs_naming_why(monkeypatch, tmp_path):
+    """The copy ceiling (2 x 2 GiB) failing, out of memory say, skips every lab with the reason instead of ending the
+    run without a report; it is measured under the run's timeout."""
+    from cuadv import waiting
+    from cuadv.app.runner import run_labs
+    from cuadv.errors import CudaDriverError
+    from cuadv.report.console import make_console
+
+    timeouts = []
+
+    def ceiling():
+        timeouts.append(waiting.resolve_timeout())
+        raise CudaDriverError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
+
+    class Lab:
+        name, title = "vecscale", "t"
+
+        def supported(self, caps):
+            pytest.fail("a lab ran without its ceiling")
+
+    _fake_gpu(monkeypatch, ceiling)
+    buf = io.StringIO()
+    report = run_labs([Lab()], tmp_path, True, make_console(file=buf), timeout_s=300)
+    assert timeouts == [300.0] and report.results == []
+    assert report.skipped == [("lab vecscale", "the copy ceiling, which every lab divides by, failed: "
+                                               "cuadv.errors.CudaDriverError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")]
+    assert "Fake GPU [x]" in buf.getvalue()  # the name is printed as it is
+
+
+def test_after_a_gpu_timeout_the_later_labs_are_skipped_not_blamed(monkeypatch, tmp_path):
+    """A wait that timed out leaves the context busy with that lab's work: the labs after it are skipped saying
+    so, instead of each timing out in turn under its own name."""
+    from cuadv import waiting
+    from cuadv.app.runner import run_labs
+    from cuadv.report.console import make_console
+    from cuadv.report.results import LabResult
+
+    ran = []
+
+    class Lab:
+        title = "t"
+
+        def __init__(self, name, hangs=False):
+            self.name, self.hangs = name, hangs
+
+        def supported(self, caps):
+            return None
+
+        def run(self, ctx):
+            ran.append(self.name)
+            if self.hangs:
+                monkeypatch.setattr(waiting, "timed_out", lambda: True)
+                return LabResult(self.name, self.title, status="failed", reason="GpuTimeoutError: ...")
+            return LabResult(self.name, self.title)
+
+    _fake_gpu(monkeypatch, lambda: type("Ceiling", (), {"tb_per_s": 1.0})())
+    report = run_labs([Lab("a"), Lab("b", hangs=True), Lab("c")], tmp_path, True, make_console(file=io.StringIO()))
+    assert ran == ["a", "b"]
+    assert [(r.lab, r.status) for r in report.results] == [("a", "ok"), ("b", "failed"), ("c", "skipped")]
+    assert report.results[2].reason == "the GPU is still busy with the work of lab b, whose wait timed out"
+
+
 class _FakeUsage:
     def __init__(self, path, entries, bytes, limit_bytes):
         self.path, self.entries, self.bytes, self.limit_bytes = path, entries, bytes, limit_bytes

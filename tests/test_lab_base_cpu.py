@@ -46,3 +46,29 @@ def test_rates_are_of_the_same_bytes_and_ceiling():
     assert gbps == 2000.0 and pct == 50.0
     s = gb_per_s(Spread(0.5, 0.4, 1.0), 1e9)  # the slowest tenth of the times is the lowest tenth of the rates
     assert (float(s), s.p10, s.p90) == (2000.0, 1000.0, 2500.0)
+
+
+def test_every_optional_lab_is_registered_under_its_cli_name(monkeypatch):
+    """A lab whose module fails to import is listed under the name the CLI knows it by (launch, not launch_many),
+    so `cuadv bench launch` shows the import error instead of 'no lab named'."""
+    import importlib
+
+    from cuadv import labs
+
+    for module_name, class_name, lab_name in labs._OPTIONAL_LABS:
+        assert getattr(importlib.import_module(f"cuadv.labs.{module_name}"), class_name)().name == lab_name
+
+    def broken(name, *a, **k):
+        if name == "cuadv.labs.launch_many":
+            raise ImportError("a missing dependency")
+        return importlib.import_module(name, *a, **k)
+
+    monkeypatch.setattr(labs.importlib, "import_module", broken)
+    lab = labs.lab_by_name("launch")
+    assert isinstance(lab, labs.BrokenLab) and str(lab.error) == "a missing dependency"
+
+
+def test_a_lab_named_twice_runs_once():
+    from cuadv.app.cli import _select_labs
+
+    assert [lab.name for lab in _select_labs(["vecscale", "vecscale", "l2"])] == ["vecscale", "l2"]

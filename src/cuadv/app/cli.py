@@ -139,7 +139,7 @@ def _timeout_option(parser) -> None:
 def _select_labs(names):
     from ..labs import all_labs, lab_by_name
 
-    return [lab_by_name(n) for n in names] if names else all_labs()
+    return [lab_by_name(n) for n in dict.fromkeys(names)] if names else all_labs()  # a name given twice runs once
 
 
 def cmd_run(args, console: Console, gpu_free: bool = True) -> int:

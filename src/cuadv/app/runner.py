@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from .. import nvtx
@@ -28,17 +29,29 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     a lab whose wait outlasts it fails with GpuTimeoutError naming the lab and its step (``cuadv.waiting``)."""
     from ..device import current_device
     from ..timing import copy_ceiling
+    from .. import waiting
     from ..waiting import scope
 
     device = current_device()
     caps = device.caps
-    console.print(f"[bold]{caps.name}[/] (compute capability {caps.cc_string()}, {caps.sm_count} SMs)")
-    ceiling = copy_ceiling()
+    console.print(Text(caps.name, style="bold"), f"(compute capability {caps.cc_string()}, {caps.sm_count} SMs)")
+    try:  # every lab divides by it; without it they are skipped, and what needs no GPU still runs
+        with scope(timeout_s=timeout_s, activity="the copy ceiling (a device-to-device copy of 2 GiB)"):
+            ceiling = copy_ceiling()
+    except Exception as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        console.print(f"copy ceiling: failed ({detail})", markup=False)
+        report = Report(caps=caps.as_dict(), results=[], command=command,
+                        environment=collect_environment(caps.as_dict()))
+        report.skipped += [(f"lab {lab.name}", f"the copy ceiling, which every lab divides by, failed: {detail}")
+                           for lab in labs]
+        return report
     console.print(f"copy ceiling: {ceiling.tb_per_s:.2f} TB/s (device-to-device, read + write)")
     from ..labs.base import RunContext
 
     report = Report(caps=caps.as_dict(), results=[], ceiling_tb_s=ceiling.tb_per_s, command=command,
                     environment=collect_environment(caps.as_dict()))
+    busy_after = None  # the lab whose GPU wait timed out: the context is unusable until that work ends
     # The bar goes to stderr (shown only on a terminal): lab i of n, and the lab's current step.
     with progress_bar(console, TextColumn("[bold]{task.fields[lab]}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -46,6 +59,12 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
         task = bar.add_task("", total=len(labs), lab="")
         for i, lab in enumerate(labs, 1):
             bar.update(task, lab=f"lab {i} of {len(labs)}: {lab.name}", description="")
+            if busy_after is not None:  # each would time out in turn and be blamed for the other lab's work
+                report.results.append(LabResult(lab.name, lab.title, status="skipped",
+                                                reason=f"the GPU is still busy with the work of lab {busy_after}, "
+                                                       "whose wait timed out"))
+                bar.advance(task)
+                continue
             steps = nvtx.Steps()  # each progress message opens a range in Nsight Systems, ending the last one
 
             started = time.perf_counter()
@@ -62,6 +81,8 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
                 finally:
                     steps.close()
             report.results.append(result)
+            if waiting.timed_out():
+                busy_after = lab.name
             # A line per lab on stdout, also where no terminal shows the bar (logs, CI).
             console.print(f"{lab.name}: {result.status} in {time.perf_counter() - started:.1f} s"
                           + (f" ({result.reason})" if result.reason else ""), markup=False)

@@ -175,7 +175,7 @@ def cmd_check(args, console) -> int:
             lab_by_name(name)
     labs = [lab for lab in all_labs() if hasattr(lab, "smoke") and (not args.lab or lab.name in args.lab)
             and lab.supported(caps) is None]
-    tools = args.tool or list(TOOLS)
+    tools = list(dict.fromkeys(args.tool)) if args.tool else list(TOOLS)  # a tool named twice runs once
     jobs = [(lab.name, tool) for lab in labs for tool in tools]
     if not jobs:
         print("cuadv check: no lab to check on this GPU; nothing checked", file=sys.stderr)

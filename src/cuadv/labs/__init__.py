@@ -16,16 +16,16 @@ from .vecscale import VecScaleLab
 def all_labs() -> list[Lab]:
     """Every registered lab, in report order. A lab whose module fails to import is reported as failed."""
     labs: list[Lab] = [VecScaleLab()]
-    for module_name, class_name in _OPTIONAL_LABS:
-        labs.append(_load(module_name, class_name))
+    for module_name, class_name, lab_name in _OPTIONAL_LABS:
+        labs.append(_load(module_name, class_name, lab_name))
     return labs
 
 
-def _load(module_name: str, class_name: str) -> Lab:
+def _load(module_name: str, class_name: str, lab_name: str) -> Lab:
     try:
         module = importlib.import_module(f"cuadv.labs.{module_name}")
     except Exception as exc:  # a broken lab (a missing dependency, say) must not take the others down
-        return BrokenLab(module_name, exc)
+        return BrokenLab(lab_name, exc)  # under its CLI name: `cuadv bench launch` then shows the import error
     return getattr(module, class_name)()
 
 
@@ -48,18 +48,18 @@ class BrokenLab:
         raise self.error
 
 
-# (module, class) of every lab after vecscale, in report order.
-_OPTIONAL_LABS: list[tuple[str, str]] = [
-    ("scheduling", "SchedulingLab"),      # issue 3: work stealing  (cuadv bench scheduling)
-    ("spmv", "SpmvLab"),                  # issue 18: SpMV through TileKernel vs cuSPARSE  (cuadv bench spmv)
-    ("cooperative", "CooperativeLab"),    # issue 4: cooperative groups, grid sync, clusters
-    ("histogram", "HistogramLab"),        # issue 4: DSM histogram  (cuadv bench histogram)
-    ("pipeline", "PipelineLab"),          # issue 5: memcpy_async pipelines  (cuadv bench pipeline)
-    ("tma", "TmaLab"),                    # issue 5: TMA tiled copies and multicast  (cuadv bench tma)
-    ("pdl", "PdlLab"),                    # issue 6: programmatic dependent launch  (cuadv bench pdl)
-    ("launch_many", "LaunchManyLab"),     # issue 6: many small tasks  (cuadv bench launch)
-    ("l2", "L2Lab"),                      # issue 6: L2 persistence  (cuadv bench l2)
-    ("domains", "DomainsLab"),            # issue 6: memory sync domains  (cuadv bench domains)
+# (module, class, the lab's CLI name) of every lab after vecscale, in report order.
+_OPTIONAL_LABS: list[tuple[str, str, str]] = [
+    ("scheduling", "SchedulingLab", "scheduling"),    # issue 3: work stealing
+    ("spmv", "SpmvLab", "spmv"),                      # issue 18: SpMV through TileKernel vs cuSPARSE
+    ("cooperative", "CooperativeLab", "cooperative"),  # issue 4: cooperative groups, grid sync, clusters
+    ("histogram", "HistogramLab", "histogram"),       # issue 4: DSM histogram
+    ("pipeline", "PipelineLab", "pipeline"),          # issue 5: memcpy_async pipelines
+    ("tma", "TmaLab", "tma"),                         # issue 5: TMA tiled copies and multicast
+    ("pdl", "PdlLab", "pdl"),                         # issue 6: programmatic dependent launch
+    ("launch_many", "LaunchManyLab", "launch"),       # issue 6: many small tasks
+    ("l2", "L2Lab", "l2"),                            # issue 6: L2 persistence
+    ("domains", "DomainsLab", "domains"),             # issue 6: memory sync domains
 ]
 
 
