@@ -68,7 +68,7 @@ def test_a_variant_without_a_built_kernel_is_refused_before_any_compile():
     assert unbuilt not in VARIANTS and STENCIL_VARIANTS["thread"] in VARIANTS
     for call in (pipeline.stencil, pipeline.prepare_stencil):
         with pytest.raises(ValueError, match=r"has no built kernel: a Variant must be one of "
-                                             r"cuadv.pipeline.stencil.VARIANTS"):
+                                             r"cuadv.pipeline.BUILT_VARIANTS"):
             call(x64(), variant=unbuilt, **COEF)
 
 
