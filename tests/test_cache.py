@@ -237,3 +237,47 @@ def test_the_labs_tool_builds_are_counted_and_cleared(root):
     assert u.entries == 2 and u.bytes >= 104
     assert cache.clear() == 2
     assert not build.exists() and (peers / "mine.so").exists()
+
+
+def test_an_entry_near_the_bound_leaves_the_others_and_the_newest_is_kept(root, monkeypatch):
+    """An entry between 90% and 100% of the bound used to evict every entry, itself included: it is not stored,
+    and an eviction never removes the entry whose store caused it."""
+    monkeypatch.setenv("CUADV_CACHE_MAX_BYTES", "100K")
+    cache._tracked.clear()
+    small = [_store(f"s{i}") for i in range(5)]
+    assert cache.load(_store("near", 95 * KIB)) is None
+    assert set(small) <= _keys(root)
+    for i, key in enumerate(small):
+        _age(key, root, 100 - i)
+    newest = _store("big", 88 * KIB)  # over the bound: eviction down to 90 KB takes the old ones, not this one
+    assert newest in _keys(root) and cache.load(newest) is not None
+
+
+def test_entries_are_readable_as_the_umask_allows_and_the_dir_is_expanded(root, monkeypatch, tmp_path):
+    """A shared cache directory: entries get the umask's permissions, not mkstemp's owner-only 0600; '~' in
+    CUADV_CACHE_DIR is the user's home, and a relative one is fixed when read."""
+    import stat
+
+    key = _store("shared")
+    mode = stat.S_IMODE((root / f"{key}.bin").stat().st_mode)
+    assert mode == 0o666 & ~cache._UMASK
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CUADV_CACHE_DIR", "~/cuadv-cache")
+    assert cache.cache_dir() == tmp_path / "home" / "cuadv-cache"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUADV_CACHE_DIR", "rel")
+    assert cache.cache_dir() == (tmp_path / "rel").resolve()
+
+
+def test_another_process_s_stores_are_counted_once_this_one_has_stored_half_the_bound(root, monkeypatch):
+    """Stores by other processes are unseen: after half the bound of its own stores a process scans again, so a
+    cache shared by several builders stays near its bound."""
+    monkeypatch.setenv("CUADV_CACHE_MAX_BYTES", "100K")
+    cache._tracked.clear()
+    cache._since_scan.clear()
+    _store("mine0")
+    for i in range(90):  # another process's 90 KB, written behind this one's back
+        (root / f"{cache.make_key(f'theirs{i}')}.bin").write_bytes(b"y" * KIB)
+    for i in range(60):
+        _store(f"mine{i + 1}")
+    assert cache.usage().bytes <= 100 * KIB

@@ -102,3 +102,25 @@ def test_cache_key_follows_the_callers_own_headers(tmp_path, monkeypatch):
     assert build() == (False, ["205"])
     (inc / "sub" / "inner.cuh").write_text("#define INNER 7\n")
     assert build() == (False, ["207"]) and build() == (True, ["207"])
+
+
+def test_cache_key_follows_a_pre_included_header(tmp_path, monkeypatch):
+    """A header given as an option (--pre-include) decides the code as an #include does: editing it compiles
+    again instead of returning the module built from its old text."""
+    import re
+
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pre.h").write_text("#define VALUE 1\n")
+    src = 'extern "C" __global__ void k(int* x) { x[0] = VALUE * 100 + 3; }'
+
+    def build(option):
+        m = compile_source(src, name="pre_included", arch="sm_90a", options=option)
+        return m.from_cache, re.findall(r"mov\.u32\s+%r\d+, (\d+);", m.ptx)
+
+    for option in (["--pre-include=pre.h"], ["-include", "pre.h"]):
+        (tmp_path / "pre.h").write_text("#define VALUE 1\n")
+        first = build(option)
+        assert first[1] == ["103"] and build(option) == (True, ["103"])
+        (tmp_path / "pre.h").write_text("#define VALUE 2\n")
+        assert build(option) == (False, ["203"])

@@ -15,9 +15,11 @@ keeps the default). After a store that takes the cache over the bound, the
 least recently used entries are removed until it holds at most 90% of the bound (so the next
 stores do not each trigger a scan). "Used" is the entry's modification time, which every load
 refreshes. The total is tracked from the sizes this process stores and the directory is scanned
-only when that total may exceed the bound, so stores stay cheap however big the tree is. Several
-processes may share the cache: a file that vanishes under a load or an eviction is a miss, never
-an error. ``usage()`` and ``clear()`` back the ``cuadv cache`` command.
+only when that total may exceed the bound, or when this process has stored half the bound since it last
+scanned (other processes store into the same directory), so stores stay cheap however big the tree is. The entry
+just stored is never the one evicted, and one larger than 90% of the bound is not stored (it would empty the
+cache of everything else). Several processes may share the cache: a file that vanishes under a load or
+an eviction is a miss, never an error; entries are readable as the umask allows (not owner-only). ``usage()`` and ``clear()`` back the ``cuadv cache`` command.
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ _SIZE = re.compile(r"(\d+)\s*([kmg]?)(?:i?b)?", re.IGNORECASE)
 
 _lock = threading.Lock()
 _tracked: dict[Path, int] = {}  # per cache root: this process's upper estimate of its total bytes
+_since_scan: dict[Path, int] = {}  # per cache root: bytes this process stored since it last scanned it
+_RESCAN_FRACTION = 0.5  # of the bound: stores by this process after which it scans again (others store too)
+
+
+def _process_umask() -> int:
+    mask = os.umask(0o022)  # read by setting: once, at import
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _process_umask()
 
 
 @dataclass(frozen=True)
@@ -59,8 +72,8 @@ def cache_dir() -> Path | None:
     if os.environ.get("CUADV_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     root = os.environ.get("CUADV_CACHE_DIR")
-    if root:
-        return Path(root)
+    if root:  # "~/x" is the user's; a relative one is fixed now, not followed through later chdirs
+        return Path(os.path.expanduser(root)).resolve()
     return _platform_cache_home() / "cuadv"
 
 
@@ -129,11 +142,15 @@ def store(key: str, meta: dict, payload: bytes) -> None:
     meta_bytes = json.dumps(meta, sort_keys=True).encode()
     body = len(meta_bytes).to_bytes(8, "little") + meta_bytes + payload
     blob = _MAGIC + hashlib.sha256(body).digest() + body
+    if limit and len(blob) > limit * _LOW_WATER:  # kept, it would evict every other entry; not kept, a miss later
+        return
     path = root / f"{key}.bin"
     try:
         root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
         try:
+            if hasattr(os, "fchmod"):  # mkstemp makes it owner-only: a shared cache directory's users read it too
+                os.fchmod(fd, 0o666 & ~_UMASK)
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, path)
@@ -143,7 +160,7 @@ def store(key: str, meta: dict, payload: bytes) -> None:
     except OSError:
         # A read-only or full cache directory must not break compilation.
         return
-    _account(root, len(blob), limit)
+    _account(root, len(blob), limit, keep=path)
 
 
 def usage() -> CacheUsage:
@@ -239,26 +256,34 @@ def _matching(folder: Path, name: re.Pattern, sweep: bool = False) -> list[tuple
     return found
 
 
-def _account(root: Path, added: int, limit: int) -> None:
-    """Add a store's size to the tracked total; scan and evict only when it may exceed the bound."""
+def _account(root: Path, added: int, limit: int, keep: Path | None = None) -> None:
+    """Add a store's size to the tracked total; scan and evict only when it may exceed the bound. Other processes
+    store into the same directory unseen, so once this one has added half the bound since its last scan it
+    scans again. ``keep``: the entry just stored, never the one evicted for it."""
     with _lock:
         total = _tracked.get(root)
+        since = _since_scan.get(root, 0) + added
         if total is None:  # first store of this process into this root: one scan
-            total = sum(size for _, size, _ in _scan(root))
+            total, since = sum(size for _, size, _ in _scan(root)), 0
         else:
             total += added  # an overestimate when the store replaced an entry: errs towards a scan
-        if limit and total > limit:  # 0: no bound
-            total = _evict(root, int(limit * _LOW_WATER))
-        _tracked[root] = total
+        if limit and total <= limit and since > limit * _RESCAN_FRACTION:  # 0: no bound
+            total, since = sum(size for _, size, _ in _scan(root)), 0  # what the other processes stored meanwhile
+        if limit and total > limit:
+            total, since = _evict(root, int(limit * _LOW_WATER), keep), 0
+        _tracked[root], _since_scan[root] = total, since
 
 
-def _evict(root: Path, target: int) -> int:
-    """Remove least recently used entries until at most ``target`` bytes remain; return the total."""
+def _evict(root: Path, target: int, keep: Path | None = None) -> int:
+    """Remove least recently used entries (never ``keep``) until at most ``target`` bytes remain; return the
+    total."""
     entries = sorted(_scan(root), key=lambda e: (e[0], e[2].name))
     total = sum(size for _, size, _ in entries)
     for _, size, path in entries:
         if total <= target:
             break
+        if path == keep:
+            continue
         if _unlink(path) or not path.exists():  # removed here, or by another process meanwhile
             total -= size
     return total

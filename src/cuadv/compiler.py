@@ -123,6 +123,18 @@ def _user_include_dirs(options: tuple[str, ...]) -> list[Path]:
     return [Path(d) for d in dirs]
 
 
+def _pre_includes(options: tuple[str, ...]) -> list[str]:
+    """The headers NVRTC includes before the source (--pre-include=H, -include=H, or either followed by H)."""
+    names = []
+    for i, option in enumerate(options):
+        for flag in ("--pre-include", "-include"):
+            if option.startswith(flag + "="):
+                names.append(option.split("=", 1)[1])
+            elif option == flag and i + 1 < len(options):
+                names.append(options[i + 1])
+    return names
+
+
 def _user_header_fingerprint(source: str, headers: Mapping[str, str], options: tuple[str, ...]) -> str:
     """Contents of the files on disk the program may include from outside cuadv's, CCCL's and cudart's headers (which
     ``_header_fingerprint`` covers): quoted includes from the including file's directory (the working directory for
@@ -136,7 +148,9 @@ def _user_header_fingerprint(source: str, headers: Mapping[str, str], options: t
         cwd = Path.cwd()
     except OSError:  # the working directory was removed: NVRTC finds nothing there either
         cwd = None
-    todo = [(text, cwd) for text in (source, *headers.values())]
+    # A header given as an option (--pre-include) is part of the program as an #include of it is.
+    pre = [f'#include "{name}"' for name in _pre_includes(options)]
+    todo = [(text, cwd) for text in (source, *headers.values(), *pre)]
     while todo:
         text, here = todo.pop()
         for bracket, include in _INCLUDE_RE.findall(text):

@@ -33,8 +33,8 @@ NO_COOPERATIVE = replace(AMPERE, cooperative_launch=False)
                                   r"MIG\) \(got 0 B persisting L2\); fallback: ordinary L2 caching"),
     (NO_COOPERATIVE, "cooperative_launch", r"cooperative launch \(grid-wide sync\) needs a GPU with cooperative launch "
                                            r"\(got none\); fallback: two kernel launches"),
-    (ONE_PRIORITY, "stream_priorities", r"stream priorities needs a priority range wider than one level .*fallback: "
-                                        r"none: urgent work waits"),
+    (ONE_PRIORITY, "stream_priorities", r"stream priorities needs a priority range wider than one level \(got "
+                                        r"priorities 0 to 0\); fallback: none: urgent work waits"),
 ])
 def test_the_registry_names_what_is_missing_and_the_fallback(caps, key, message):
     with pytest.raises(UnsupportedFeatureError, match=message):
