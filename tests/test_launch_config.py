@@ -217,3 +217,35 @@ def test_dynamic_shared_memory_past_48_kb_less_the_static_opts_in(monkeypatch):
     kernel.ensure_dynamic_shared(40 * 1024)
     kernel.ensure_dynamic_shared(36 * 1024)
     assert calls == [("MAX_DYNAMIC_SHARED_SIZE_BYTES", 40 * 1024)]
+
+
+def test_the_dynamic_shared_memory_limit_only_rises_when_threads_raise_it_at_once(monkeypatch):
+    """Two threads asking for 200 KB and 100 KB at once: the kernel's limit ends at 200 KB (the one who checked
+    last could set 100 KB over the other's 200 KB, and a prepared 200 KB launch then failed)."""
+    import sys
+    import threading
+
+    kernel = Kernel(SimpleNamespace(handle=0xABC), "k")
+    kernel.__dict__["static_shared_bytes"] = 0
+    limit = []
+
+    def set_attribute(name, value):
+        import time
+
+        time.sleep(0.01)  # a driver call: other threads run meanwhile
+        limit.append(value)
+
+    monkeypatch.setattr(kernel, "set_attribute", set_attribute)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            kernel._dynamic_shared_limit, limit[:] = None, []
+            threads = [threading.Thread(target=kernel.ensure_dynamic_shared, args=(n,)) for n in (200_000, 100_000)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert limit[-1] == 200_000 and kernel._dynamic_shared_limit == 200_000
+    finally:
+        sys.setswitchinterval(interval)

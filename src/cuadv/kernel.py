@@ -9,6 +9,7 @@ stream where these need only the block shape and the cluster.
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 from typing import Any
 
@@ -29,6 +30,7 @@ class Kernel:
         self.module = module
         self._dynamic_shared_limit: int | None = None  # the driver's default until raised: 48 KB less the static
         self._non_portable: bool | None = None
+        self._raising = threading.Lock()  # the dynamic shared-memory limit only ever rises
         self._launchers = BoundedMemo(MAX_LAUNCHERS)  # LaunchConfig -> Launcher: configurations that passed the checks
         self._last: tuple[Any, Any] = (None, None)  # the last (LaunchConfig, Launcher) asked for
 
@@ -82,11 +84,12 @@ class Kernel:
         48 KB less the kernel's static shared memory (a block past 48 KB in all needs the opt-in)."""
         if nbytes <= 0:
             return
-        if self._dynamic_shared_limit is None:
-            self._dynamic_shared_limit = STATIC_SHARED_LIMIT - self.static_shared_bytes
-        if nbytes > self._dynamic_shared_limit:
-            self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
-            self._dynamic_shared_limit = nbytes
+        with self._raising:  # two threads raising it at once must not leave the smaller of their values
+            if self._dynamic_shared_limit is None:
+                self._dynamic_shared_limit = STATIC_SHARED_LIMIT - self.static_shared_bytes
+            if nbytes > self._dynamic_shared_limit:
+                self.set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
+                self._dynamic_shared_limit = nbytes
 
     def set_non_portable_cluster(self, allowed: bool) -> None:
         if self._non_portable != allowed:
