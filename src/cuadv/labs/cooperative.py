@@ -57,7 +57,12 @@ class CapturedGraph:
 
         drv = driver()
         self.stream = check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
-        self.graph = Graph.capture(self.handle, lambda: enqueue(self.handle))
+        try:
+            self.graph = Graph.capture(self.handle, lambda: enqueue(self.handle))
+        except BaseException:  # no graph to close: __del__ would skip the stream too
+            drv.cuStreamDestroy(self.stream)
+            self.stream = None
+            raise
 
     @property
     def handle(self) -> int:
@@ -68,9 +73,11 @@ class CapturedGraph:
 
     def __del__(self):
         try:
-            self.graph.close()
-            driver().cuStreamDestroy(self.stream)
-        except Exception:
+            if getattr(self, "graph", None) is not None:
+                self.graph.close()
+            if getattr(self, "stream", None) is not None:
+                driver().cuStreamDestroy(self.stream)
+        except Exception:  # at interpreter exit the driver may be gone
             pass
 
 

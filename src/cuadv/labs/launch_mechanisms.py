@@ -99,9 +99,11 @@ class ContextLimit:
             self.error = str(exc)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self.old is not None:
-            driver().cuCtxSetLimit(self.limit, self.old)
+            result = driver().cuCtxSetLimit(self.limit, self.old)
+            if exc_type is None:  # a failed restore would leave later labs the raised limit (and its memory)
+                check(result, f"cuCtxSetLimit({self.name}={self.old}) (restoring it)")
 
 
 # -- the mechanisms --------------------------------------------------------------------------

@@ -314,11 +314,13 @@ class SchedulingLab:
             events then time the GPU from the moment the kernel may start, not Python's launch."""
             ev = EventPair()
             gate.hold(high_stream.ptr)
-            ev.record_start(high_stream.ptr)
-            short(short_tiles, short_d, short_done, 0, stream=high_stream)
-            ev.record_stop(high_stream.ptr)
-            time.sleep(delay_s)
-            gate.release()
+            try:
+                ev.record_start(high_stream.ptr)
+                short(short_tiles, short_d, short_done, 0, stream=high_stream)
+                ev.record_stop(high_stream.ptr)
+                time.sleep(delay_s)
+            finally:  # a launch that raises must not leave the stream gated
+                gate.release()
             return ev.elapsed_ms()
 
         # Load the kernel before any gated launch: loading a kernel (lazily, at its first launch)
@@ -412,9 +414,11 @@ class SchedulingLab:
             synchronize_device()
             low = k(long_d.size, long_d, done, 0, stream=low_stream, trace=True)
             gate.hold(high_stream.ptr)  # then the high-priority kernel, as in the latency measurement
-            high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)
-            time.sleep(0.003)
-            gate.release()
+            try:
+                high = short(short_d.size, short_d, short_done, 0, stream=high_stream, trace=True)
+                time.sleep(0.003)
+            finally:
+                gate.release()
             t0 = low.start_ns
             hw = high.records[high.written]
             span = [((hw["start_ns"].min() - t0) / 1e3, (hw["end_ns"].max() - t0) / 1e3,

@@ -296,12 +296,14 @@ def shared_gpu(ctx: RunContext, result: LabResult, repeats: int) -> None:
         """One launch of the tile kernel while k_held SMs are held: its ms, its trace, the held SMs."""
         if k_held:
             holder.hold(k_held)
-        ev = EventPair()
-        ev.record_start(stream.ptr)
-        tr = kernels[label](tiles, d, done[label], 0, stream=stream, trace=trace)
-        ev.record_stop(stream.ptr)
-        if k_held:
-            holder.release(stream.ptr)
+        try:
+            ev = EventPair()
+            ev.record_start(stream.ptr)
+            tr = kernels[label](tiles, d, done[label], 0, stream=stream, trace=trace)
+            ev.record_stop(stream.ptr)
+        finally:  # a launch that raises must not leave K SMs held into the next lab (until the holder's own timeout)
+            if k_held:
+                holder.release(stream.ptr)
         runs[label] += 1
         ms = ev.elapsed_ms()
         if tr is not None:
