@@ -124,3 +124,17 @@ def test_cache_key_follows_a_pre_included_header(tmp_path, monkeypatch):
         assert first[1] == ["103"] and build(option) == (True, ["103"])
         (tmp_path / "pre.h").write_text("#define VALUE 2\n")
         assert build(option) == (False, ["203"])
+
+
+def test_cache_key_follows_the_nvrtc_library_file(tmp_path, monkeypatch):
+    """A patch release of NVRTC keeps its major.minor version: the key holds which library file compiled the code
+    (path, size, modification time), so an upgraded one compiles again."""
+    from cuadv import compiler
+
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "cache"))
+    src = 'extern "C" __global__ void k(int* x) { x[0] = 1; }'
+    monkeypatch.setattr(compiler, "library_identity", lambda name: f"/lib/lib{name}.so.13 100 1")
+    assert not compile_source(src, name="nvrtc_file", arch="sm_90a").from_cache
+    assert compile_source(src, name="nvrtc_file", arch="sm_90a").from_cache
+    monkeypatch.setattr(compiler, "library_identity", lambda name: f"/lib/lib{name}.so.13 104 2")
+    assert not compile_source(src, name="nvrtc_file", arch="sm_90a").from_cache

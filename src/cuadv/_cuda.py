@@ -77,6 +77,21 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+@cache
+def library_identity(name: str) -> str:
+    """Which file the NVIDIA library ``name`` ("nvrtc", "nvJitLink") is in this process: its path, size and
+    modification time ('' where it cannot be found). A compile cache keyed on major.minor alone would keep what an
+    older patch release of the compiler made."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = load_nvidia_dynamic_lib(name).abs_path
+        st = os.stat(path)
+    except Exception:  # not installed, loaded from elsewhere, or an older cuda-pathfinder
+        return ""
+    return f"{path} {st.st_size} {st.st_mtime_ns}"
+
+
 def driver_version() -> int:
     return int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
 

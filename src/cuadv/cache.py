@@ -1,8 +1,9 @@
 """On-disk cache of compiled modules.
 
 Entries are keyed by a SHA-256 over everything that decides the machine code (target, options,
-NVRTC version, source, the contents of cuadv's headers and the identity of the CCCL/cudart headers,
-and a format version). Writes are atomic (temporary file, then rename); a corrupt entry is detected
+NVRTC's version and library file, source, the caller's own headers (include paths, --pre-include), the contents
+of cuadv's headers and the identity of the CCCL/cudart headers, and a format version; a linked module: the linker's
+file or the driver's version). Writes are atomic (temporary file, then rename); a corrupt entry is detected
 by its checksum and ignored.
 
 Where it lives: the platform's user cache directory, subfolder ``cuadv`` (Linux and other Unixes:

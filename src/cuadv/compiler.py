@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import cache as disk_cache
-from ._cuda import check, nvrtc, nvrtc_version
+from ._cuda import check, library_identity, nvrtc, nvrtc_version
 from .arch import parse_arch
 from .device import current_device
 from .errors import CompileError, CuadvError, NoGpuError
@@ -318,7 +318,7 @@ def compile_source(
     # too, and a key without them returned the module built from an older version of one.
     user_headers = _user_header_fingerprint(source, headers, options)
     key = disk_cache.make_key(
-        arch, "\x00".join(opts), repr(nvrtc_version()), source, _header_fingerprint(),
+        arch, "\x00".join(opts), repr(nvrtc_version()) + library_identity("nvrtc"), source, _header_fingerprint(),
         json.dumps(sorted(headers.items())), "\x00".join(exprs), name, *([user_headers] if user_headers else []),
     )
     hit = disk_cache.load(key)

@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from . import cache as disk_cache
+from ._cuda import driver_version, library_identity
 from .compiler import CompiledModule
 from .errors import CuadvError
 
@@ -113,7 +114,9 @@ def link_device_runtime(module: CompiledModule) -> CompiledModule:
         raise LinkError(f"module {module.name!r} is not relocatable device code; compile it with "
                         "compile_source(..., rdc=True) before linking it with the device runtime")
     library = find_cudadevrt()
-    key = disk_cache.make_key("link-cudadevrt", module.arch, module.cubin, library.read_bytes())
+    # The linker decides the code too: nvJitLink's file, else the driver's (whose linker cuda.core falls back to).
+    key = disk_cache.make_key("link-cudadevrt", module.arch, module.cubin, library.read_bytes(),
+                              library_identity("nvJitLink") or f"driver {_driver_version_or_none()}")
     hit = disk_cache.load(key)
     if hit is not None:
         meta, cubin = hit
@@ -121,6 +124,13 @@ def link_device_runtime(module: CompiledModule) -> CompiledModule:
     cubin, log = _link(module, library)
     disk_cache.store(key, {"log": log}, cubin)
     return _linked(module, cubin, log, from_cache=False)
+
+
+def _driver_version_or_none() -> int | None:
+    try:
+        return driver_version()
+    except Exception:  # no driver here: nvJitLink links without one
+        return None
 
 
 def _linked(module: CompiledModule, cubin: bytes, log: str, from_cache: bool) -> CompiledModule:
