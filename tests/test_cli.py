@@ -301,6 +301,22 @@ def test_build_all_reports_each_lab_done_per_arch(monkeypatch):
     assert [(r.lab, r.arch) for r in rows] == [("bad", "sm_90a"), ("bad", "sm_100a")] and rows[0].error
 
 
+def test_build_all_in_parallel_builds_the_labs_it_is_given():
+    """Workers find labs again by name in a spawned process: labs the caller made (not the registry's) are built
+    here, with jobs > 1 as with 1, instead of failing the lookup ("no lab named ...")."""
+    from cuadv.app.buildcheck import build_all
+
+    class MyLab:
+        def __init__(self, name):
+            self.name = name
+
+        def build(self, arch):
+            raise RuntimeError(f"{self.name} built here for {arch}")
+
+    rows = build_all(["sm_90a"], [MyLab("mine_a"), MyLab("mine_b")], jobs=2)
+    assert [r.error for r in rows] == ["mine_a built here for sm_90a", "mine_b built here for sm_90a"]
+
+
 def test_build_command_prints_the_table_with_progress_callbacks(monkeypatch, capsys, tmp_path):
     from cuadv.app import buildcheck
     from cuadv.compiler import KernelResources

@@ -24,9 +24,13 @@ def build_all(archs: list[str], labs=None, progress=lambda message: None, jobs: 
     (in completion order); the rows returned are in lab order either way."""
     from ..labs import all_labs
 
+    registered = {type(lab): lab.name for lab in all_labs()}
     labs = labs or all_labs()
     work = [(lab.name, arch) for lab in labs for arch in archs]
-    if jobs > 1 and len(work) > 1:
+    # The workers find the labs again by name (a lab object does not travel to a spawned process): only labs of the
+    # registry's own classes may go there; any other (a lab made or configured by the caller) builds here.
+    by_name = all(registered.get(type(lab)) == lab.name for lab in labs)
+    if jobs > 1 and len(work) > 1 and by_name:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -53,7 +57,11 @@ def _build_one_by_name(job: tuple[str, str]) -> list[BuildRow]:
     from ..labs import lab_by_name
 
     name, arch = job
-    return _build_one(lab_by_name(name), arch)
+    try:
+        lab = lab_by_name(name)
+    except Exception as exc:  # as a lab that fails to build: a row, not the whole build check
+        return [BuildRow(name, arch, "-", None, error=str(exc))]
+    return _build_one(lab, arch)
 
 
 def _build_one(lab, arch: str) -> list[BuildRow]:
