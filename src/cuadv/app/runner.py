@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from .. import nvtx
 from ..errors import NoGpuError
@@ -28,8 +28,8 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     """``timeout_s``: the longest any one wait for the GPU may take (default ``CUADV_TIMEOUT_S``, else 60 s);
     a lab whose wait outlasts it fails with GpuTimeoutError naming the lab and its step (``cuadv.waiting``)."""
     from ..device import current_device
-    from ..timing import copy_ceiling
     from .. import waiting
+    from ..timing import copy_ceiling
     from ..waiting import scope
 
     device = current_device()

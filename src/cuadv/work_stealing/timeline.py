@@ -24,11 +24,6 @@ def _add_bars(ax, rows: np.ndarray, left: np.ndarray, width: np.ndarray, colors,
     ax.add_collection(PolyCollection(corners, facecolors=colors, linewidths=0, label=label))
 
 
-def _slots(rec: np.ndarray) -> np.ndarray:
-    """The resident slot of each tile on its SM (a slot: tiles that never overlap in time on that SM)."""
-    return assign_slots(rec["smid"].astype(np.int64), rec["start_ns"].astype(np.int64), rec["end_ns"].astype(np.int64))
-
-
 def _lanes(rec: np.ndarray, slot: np.ndarray, lanes: int, t0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(row y, start us, width us, bar height) of each tile: SM s spans [s - 0.45, s + 0.45], split into
     ``lanes`` sub-rows, one per resident slot."""
@@ -71,7 +66,9 @@ def plot_sm_timeline(trace: Any, path: str | Path, title: str, sm_count: int | N
         t0 = time_origin_ns if time_origin_ns is not None else int(min(int(r["start_ns"].min()) for r in everything))
         # One assignment over every kernel's tiles, so that tiles of two kernels on one SM at once get two lanes
         # instead of one bar drawn over the other; computed once: the lane count, then each bar's lane.
-        joint = _slots(np.concatenate([r[["smid", "start_ns", "end_ns"]] for r in everything]))
+        # (The resident slot of each tile on its SM: a slot holds tiles that never overlap in time on that SM.)
+        joint = assign_slots(*(np.concatenate([r[f].astype(np.int64) for r in everything])
+                               for f in ("smid", "start_ns", "end_ns")))
         parts = np.split(joint, np.cumsum([len(r) for r in everything])[:-1])
         slots = {id(r): part for r, part in zip(everything, parts)}
         lanes = max(int(slot.max()) + 1 for slot in slots.values())
