@@ -69,9 +69,9 @@ def measure(mechanism: Mechanism, n: int, quick: bool) -> tuple[Spread, float]:
     """(microseconds per task, with the spread of the runs; host seconds of preparation); every task checked
     exactly once per run."""
     tasks = Tasks(n)
-    prep = mechanism.prepare(tasks)
     warmup, repeats = runs_for(mechanism, n, quick)
-    try:
+    try:  # a prepare that fails partway (a second capture, say) releases what it made too
+        prep = mechanism.prepare(tasks)
         t = time_gpu(mechanism.run, stream=mechanism.stream, warmup=warmup, repeats=repeats)
         tasks.check(warmup + repeats, mechanism.label)
         mechanism.after_check()
@@ -84,8 +84,8 @@ def validate(mechanism: Mechanism, sizes=VALIDATION_N, runs: int = 2) -> None:
     """Exactly once per run at sizes with tails (0, 1, a prime)."""
     for n in sizes:
         tasks = Tasks(n)
-        mechanism.prepare(tasks)
         try:
+            mechanism.prepare(tasks)
             for _ in range(runs):
                 mechanism.run()
             synchronize(mechanism.stream)
