@@ -342,25 +342,8 @@ def test_build_command_prints_the_table_with_progress_callbacks(monkeypatch, cap
 
 
 def test_run_labs_prints_one_line_per_lab_on_stdout(monkeypatch, tmp_path):
-    import cuadv.device as device
-    import cuadv.timing as timing
     from cuadv.app.runner import run_labs
     from cuadv.report.console import make_console
-
-    class Caps:
-        name, sm_count = "Fake GPU", 2
-
-        def cc_string(self):
-            return "9.0"
-
-        def as_dict(self):
-            return {"name": self.name}
-
-    class Dev:
-        caps = Caps()
-
-    class Ceiling:
-        tb_per_s = 1.0
 
     class SkippedLab:
         name, title = "needs_blackwell", "t"
@@ -368,8 +351,7 @@ def test_run_labs_prints_one_line_per_lab_on_stdout(monkeypatch, tmp_path):
         def supported(self, caps):
             return "needs compute capability 10.0 (got 9.0)"
 
-    monkeypatch.setattr(device, "current_device", lambda: Dev())
-    monkeypatch.setattr(timing, "copy_ceiling", lambda: Ceiling())
+    _fake_gpu(monkeypatch, lambda: type("Ceiling", (), {"tb_per_s": 1.0})())
     buf = io.StringIO()
     report = run_labs([SkippedLab(), SkippedLab()], tmp_path, True, make_console(file=buf))
     assert [r.status for r in report.results] == ["skipped", "skipped"]
