@@ -20,7 +20,8 @@ only when that total may exceed the bound, or when this process has stored half 
 scanned (other processes store into the same directory), so stores stay cheap however big the tree is. The entry
 just stored is never the one evicted, and one larger than 90% of the bound is not stored (it would empty the
 cache of everything else). Several processes may share the cache: a file that vanishes under a load or
-an eviction is a miss, never an error; entries are readable as the umask allows (not owner-only). ``usage()`` and ``clear()`` back the ``cuadv cache`` command.
+an eviction is a miss, never an error; entries are readable as the umask allows (not owner-only). ``usage()``
+and ``clear()`` back the ``cuadv cache`` command.
 """
 
 from __future__ import annotations
