@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import KernelArgumentError
-from .interop import (DLPACK_CUDA, DeviceArray, array_device, cuda_array_interface, device_array, device_pointer,
-                      library_of)
+from .interop import (DLPACK_CUDA, DeviceArray, cuda_array_interface, device_array, device_pointer, library_of,
+                      require_on_gpu)
 from .memory import DeviceBuffer
 from .signature import CType, DeclaredParam, Signature
 
@@ -165,12 +165,7 @@ def _pack_array(value: Any, where: str, param: DeclaredParam | None, device: int
     if param is not None and param.pointer and not _untyped(value):
         _check_layout(device_array(value, what=where), param, where)
     if device is not None:
-        on = array_device(value, ptr)
-        if on is not None and on != device:
-            raise KernelArgumentError(
-                f"{where}: the array is in the memory of GPU {on}, but the kernel launches on GPU {device}; copy it "
-                f"there (with cupy.cuda.Device({device}): cupy.asarray(x)), or run cuadv on GPU {on} "
-                f"(CUADV_DEVICE={on})")
+        require_on_gpu(value, ptr, device, f"{where}: the array is", "the kernel launches")
     return ptr.to_bytes(8, "little")
 
 

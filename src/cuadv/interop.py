@@ -289,6 +289,17 @@ def array_device(obj: Any, ptr: int, *, ask_driver: bool = True) -> int | None:
     return ordinal if device_memory and not managed else None
 
 
+def require_on_gpu(obj: Any, ptr: int, device: int, subject: str, runs: str, *, ask_driver: bool = True) -> None:
+    """KernelArgumentError where the array says (or the driver, unless ``ask_driver`` is False) it is in another
+    GPU's memory than ``device``'s: the kernels would fault on it (or, with peer access, read it slowly). The message:
+    "<subject> in the memory of GPU n, but <runs> on GPU m; ..." with the ways out."""
+    on = array_device(obj, ptr, ask_driver=ask_driver)
+    if on is not None and on != device:
+        raise KernelArgumentError(f"{subject} in the memory of GPU {on}, but {runs} on GPU {device}; copy it there "
+                                  f"(with cupy.cuda.Device({device}): cupy.asarray(x)), or run cuadv on GPU {on} "
+                                  f"(CUADV_DEVICE={on})")
+
+
 DLPACK_CUDA = 2  # DLDeviceType kDLCUDA (kDLCUDAHost 3 and kDLCUDAManaged 13 are reachable from every GPU)
 
 

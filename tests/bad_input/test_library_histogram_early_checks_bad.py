@@ -241,4 +241,4 @@ def test_a_min_max_pass_under_a_capture_raises_before_any_launch(monkeypatch):
     with pytest.raises(UnsupportedFeatureError, match=r"^cuadv.histogram without range needs x's min and max read "
                                                       r"back to the host, which no CUDA graph capture allows \(got a "
                                                       r"stream being captured\); fallback: pass range=\(lo, hi\)"):
-        api._minmax(src, 7, "sm_90a", 132, "cuadv.histogram without range: pass range=(lo, hi)")
+        api._minmax(src, 7, "sm_90a", 132, ("cuadv.histogram without range", "pass range=(lo, hi)"))

@@ -35,22 +35,19 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     device = current_device()
     caps = device.caps
     console.print(Text(caps.name, style="bold"), f"(compute capability {caps.cc_string()}, {caps.sm_count} SMs)")
+    report = Report(caps=caps.as_dict(), results=[], command=command, environment=collect_environment(caps.as_dict()))
     try:  # every lab divides by it; without it they are skipped, and what needs no GPU still runs
         with scope(timeout_s=timeout_s, activity="the copy ceiling (a device-to-device copy of 2 GiB)"):
             ceiling = copy_ceiling()
     except Exception as exc:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         console.print(f"copy ceiling: failed ({detail})", markup=False)
-        report = Report(caps=caps.as_dict(), results=[], command=command,
-                        environment=collect_environment(caps.as_dict()))
         report.skipped += [(f"lab {lab.name}", f"the copy ceiling, which every lab divides by, failed: {detail}")
                            for lab in labs]
         return report
     console.print(f"copy ceiling: {ceiling.tb_per_s:.2f} TB/s (device-to-device, read + write)")
+    report.ceiling_tb_s = ceiling.tb_per_s
     from ..labs.base import RunContext
-
-    report = Report(caps=caps.as_dict(), results=[], ceiling_tb_s=ceiling.tb_per_s, command=command,
-                    environment=collect_environment(caps.as_dict()))
     busy_after = None  # the lab whose GPU wait timed out: the context is unusable until that work ends
     # The bar goes to stderr (shown only on a terminal): lab i of n, and the lab's current step.
     with progress_bar(console, TextColumn("[bold]{task.fields[lab]}"), BarColumn(),

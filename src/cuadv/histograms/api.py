@@ -423,12 +423,12 @@ class _Counter:
             self.release(stream)
 
 
-def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int, needed_by: str) -> tuple[Any, Any]:
-    """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy. ``needed_by``
-    names the call and its way out where ``stream`` is being captured into a CUDA graph, which no host read may
-    wait for (the wait would invalidate the capture)."""
+def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int, needed_by: tuple[str, str]) -> tuple[Any, Any]:
+    """x.min(), x.max() as NumPy scalars of x's type (NaN where x holds one): one pass, one copy. ``needed_by``:
+    (the call, its way out), named where ``stream`` is being captured into a CUDA graph, which no host read may wait
+    for (the wait would invalidate the capture)."""
     if capturing(stream):
-        call, fallback = needed_by.split(": ", 1)
+        call, fallback = needed_by
         raise UnsupportedFeatureError(call, "x's min and max read back to the host, which no CUDA graph capture "
                                       "allows", "a stream being captured", fallback)
     blocks = max(1, min(-(-src.size // AUX_THREADS), 4 * sm_count))
@@ -624,8 +624,8 @@ class PreparedHistogram:
             if src.size == 0:
                 edges = np.histogram_bin_edges(np.empty(0, dtype=src.dtype), self.bins)
             else:
-                lo, hi = _minmax(src, h, caps.arch, caps.sm_count, "cuadv.histogram without range: pass "
-                                 "range=(lo, hi) (torch.ops.cuadv.histogram: lo and hi)")
+                lo, hi = _minmax(src, h, caps.arch, caps.sm_count, ("cuadv.histogram without range",
+                                 "pass range=(lo, hi) (torch.ops.cuadv.histogram: lo and hi)"))
                 if not (np.isfinite(lo) and np.isfinite(hi)):
                     raise ValueError(f"autodetected range of [{lo}, {hi}] is not finite")
                 edges = self._edges_for(lo, hi)
@@ -784,8 +784,8 @@ class PreparedBincount:
         caps = self.eng.caps
         length = self.minlength
         if src.size:
-            lo, hi = _minmax(src, h, caps.arch, caps.sm_count, "cuadv.bincount (its length is x.max() + 1): "
-                             "cuadv.histograms.count_bins(x, bins, out=...) counts into a length fixed beforehand")
+            lo, hi = _minmax(src, h, caps.arch, caps.sm_count, ("cuadv.bincount (its length is x.max() + 1)",
+                             "cuadv.histograms.count_bins(x, bins, out=...) counts into a length fixed beforehand"))
             if lo < 0:
                 raise ValueError(f"'list' argument must have no negative elements (x.min() = {lo})")
             if int(hi) + 1 > MAX_BINS:

@@ -33,11 +33,7 @@ def device_array(obj: Any, what: str) -> DeviceArray:
         raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ (CuPy, PyTorch, "
                                   f"Numba), got {type(obj).__name__}")
     arr = interop.device_array(obj, what=what)  # a big-endian array raises there, naming ``what``
-    on, gpu = interop.array_device(obj, arr.ptr, ask_driver=False), device_ordinal()
-    if on is not None and on != gpu:  # the kernels would fault on it (or, with peer access, read it slowly)
-        raise KernelArgumentError(f"{what} is in the memory of GPU {on}, but cuadv runs on GPU {gpu}; copy it there "
-                                  f"(with cupy.cuda.Device({gpu}): cupy.asarray(x)), or run cuadv on GPU {on} "
-                                  f"(CUADV_DEVICE={on})")
+    interop.require_on_gpu(obj, arr.ptr, device_ordinal(), f"{what} is", "cuadv runs", ask_driver=False)
     dtype = arr.dtype
     if dtype is None:
         raise TypeError(f"{what} has element type {arr.type_name}, which NumPy does not know")  # as any dtype it lacks

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-import numpy as np
-
 from .results import LabResult, Table, fmt
 
 _CSS = """
@@ -136,7 +134,7 @@ def _cell_html(value) -> str:
     text = esc(fmt(value))
     if isinstance(value, str) and value in ("ok", "failed", "skipped"):
         return f"<td class='text {value}'>{text}</td>"
-    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):  # NumPy's numbers too
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # NumPy's numbers too (not its bool)
         v = float(value)
         shown = "Infinity" if v == math.inf else "-Infinity" if v == -math.inf else repr(v)  # as parseFloat reads
         key = "" if v != v else f" data-v='{shown}'"  # NaN: no key, sorts as its text

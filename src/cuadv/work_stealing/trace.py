@@ -75,7 +75,7 @@ class Trace:
     @property
     def records(self) -> np.ndarray:
         with self._reading:
-            if self._records is None or self.captured and self._buffer is not None:
+            if self._records is None:  # always, for a captured launch (it never keeps what it read)
                 what = f"the traced {self.policy} launch"
                 stream = self._stream
                 if self._done is not None:
