@@ -463,6 +463,15 @@ static __device__ __forceinline__ u32 flush_start(u32 unit, u32 count) {
   return count ? static_cast<u32>((static_cast<u64>(unit) * 128u) % count) : 0u;  // count 0: no private range
 }
 
+// Replica of a slot that a flushing thread reads in round r of R = 2^log2r (at most 32): the lanes of a warp flush
+// consecutive slots (words slot * R .. slot * R + R - 1), so reading replica r in every lane puts all 32 lanes on
+// one bank when R = 32 (a 32-way conflict for each of the R reads: 4.8 us of flush per uint8 block, traced
+// 2026-12-04). Lane l starts at replica l / (32 / R) instead: lane l % (32 / R) fixes the slot's bank group and
+// l / (32 / R) the bank within it, so the warp's 32 reads of a round fall on 32 different banks.
+static __device__ __forceinline__ u32 flush_replica(u32 r, u32 log2r) {
+  return (r + ((threadIdx.x & 31u) >> (5u - log2r))) & ((1u << log2r) - 1u);
+}
+
 // Words of shared counters one block holds: its shard of ceil((bins + 1) / C) slots (the real bins
 // and the trash slot), times R replicas.
 template <bool Packed>
@@ -479,7 +488,7 @@ static __device__ __forceinline__ void flush_pairs(const u32* counters, u32* out
     const u32 w = i < pairs - start ? i + start : i - (pairs - start);
     u32 lo = 0, hi = 0;  // the sums of the word's R replicas, half by half
     for (u32 r = 0; r < (1u << log2r); ++r) {
-      const u32 word = counters[(w << log2r) | r];
+      const u32 word = counters[(w << log2r) | flush_replica(r, log2r)];
       lo += word & 0xFFFFu;
       hi += word >> 16;
     }
@@ -510,7 +519,7 @@ static __device__ __forceinline__ void flush_counters(const u32* counters, u32* 
     const u32 base = Packed ? ((local >> 1) << log2r) : (local << log2r);
     const u32 shift = Packed ? ((local & 1u) << 4) : 0u;
     for (u32 r = 0; r < (1u << log2r); ++r) {
-      const u32 w = counters[base | r];
+      const u32 w = counters[base | flush_replica(r, log2r)];
       total += Packed ? ((w >> shift) & 0xFFFFu) : w;
     }
     if (total) atomicAdd(out + bin, total);  // one global atomic per nonzero bin per block
