@@ -90,7 +90,10 @@ HISTOGRAM = {
         "shared-memory wavefronts in all; but those loads pass through the same data pipe (89.0% of its peak) and "
         "read 91.4-91.5% of the read-only ceiling against the ring's 95.9-96.0% unlocked (18:50; likely fewer bytes "
         "in flight, not measured). Half of each chunk by register loads, half through the ring, read 94.8-94.9% "
-        "against 95.9-96.0% (18:50), not kept"),
+        "against 95.9-96.0% (18:50), not kept. The flush read a slot's 32 replicas with every lane of a warp on one "
+        "bank (4.8 us per block, traced 2026-12-04 19:15); since 2026-12-05 each lane starts at its own replica: "
+        "flush 0.94 us, 2.064-2.073x CUB against 2.008-2.010x in the same machine start (05:40, "
+        "docs/results/h200-2026-12-05-0540); earlier starts read the code before at 1.963-1.978x"),
 }
 
 SPMV = (
