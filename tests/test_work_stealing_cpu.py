@@ -285,6 +285,7 @@ def fake_occupancy(monkeypatch):
 
     monkeypatch.setattr(tile_kernel, "max_active_blocks_per_sm", blocks_per_sm)
     monkeypatch.setattr(tile_kernel, "current_device", lambda: _FakeDevice())
+    monkeypatch.setattr(tile_kernel, "capturing", lambda stream: False)
     return {"steal": _FakeKernel("steal", 8), "fixed_blocks": _FakeKernel("fixed_blocks", 3)}, calls
 
 
@@ -348,21 +349,36 @@ class _Events:
         self.recorded, self.busy = {}, set()
 
     def install(self, monkeypatch, ids):
-        """Streams are keyed by ids(stream); slots are host numbers from 0x10000, 32 bytes apart."""
+        """Streams are keyed by ids(stream); slots are host numbers from 0x10000, 32 bytes apart. ``zeroing`` logs
+        how each chunk was allocated (its fill, whether in relaxed capture mode) and zeroed."""
+        from contextlib import contextmanager
         from types import SimpleNamespace
 
         from cuadv import state_pool
 
-        chunks = []
+        chunks, self.zeroing, relaxed = [], [], []
 
         def buffer(size, fill):
-            chunks.append(SimpleNamespace(ptr=0x10000 * (len(chunks) + 1)))
+            self.zeroing.append(("alloc", fill, bool(relaxed)))
+            chunks.append(SimpleNamespace(ptr=0x10000 * (len(chunks) + 1),
+                                          fill=lambda byte, stream: self.zeroing.append(("fill", byte, stream))))
             return chunks[-1]
+
+        @contextmanager
+        def relaxed_mode():
+            relaxed.append(True)
+            try:
+                yield
+            finally:
+                relaxed.pop()
 
         monkeypatch.setattr(state_pool, "is_capturing", lambda stream: stream < 0)  # negative: a capturing stream
         monkeypatch.setattr(state_pool, "stream_key", lambda stream: (1, ids(stream)))
         monkeypatch.setattr(state_pool, "DeviceBuffer", buffer)
-        monkeypatch.setattr(state_pool, "wait", lambda stream, what: None)
+        monkeypatch.setattr(state_pool, "relaxed_capture_mode", relaxed_mode)
+        monkeypatch.setattr(state_pool, "_new_stream", lambda: 0x5E)
+        monkeypatch.setattr(state_pool, "_destroy_stream", lambda stream: self.zeroing.append(("destroy", stream)))
+        monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream)))
         monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())
         monkeypatch.setattr(state_pool, "_record", lambda event, stream: self.recorded.update({id(event): stream}))
         monkeypatch.setattr(state_pool, "event_done", lambda event: self.recorded[id(event)] not in self.busy)
@@ -419,8 +435,13 @@ def test_state_pool_gives_a_new_stream_the_slot_whose_launches_finished(monkeypa
     with pool.phase(e) as phase:
         assert phase == 1  # the slot's phase went with it
     assert pool.slot_for(1) == (0x30000 + 32, False)  # stream 1 lost its slot
+    assert all(step == ("alloc", 0, False) or step == ("wait", 0) for step in events.zeroing)  # zeroed at once
+    events.zeroing.clear()
     assert pool.slot_for(-1) == (0x40000, True) and pool.slot_for(-1) == (0x40000 + 32, True)  # captures: fresh
     assert pool.last_new == 0x40000 + 32
+    # A capture's chunk: no legacy-stream memset (it would wait for the capturing stream), and cuMemAlloc in relaxed
+    # mode (a global-mode capture prohibits it); zeroed on a stream of its own and waited for
+    assert events.zeroing == [("alloc", None, True), ("fill", 0, 0x5E), ("wait", 0x5E), ("destroy", 0x5E)]
     monkeypatch.setattr(state_pool, "MAX_CHUNKS", 4)
     with pytest.raises(LaunchConfigError, match="more than 8 streams with launches in flight and graph captures"):
         pool.slot_for(-1)
@@ -708,7 +729,9 @@ def test_steal_options_apply_to_steal_launches_only(fake_occupancy, monkeypatch)
 def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occupancy, monkeypatch):
     """The stream may be destroyed before the records are read (its handle then names nothing, or another stream):
     the records wait for an event recorded after the launch and are copied on a stream of cuadv's own. A captured
-    launch records no event (one recorded in a capture cannot be waited for) and is read from its stream."""
+    launch records no event (one recorded in a capture cannot be waited for) and is read from its stream; its
+    buffer is allocated in relaxed capture mode (a global-mode capture is invalidated by cuMemAlloc)."""
+    from contextlib import contextmanager
     from types import SimpleNamespace
 
     from cuadv.work_stealing import tile_kernel, trace as trace_module
@@ -716,9 +739,21 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     kernels, _ = fake_occupancy
     log = []
 
+    relaxed = False
+
+    @contextmanager
+    def relaxed_mode():
+        nonlocal relaxed
+        relaxed = True
+        try:
+            yield
+        finally:
+            relaxed = False
+
     class Buffer:  # the trace buffer, in host memory
         def __init__(self, nbytes, fill=None):
             self.ptr, self.nbytes = 0x9000, nbytes
+            log.append(("alloc", relaxed))
 
         def fill(self, byte, stream=None):
             log.append(("poison", stream))
@@ -731,6 +766,7 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     monkeypatch.setattr(tile_kernel, "_new_event", lambda: "event")
     monkeypatch.setattr(tile_kernel, "_record", lambda event, stream: log.append(("record", event, stream)))
     monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
+    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed_mode)
     monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, *args, stream:
                                                                   log.append(("launch", stream))))
     monkeypatch.setattr(trace_module, "wait", lambda target, what=None: log.append(("wait", target)))
@@ -740,13 +776,13 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     k = TileKernel("int* x", "", policy="fixed_blocks", block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks"], "fixed_blocks"))
     trace = k(1000, 0x2000, stream=7, trace=True)
-    assert log == [("poison", 7), ("launch", 7), ("record", "event", 7)]
+    assert log == [("alloc", False), ("poison", 7), ("launch", 7), ("record", "event", 7)]
     log.clear()
     assert trace.records.shape == (1000,) and not trace.written.any()
     assert log == [("wait", "event"), ("copy", 0xC0), ("destroy", "event")]
     log.clear()
     captured = k(1000, 0x2000, stream=99, trace=True)
-    assert log == [("poison", 99), ("launch", 99)]
+    assert log == [("alloc", True), ("poison", 99), ("launch", 99)]
     log.clear()
     assert captured.records.shape == (1000,) and log == [("copy", 99)]
 

@@ -422,6 +422,46 @@ def test_stream_none_follows_a_torch_side_stream():
     assert bool((doubled == 4).all()) and int(count.sum()) == 2 * tiles
 
 
+def test_a_global_mode_capture_takes_a_new_state_chunk_and_a_trace_buffer(cp, monkeypatch):
+    """A capture begun in the global mode (torch.cuda.graph's default; cuadv's Graph.capture is relaxed) prohibits
+    cuMemAlloc and the legacy stream's memset on its thread, and one such call invalidates it. A steal launch whose
+    state slot needs a new chunk of the pool, and a traced launch's buffer, are made in relaxed mode instead: the
+    capture ends, and its replays run every tile once and write the trace."""
+    if "steal" not in policies():
+        pytest.skip("steal needs compute capability 9.0")
+    from cuadv._cuda import check, driver
+    from cuadv.state_pool import StatePool
+    from cuadv.work_stealing import tile_kernel
+
+    pool = StatePool("tests", slots=1)  # the stream's launch takes the one slot of the first chunk
+    monkeypatch.setattr(tile_kernel, "_pool", pool)
+    k = TileKernel(PARAMS, BODY, PROLOGUE, policy="steal", block=64, name="global_capture")
+    tiles = 5_003
+    count = cp.zeros(tiles, dtype=cp.uint32)
+    prologues = cp.zeros(1, dtype=cp.uint32)
+    cp.cuda.Device().synchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    k(tiles, count, prologues, trace=True, stream=stream)  # compiles and checks outside the capture
+    stream.synchronize()
+    drv = driver()
+    h = drv.CUstream(stream.ptr)
+    check(drv.cuStreamBeginCapture(h, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture")
+    try:
+        trace = k(tiles, count, prologues, trace=True, stream=stream)
+    finally:
+        graph = check(drv.cuStreamEndCapture(h), "cuStreamEndCapture")  # raises if the capture was invalidated
+    graph_exec = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    try:
+        assert pool.taken == 2  # the captured launch's slot came from a second chunk, made during the capture
+        for _ in range(2):
+            check(drv.cuGraphLaunch(graph_exec, h), "cuGraphLaunch")
+        stream.synchronize()
+        assert (cp.asnumpy(count) == 3).all() and trace.written.all()
+    finally:
+        drv.cuGraphExecDestroy(graph_exec)
+        drv.cuGraphDestroy(graph)
+
+
 def test_a_captured_traced_launch_keeps_its_order_and_trace_for_the_graph(cp):
     """trace=True and order= in a launch captured into a graph: the caller keeps neither the TileOrder nor the
     Trace's buffer alive, yet every replay reads the order and writes the trace (the launch holds both for the

@@ -212,6 +212,23 @@ def capturing(stream: int) -> bool:
     return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
+@contextlib.contextmanager
+def relaxed_capture_mode():
+    """This thread's stream-capture mode set to relaxed for the block, then put back
+    (``cuThreadExchangeStreamCaptureMode``, pushed and popped). A capture begun in the global or thread-local
+    mode (``torch.cuda.graph``'s default) prohibits this thread's potentially unsafe calls, ``cuMemAlloc``
+    among them, and a prohibited call invalidates the capture; in relaxed mode they are allowed. For memory that
+    outlives every graph that may use it, which stream capture neither records nor needs to."""
+    drv = driver()
+    mode = drv.CUstreamCaptureMode
+    previous = check(drv.cuThreadExchangeStreamCaptureMode(mode.CU_STREAM_CAPTURE_MODE_RELAXED),
+                     "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        check(drv.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
+
+
 def stream_id(stream: int) -> int:
     """The driver's id of ``stream`` (cuStreamGetId), unique for the life of the process: unlike a handle, which a
     stream created after another's destruction may get again while the old one's work still runs."""

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from ._cuda import check, driver
 from .errors import LaunchConfigError
-from .interop import capturing as is_capturing, stream_key
+from .interop import capturing as is_capturing, relaxed_capture_mode, stream_key
 from .memory import DeviceBuffer
 from .waiting import event_done, wait
 
@@ -21,6 +21,16 @@ MAX_CHUNKS = 256  # chunks of `slots` slots each: with the default, 65,536 slots
 def _new_event():
     drv = driver()
     return check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+
+def _new_stream() -> int:
+    drv = driver()
+    return int(check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate"))
+
+
+def _destroy_stream(stream: int) -> None:
+    drv = driver()
+    check(drv.cuStreamDestroy(drv.CUstream(stream)), "cuStreamDestroy")
 
 
 def _record(event, stream: int) -> None:
@@ -113,13 +123,33 @@ class StatePool:
                     f"more than {self._chunk * MAX_CHUNKS} streams with launches in flight and graph captures use "
                     f"{self.user} in this process, which keeps a counter for each captured launch for the life of "
                     "the process; capture fewer launches (replay a graph instead of capturing it again)")
-            self._buffers.append(DeviceBuffer(self._chunk * STATE_BYTES, fill=0))
-            if not capturing:  # the zeros land before a launch on any stream, non-blocking ones included
-                wait(0, what=f"the zeroing of the {self.user} counters")
+            self._buffers.append(self._zeroed_chunk(capturing))
         address = self._buffers[-1].ptr + (self._taken % self._chunk) * STATE_BYTES
         self._taken += 1
         self.last_new = address
         return address
+
+    def _zeroed_chunk(self, capturing: bool) -> DeviceBuffer:
+        """Another chunk of slots, zero before any launch may use one, non-blocking streams' included. During a
+        capture (the first slot a process's captured launch takes, or the 257th captured slot) neither the
+        allocation nor the legacy stream's memset may run as usual: a capture in the global mode prohibits
+        cuMemAlloc on this thread, and a memset on the legacy stream would wait for the capturing stream. So
+        the chunk is allocated in relaxed mode and zeroed on a stream of its own, waited for before the launch."""
+        what = f"the zeroing of the {self.user} counters"
+        nbytes = self._chunk * STATE_BYTES
+        if not capturing:
+            buffer = DeviceBuffer(nbytes, fill=0)
+            wait(0, what=what)
+            return buffer
+        with relaxed_capture_mode():
+            buffer = DeviceBuffer(nbytes, fill=None)
+            stream = _new_stream()
+            try:
+                buffer.fill(0, stream=stream)
+                wait(stream, what=what)
+            finally:
+                _destroy_stream(stream)
+        return buffer
 
     @contextmanager
     def phase(self, address: int) -> Iterator[int]:

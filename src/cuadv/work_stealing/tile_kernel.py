@@ -17,7 +17,7 @@ from ..device import current_device
 from ..dims import MAX_GRID, Dim3, is_int, volume
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require
-from ..interop import capturing, stream_handle
+from ..interop import capturing, relaxed_capture_mode, stream_handle
 from ..kernel import MAX_LAUNCHERS, Kernel, max_active_blocks_per_sm, max_active_clusters
 from ..launching import LaunchConfig, Launcher, check_block, check_config, checked_priority, prepare
 from ..memo import BoundedMemo
@@ -311,10 +311,15 @@ class TileKernel:
         min_units = self.min_units(kernel, concrete, units)  # read once: grid and device agree
         launcher = self._launcher(kernel, concrete, t, priority, min_units)  # before a trace buffer or a state slot
         config = launcher.config
-        # poisoned on the launch's stream (in ``before``), so the kernel's records come after the poison
-        trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None) if trace else None
-        if quantum and self._report is None:
-            self._report, self._report_ptr = _reports.take()
+        trace_buf = None
+        if trace or (quantum and self._report is None):
+            # In relaxed mode during a capture: a global-mode capture (torch.cuda.graph's) is invalidated by this
+            # thread's cuMemAlloc or cuMemHostAlloc. Both live as long as the graphs that may use them.
+            with relaxed_capture_mode() if capturing(handle) else nullcontext():
+                if trace:  # poisoned on the launch's stream (in ``before``): the kernel's records come after it
+                    trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
+                if quantum and self._report is None:
+                    self._report, self._report_ptr = _reports.take()
         pool = _pool if concrete == "steal" else _counters if concrete == "atomic_counter" else None
         with pool.use(handle) if pool else nullcontext((0, False)) as (state_ptr, captured):
 
