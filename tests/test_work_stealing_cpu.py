@@ -1,8 +1,7 @@
 """Work stealing without a GPU: policy choice, input checks, and the CLC code for sm_100a."""
 
 import math
-
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import pytest
@@ -286,6 +285,7 @@ def fake_occupancy(monkeypatch):
     monkeypatch.setattr(tile_kernel, "max_active_blocks_per_sm", blocks_per_sm)
     monkeypatch.setattr(tile_kernel, "current_device", lambda: _FakeDevice())
     monkeypatch.setattr(tile_kernel, "capturing", lambda stream: False)
+    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", nullcontext)
     return {"steal": _FakeKernel("steal", 8), "fixed_blocks": _FakeKernel("fixed_blocks", 3)}, calls
 
 
@@ -351,7 +351,6 @@ class _Events:
     def install(self, monkeypatch, ids):
         """Streams are keyed by ids(stream); slots are host numbers from 0x10000, 32 bytes apart. ``zeroing`` logs
         how each chunk was allocated (its fill, whether in relaxed capture mode) and zeroed."""
-        from contextlib import contextmanager
         from types import SimpleNamespace
 
         from cuadv import state_pool
@@ -378,7 +377,8 @@ class _Events:
         monkeypatch.setattr(state_pool, "relaxed_capture_mode", relaxed_mode)
         monkeypatch.setattr(state_pool, "_new_stream", lambda: 0x5E)
         monkeypatch.setattr(state_pool, "_destroy_stream", lambda stream: self.zeroing.append(("destroy", stream)))
-        monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream)))
+        monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream,
+                                                                                          bool(relaxed))))
         monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())
         monkeypatch.setattr(state_pool, "_record", lambda event, stream: self.recorded.update({id(event): stream}))
         monkeypatch.setattr(state_pool, "event_done", lambda event: self.recorded[id(event)] not in self.busy)
@@ -435,13 +435,12 @@ def test_state_pool_gives_a_new_stream_the_slot_whose_launches_finished(monkeypa
     with pool.phase(e) as phase:
         assert phase == 1  # the slot's phase went with it
     assert pool.slot_for(1) == (0x30000 + 32, False)  # stream 1 lost its slot
-    assert all(step == ("alloc", 0, False) or step == ("wait", 0) for step in events.zeroing)  # zeroed at once
-    events.zeroing.clear()
     assert pool.slot_for(-1) == (0x40000, True) and pool.slot_for(-1) == (0x40000 + 32, True)  # captures: fresh
     assert pool.last_new == 0x40000 + 32
-    # A capture's chunk: no legacy-stream memset (it would wait for the capturing stream), and cuMemAlloc in relaxed
-    # mode (a global-mode capture prohibits it); zeroed on a stream of its own and waited for
-    assert events.zeroing == [("alloc", None, True), ("fill", 0, 0x5E), ("wait", 0x5E), ("destroy", 0x5E)]
+    # Every chunk, a capture's too: cuMemAlloc in relaxed mode (a global-mode capture prohibits it) and no memset on
+    # the legacy stream (it would wait for a blocking capturing stream), but on a stream of its own, waited for
+    zeroed = [("alloc", None, True), ("fill", 0, 0x5E), ("wait", 0x5E, True), ("destroy", 0x5E)]
+    assert events.zeroing == zeroed * 4
     monkeypatch.setattr(state_pool, "MAX_CHUNKS", 4)
     with pytest.raises(LaunchConfigError, match="more than 8 streams with launches in flight and graph captures"):
         pool.slot_for(-1)
@@ -729,9 +728,8 @@ def test_steal_options_apply_to_steal_launches_only(fake_occupancy, monkeypatch)
 def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occupancy, monkeypatch):
     """The stream may be destroyed before the records are read (its handle then names nothing, or another stream):
     the records wait for an event recorded after the launch and are copied on a stream of cuadv's own. A captured
-    launch records no event (one recorded in a capture cannot be waited for) and is read from its stream; its
-    buffer is allocated in relaxed capture mode (a global-mode capture is invalidated by cuMemAlloc)."""
-    from contextlib import contextmanager
+    launch records no event (one recorded in a capture cannot be waited for) and is read from its stream. Buffers
+    are allocated in relaxed capture mode (a global-mode capture is invalidated by cuMemAlloc)."""
     from types import SimpleNamespace
 
     from cuadv.work_stealing import tile_kernel, trace as trace_module
@@ -776,7 +774,7 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     k = TileKernel("int* x", "", policy="fixed_blocks", block=256)
     monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels["fixed_blocks"], "fixed_blocks"))
     trace = k(1000, 0x2000, stream=7, trace=True)
-    assert log == [("alloc", False), ("poison", 7), ("launch", 7), ("record", "event", 7)]
+    assert log == [("alloc", True), ("poison", 7), ("launch", 7), ("record", "event", 7)]
     log.clear()
     assert trace.records.shape == (1000,) and not trace.written.any()
     assert log == [("wait", "event"), ("copy", 0xC0), ("destroy", "event")]
@@ -785,6 +783,59 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     assert log == [("alloc", True), ("poison", 99), ("launch", 99)]
     log.clear()
     assert captured.records.shape == (1000,) and log == [("copy", 99)]
+
+
+def test_a_failed_captured_launch_keeps_its_trace_buffer_and_allocations_are_relaxed(fake_occupancy, monkeypatch):
+    """A global-mode capture is invalidated by this thread's cuMemAlloc, cuMemHostAlloc and cuMemFree: a traced
+    launch allocates its buffer, and a steal kernel takes its first slice report, in relaxed capture mode; a traced
+    launch that raises while its stream is captured keeps its buffer for the process instead of freeing it (on a
+    stream not captured, the buffer goes with the call)."""
+    from cuadv.errors import KernelArgumentError
+    from cuadv.work_stealing import tile_kernel
+
+    kernels, _ = fake_occupancy
+    relaxed, made, kept = [], [], []
+
+    @contextmanager
+    def relaxed_mode():
+        relaxed.append(True)
+        try:
+            yield
+        finally:
+            relaxed.pop()
+
+    class Buffer:
+        def __init__(self, nbytes, fill=None):
+            self.ptr = 0x9000
+            made.append(("buffer", bool(relaxed)))
+
+        def fill(self, byte, stream=None):
+            pass
+
+    class Reports:
+        def take(self):
+            made.append(("report", bool(relaxed)))
+            return None, 0x7000
+
+    def refuse(kernel, config, *args, stream):
+        raise KernelArgumentError("a bad argument")
+
+    monkeypatch.setattr(tile_kernel, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed_mode)
+    monkeypatch.setattr(tile_kernel, "_reports", Reports())
+    monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
+    monkeypatch.setattr(tile_kernel, "_CAPTURED_BUFFERS", kept)
+    monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
+    monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(refuse))
+    k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, block=256)
+    monkeypatch.setattr(k, "kernel", lambda policy=None: (kernels[policy or "steal"], policy or "steal"))
+    for stream in (7, 99):
+        with pytest.raises(KernelArgumentError, match="a bad argument"):
+            k(1000, 0x2000, stream=stream, trace=True, policy="fixed_blocks")
+    assert len(kept) == 1 and kept[0][1] is None  # the captured launch's buffer only, no TileOrder
+    with pytest.raises(KernelArgumentError):
+        k(1000, 0x2000, stream=7)  # steal with its quantum: the kernel's first launch takes its report word
+    assert made == [("buffer", True), ("buffer", True), ("report", True)]
 
 
 def test_a_tile_order_has_landed_when_it_is_made(monkeypatch):

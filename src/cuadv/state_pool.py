@@ -102,7 +102,7 @@ class StatePool:
             return self._by_stream[key], False
         address = None if capturing or self._taken < self._chunk * len(self._buffers) else self._finished_slot()
         if address is None:
-            address = self._new_slot(capturing)
+            address = self._new_slot()
         if key is not None:
             self._by_stream[key] = address
         return address, capturing
@@ -116,37 +116,31 @@ class StatePool:
                 return address
         return None
 
-    def _new_slot(self, capturing: bool) -> int:
+    def _new_slot(self) -> int:
         if self._taken == self._chunk * len(self._buffers):
             if len(self._buffers) == MAX_CHUNKS:
                 raise LaunchConfigError(
                     f"more than {self._chunk * MAX_CHUNKS} streams with launches in flight and graph captures use "
                     f"{self.user} in this process, which keeps a counter for each captured launch for the life of "
                     "the process; capture fewer launches (replay a graph instead of capturing it again)")
-            self._buffers.append(self._zeroed_chunk(capturing))
+            self._buffers.append(self._zeroed_chunk())
         address = self._buffers[-1].ptr + (self._taken % self._chunk) * STATE_BYTES
         self._taken += 1
         self.last_new = address
         return address
 
-    def _zeroed_chunk(self, capturing: bool) -> DeviceBuffer:
-        """Another chunk of slots, zero before any launch may use one, non-blocking streams' included. During a
-        capture (the first slot a process's captured launch takes, or the 257th captured slot) neither the
-        allocation nor the legacy stream's memset may run as usual: a capture in the global mode prohibits
-        cuMemAlloc on this thread, and a memset on the legacy stream would wait for the capturing stream. So
-        the chunk is allocated in relaxed mode and zeroed on a stream of its own, waited for before the launch."""
-        what = f"the zeroing of the {self.user} counters"
-        nbytes = self._chunk * STATE_BYTES
-        if not capturing:
-            buffer = DeviceBuffer(nbytes, fill=0)
-            wait(0, what=what)
-            return buffer
+    def _zeroed_chunk(self) -> DeviceBuffer:
+        """Another chunk of slots, zero before any launch may use one, non-blocking streams' included. Made in
+        relaxed capture mode and zeroed on a stream of its own, whichever stream of the process is being captured
+        (the first slot a captured launch takes, or one past every chunk's): a capture in the global mode
+        (torch.cuda.graph's) is invalidated by this thread's cuMemAlloc, and a memset on the legacy stream would
+        wait for a blocking capturing stream."""
         with relaxed_capture_mode():
-            buffer = DeviceBuffer(nbytes, fill=None)
+            buffer = DeviceBuffer(self._chunk * STATE_BYTES, fill=None)
             stream = _new_stream()
             try:
                 buffer.fill(0, stream=stream)
-                wait(stream, what=what)
+                wait(stream, what=f"the zeroing of the {self.user} counters")
             finally:
                 _destroy_stream(stream)
         return buffer

@@ -313,34 +313,39 @@ class TileKernel:
         config = launcher.config
         trace_buf = None
         if trace or (quantum and self._report is None):
-            # In relaxed mode during a capture: a global-mode capture (torch.cuda.graph's) is invalidated by this
-            # thread's cuMemAlloc or cuMemHostAlloc. Both live as long as the graphs that may use them.
-            with relaxed_capture_mode() if capturing(handle) else nullcontext():
+            # In relaxed capture mode: a capture in the global mode (torch.cuda.graph's), of this stream or
+            # another, is invalidated by this thread's cuMemAlloc or cuMemHostAlloc.
+            with relaxed_capture_mode():
                 if trace:  # poisoned on the launch's stream (in ``before``): the kernel's records come after it
                     trace_buf = DeviceBuffer(volume(t) * TRACE_DTYPE.itemsize, fill=None)
                 if quantum and self._report is None:
                     self._report, self._report_ptr = _reports.take()
         pool = _pool if concrete == "steal" else _counters if concrete == "atomic_counter" else None
-        with pool.use(handle) if pool else nullcontext((0, False)) as (state_ptr, captured):
+        try:
+            with pool.use(handle) if pool else nullcontext((0, False)) as (state_ptr, captured):
 
-            def before() -> None:  # enqueued ahead of the kernel once its arguments have passed their checks
-                if trace_buf is not None:
-                    trace_buf.fill(0xFF, stream=handle)
-                if concrete == "atomic_counter":  # zeroed before every launch, as users of such a scheduler do
-                    check(driver().cuMemsetD32Async(state_ptr, 0, 2, handle), "cuMemsetD32Async")
+                def before() -> None:  # enqueued ahead of the kernel once its arguments have passed their checks
+                    if trace_buf is not None:
+                        trace_buf.fill(0xFF, stream=handle)
+                    if concrete == "atomic_counter":  # zeroed before every launch, as users of such a scheduler do
+                        check(driver().cuMemsetD32Async(state_ptr, 0, 2, handle), "cuMemsetD32Async")
 
-            # steal's stream launches alternate between the two states of their slot (the phase); a captured one
-            # counts exits in the first
-            with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
-                schedule = Schedule.of_launch(tiles=t, cluster=self.cluster, quantum_ns=quantum,
-                                              prologue_factor=self.prologue_factor, state_ptr=state_ptr,
-                                              trace_ptr=trace_buf.ptr if trace_buf else 0,
-                                              order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
-                                              phase=phase, min_units=min_units,
-                                              report_ptr=self._report_ptr if quantum else 0)
-                # a bad argument raises before the fill or the memset is enqueued
-                launcher(schedule, *args, stream=handle,
-                         before=before if trace_buf is not None or concrete == "atomic_counter" else None)
+                # steal's stream launches alternate between the two states of their slot (the phase); a captured one
+                # counts exits in the first
+                with _pool.phase(state_ptr) if concrete == "steal" and not captured else nullcontext(0) as phase:
+                    schedule = Schedule.of_launch(tiles=t, cluster=self.cluster, quantum_ns=quantum,
+                                                  prologue_factor=self.prologue_factor, state_ptr=state_ptr,
+                                                  trace_ptr=trace_buf.ptr if trace_buf else 0,
+                                                  order_ptr=order.buffer.ptr if order else 0, count_exits=captured,
+                                                  phase=phase, min_units=min_units,
+                                                  report_ptr=self._report_ptr if quantum else 0)
+                    # a bad argument raises before the fill or the memset is enqueued
+                    launcher(schedule, *args, stream=handle,
+                             before=before if trace_buf is not None or concrete == "atomic_counter" else None)
+        except BaseException:
+            if trace_buf is not None and capturing(handle):  # freed now, its cuMemFree would invalidate a global-
+                _CAPTURED_BUFFERS.append((trace_buf, None))  # mode capture: kept for the process, as captured ones
+            raise
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         if trace_buf is None and order is None:
             return None
