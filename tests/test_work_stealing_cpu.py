@@ -342,6 +342,25 @@ def test_state_pool_phase_alternates_and_a_failed_launch_keeps_it():
     assert seen == [0, 1, 0, 1, 0]
 
 
+class _RelaxedMode:
+    """A stand-in for interop.relaxed_capture_mode: ``on`` says whether a call is made inside it."""
+
+    def __init__(self):
+        self.depth = 0
+
+    @property
+    def on(self) -> bool:
+        return self.depth > 0
+
+    @contextmanager
+    def __call__(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+
 class _Events:
     """Stand-ins for the pool's CUDA events: an event is done once its stream's work is (``finish``)."""
 
@@ -355,30 +374,21 @@ class _Events:
 
         from cuadv import state_pool
 
-        chunks, self.zeroing, relaxed = [], [], []
+        chunks, self.zeroing, relaxed = [], [], _RelaxedMode()
 
         def buffer(size, fill):
-            self.zeroing.append(("alloc", fill, bool(relaxed)))
+            self.zeroing.append(("alloc", fill, relaxed.on))
             chunks.append(SimpleNamespace(ptr=0x10000 * (len(chunks) + 1),
                                           fill=lambda byte, stream: self.zeroing.append(("fill", byte, stream))))
             return chunks[-1]
 
-        @contextmanager
-        def relaxed_mode():
-            relaxed.append(True)
-            try:
-                yield
-            finally:
-                relaxed.pop()
-
         monkeypatch.setattr(state_pool, "is_capturing", lambda stream: stream < 0)  # negative: a capturing stream
         monkeypatch.setattr(state_pool, "stream_key", lambda stream: (1, ids(stream)))
         monkeypatch.setattr(state_pool, "DeviceBuffer", buffer)
-        monkeypatch.setattr(state_pool, "relaxed_capture_mode", relaxed_mode)
+        monkeypatch.setattr(state_pool, "relaxed_capture_mode", relaxed)
         monkeypatch.setattr(state_pool, "_new_stream", lambda: 0x5E)
         monkeypatch.setattr(state_pool, "_destroy_stream", lambda stream: self.zeroing.append(("destroy", stream)))
-        monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream,
-                                                                                          bool(relaxed))))
+        monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream, relaxed.on)))
         monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())
         monkeypatch.setattr(state_pool, "_record", lambda event, stream: self.recorded.update({id(event): stream}))
         monkeypatch.setattr(state_pool, "event_done", lambda event: self.recorded[id(event)] not in self.busy)
@@ -737,21 +747,12 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     kernels, _ = fake_occupancy
     log = []
 
-    relaxed = False
-
-    @contextmanager
-    def relaxed_mode():
-        nonlocal relaxed
-        relaxed = True
-        try:
-            yield
-        finally:
-            relaxed = False
+    relaxed = _RelaxedMode()
 
     class Buffer:  # the trace buffer, in host memory
         def __init__(self, nbytes, fill=None):
             self.ptr, self.nbytes = 0x9000, nbytes
-            log.append(("alloc", relaxed))
+            log.append(("alloc", relaxed.on))
 
         def fill(self, byte, stream=None):
             log.append(("poison", stream))
@@ -764,7 +765,7 @@ def test_a_trace_waits_for_an_event_after_its_launch_not_for_the_stream(fake_occ
     monkeypatch.setattr(tile_kernel, "_new_event", lambda: "event")
     monkeypatch.setattr(tile_kernel, "_record", lambda event, stream: log.append(("record", event, stream)))
     monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
-    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed_mode)
+    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed)
     monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(lambda kernel, config, *args, stream:
                                                                   log.append(("launch", stream))))
     monkeypatch.setattr(trace_module, "wait", lambda target, what=None: log.append(("wait", target)))
@@ -794,34 +795,26 @@ def test_a_failed_captured_launch_keeps_its_trace_buffer_and_allocations_are_rel
     from cuadv.work_stealing import tile_kernel
 
     kernels, _ = fake_occupancy
-    relaxed, made, kept = [], [], []
-
-    @contextmanager
-    def relaxed_mode():
-        relaxed.append(True)
-        try:
-            yield
-        finally:
-            relaxed.pop()
+    relaxed, made, kept = _RelaxedMode(), [], []
 
     class Buffer:
         def __init__(self, nbytes, fill=None):
             self.ptr = 0x9000
-            made.append(("buffer", bool(relaxed)))
+            made.append(("buffer", relaxed.on))
 
         def fill(self, byte, stream=None):
             pass
 
     class Reports:
         def take(self):
-            made.append(("report", bool(relaxed)))
+            made.append(("report", relaxed.on))
             return None, 0x7000
 
     def refuse(kernel, config, *args, stream):
         raise KernelArgumentError("a bad argument")
 
     monkeypatch.setattr(tile_kernel, "DeviceBuffer", Buffer)
-    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed_mode)
+    monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed)
     monkeypatch.setattr(tile_kernel, "_reports", Reports())
     monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
     monkeypatch.setattr(tile_kernel, "_CAPTURED_BUFFERS", kept)
