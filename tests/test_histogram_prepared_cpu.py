@@ -152,3 +152,51 @@ def test_a_given_out_is_ordered_after_its_producer_as_x_is(counting, monkeypatch
     x, out = arrays(1000, 21)
     counting.maxima = iter([20])
     assert cuadv.prepare_bincount(x, stream=3)(out=out) is out and waits == [(3, 5), (3, 9)]
+
+
+# -- CUDA graph captures: what no capture can take is refused before anything is enqueued ---------------------------
+
+def test_a_histogram_whose_edges_numpy_computes_refuses_a_capture_before_enqueuing(counting, monkeypatch):
+    """A range of NumPy scalars has its edges computed by NumPy and copied from host memory, which a capture would
+    record by address (the array is gone by the replay): UnsupportedFeatureError naming the way out, nothing done.
+    A range of Python floats has its edges written by the GPU, and a capture goes ahead."""
+    from cuadv.errors import UnsupportedFeatureError
+
+    monkeypatch.setattr(api, "capturing", lambda stream: True)
+    monkeypatch.setattr(api, "_order_after_producer", lambda x, stream: pytest.fail("enqueued before the refusal"))
+    x = FakeCupy((1000,), "<f4", address=X)
+    p = api.PreparedHistogram(x, 100, (np.float32(0), np.float32(1)), stream=7)
+    with pytest.raises(UnsupportedFeatureError, match=r"range=.* needs its edges computed by NumPy .* a stream "
+                                                      r"being captured.*Python ints or floats"):
+        p()
+    q = api.PreparedHistogram(x, 100, (0.0, 1.0), stream=7)
+    with pytest.raises(pytest.fail.Exception, match="enqueued before the refusal"):
+        q()  # got past the check: the GPU writes these edges
+
+
+def test_a_prepared_counter_first_called_in_a_capture_keeps_the_sample_on_the_gpu(monkeypatch):
+    """A prepared counter reads its skew sample back to the host on its first call, which a capture cannot wait
+    for: first called in a capture, it gates both plans on the GPU's verdict instead, as a one-shot call does."""
+    eng = HistogramEngine(H200)
+    monkeypatch.setattr(api, "capturing", lambda stream: stream == 9)
+    monkeypatch.setattr(api, "copy_to_host", lambda *a, **k: pytest.fail("a host read in a capture"))
+    monkeypatch.setattr(api, "Scratch", lambda *a, **k: pytest.fail("the host path's verdict buffer"))
+    counter = api._Counter(eng, 262_144, "int32", "auto", keep=True)
+    plan = counter.choose(X, 1 << 20, 9)
+    assert plan.variant == "exchange" and counter.skewed is not None and counter.skewed.variant == "hot"
+
+
+def test_counting_in_place_at_the_one_bin_count_that_needs_a_host_read_refuses_a_capture(counting, monkeypatch):
+    """int32 over range=(0, 116,223): one block holds the bins but not the closed last one, so whether the input is
+    counted in place depends on a sample read on the host; in a capture that read is refused, naming the way out,
+    before anything is enqueued for the count."""
+    from cuadv.errors import UnsupportedFeatureError
+
+    monkeypatch.setattr(api, "capturing", lambda stream: True)
+    monkeypatch.setattr(api, "copy_to_host", lambda *a, **k: pytest.fail("a host read in a capture"))
+    bins = 116_223
+    assert plan_histogram(bins).variant == "shared" and plan_histogram(bins + 1).variant == "exchange"
+    p = api.PreparedHistogram(FakeCupy((4096,), "<i4", address=X), bins, (0, bins), stream=7)
+    with pytest.raises(UnsupportedFeatureError, match=r"range=\(0, 116223\) with variant 'auto' needs a host read "
+                                                      r".* a stream being captured.*prepare_histogram"):
+        p()

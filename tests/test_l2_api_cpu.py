@@ -150,6 +150,7 @@ def _fake_gpu(monkeypatch, wait_error=None, reset_error=None):
     monkeypatch.setattr(l2, "reset_persisting_lines", reset)
     monkeypatch.setattr(l2, "wait", wait)
     monkeypatch.setattr(l2, "driver", Driver)
+    monkeypatch.setattr(l2, "capturing", lambda stream: stream == 0x99)  # 0x99: a stream being captured
     return calls, limit
 
 
@@ -175,3 +176,15 @@ def test_the_previous_set_aside_comes_back_even_when_the_reset_raises(monkeypatc
         with l2.SetAside(MiB, Caps()):
             pass
     assert calls[-2:] == [("reset",), ("restore", 100)] and limit["bytes"] == 100
+
+
+def test_a_persist_block_on_a_stream_being_captured_is_refused_before_any_driver_call(monkeypatch):
+    """The set-aside, the window and the exit's wait act when the block is entered and left, which no graph replay
+    repeats (and the wait would invalidate the capture): UnsupportedFeatureError naming the way out, nothing done."""
+    calls, limit = _fake_gpu(monkeypatch)
+    p = l2.persist(0x10000, 4096, stream=0x99, caps=Caps())
+    with pytest.raises(UnsupportedFeatureError, match=r"persist\(\) needs a stream that runs its work .* a stream "
+                                                      r"being captured into a CUDA graph.*SetAside.*access_policy"):
+        with p:
+            pass
+    assert calls == [] and limit["bytes"] == 100 and not p.active

@@ -350,3 +350,31 @@ def test_a_bad_device_ordinal_names_the_variable(monkeypatch, raw):
     with pytest.raises(ValueError, match=rf"CUADV_DEVICE must be a device ordinal \(an integer: 0, 1, ...\), "
                                          rf"got '{raw}'"):
         device.device_ordinal()
+
+
+def test_a_wait_for_a_stream_being_captured_refuses_before_querying_it(monkeypatch):
+    """cuStreamQuery on a stream being captured into a CUDA graph fails and invalidates the capture: wait() raises
+    UnsupportedFeatureError naming the stream and the way out, and queries nothing; a stream not captured is
+    queried until its work is done."""
+    from cuadv import _cuda
+    from cuadv.errors import UnsupportedFeatureError
+
+    queried = []
+
+    class Driver:  # the real bindings' types; stream queries recorded
+        def __getattr__(self, name):
+            return getattr(_cuda.driver(), name)
+
+        def cuStreamQuery(self, stream):
+            queried.append(int(stream))
+            return (_cuda.driver().CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(waiting, "driver", Driver)
+    monkeypatch.setattr(waiting, "init_driver", lambda: None)
+    monkeypatch.setattr(waiting, "capturing", lambda stream: stream == 0x99)
+    with pytest.raises(UnsupportedFeatureError, match=r"waiting for the graph's inputs needs .* stream 0x99 being "
+                                                      r"captured into a CUDA graph\).*wait for the graph's replay"):
+        waiting.wait(0x99, what="the graph's inputs")
+    assert queried == []
+    waiting.wait(0x7)
+    assert queried == [0x7]

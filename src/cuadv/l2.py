@@ -45,9 +45,9 @@ from typing import Any
 
 from ._cuda import check, driver, ready_driver
 from .dims import is_int
-from .errors import CudaDriverError, LaunchConfigError
+from .errors import CudaDriverError, LaunchConfigError, UnsupportedFeatureError
 from .features import require as require_feature
-from .interop import device_array, stream_handle
+from .interop import capturing, device_array, stream_handle
 from .launching import AccessPolicyWindow
 from .waiting import wait
 
@@ -218,6 +218,12 @@ class Persist:
     def __enter__(self) -> "Persist":
         if self.active:
             raise RuntimeError("this persist() block is already active; make another persist() for a second one")
+        if capturing(self.stream):  # the set-aside and the reset act on the context, which no replay repeats
+            raise UnsupportedFeatureError(
+                "persist()", "a stream that runs its work (the block's set-aside, stream window and final wait "
+                "act when it is entered and left, not when a graph replays)", "a stream being captured into a "
+                "CUDA graph", "reserve the set-aside before the capture (with cuadv.l2.SetAside(...)) and give the "
+                "captured launches LaunchConfig(access_policy=AccessPolicyWindow(...)), which the graph keeps")
         with _blocks.lock:  # the set-aside belongs to the context: the first block takes it, the last gives it back
             if _blocks.active == 0:
                 _blocks.previous = get_set_aside()

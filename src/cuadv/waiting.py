@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ._cuda import check, driver, init_driver
-from .errors import GpuTimeoutError
-from .interop import stream_handle
+from .errors import GpuTimeoutError, UnsupportedFeatureError
+from .interop import capturing, stream_handle
 
 TIMEOUT_ENV = "CUADV_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
@@ -132,6 +132,11 @@ def wait(target: Any = None, *, timeout_s: float | None = None, what: str | None
         done = _ready(lambda: drv.cuStreamQuery(stream), "cuStreamQuery")
         what = what or f"the GPU work on stream {handle:#x}"
     init_driver()  # no GPU: NoGpuError here, after the argument's checks, not the loader's error in the query
+    if event is None and capturing(handle):  # a query of a capturing stream fails and invalidates its capture
+        raise UnsupportedFeatureError(f"waiting for {what}", "a stream that runs its work, which a host wait needs",
+                                      f"stream {handle:#x} being captured into a CUDA graph",
+                                      "wait for the graph's replay instead, or make this call before or after "
+                                      "the capture")
     _guarded(lambda: wait_until(done, what, timeout_s))
 
 

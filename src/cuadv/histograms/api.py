@@ -342,7 +342,9 @@ class _Counter:
         multi_block = plan.variant in ("exchange", "global") or (plan.variant == "dsm" and plan.cluster > 1)
         if self.variant == "auto" and self.index_dtype == "int32" and multi_block and n:
             skewed = self.eng.plan(self.bins, "int32", "hot")  # the host path: made before its wait, not after
-            if (not self.keep) if on_gpu is None else on_gpu:
+            # On the GPU for one-shot counters, and for a prepared one first called in a CUDA graph capture, which
+            # no host read may wait for: its calls then launch both plans, gated on the verdict.
+            if (not self.keep or capturing(stream)) if on_gpu is None else on_gpu:
                 self.skewed = skewed
             else:
                 verdict = Scratch(4, stream, keep=False)
@@ -535,6 +537,13 @@ class PreparedHistogram:
                 if closed is not None:  # gated on the GPU: the closed exchange or the skew-aware plan, in place
                     plan = self.unit.plan = closed.plan
                 else:  # one outcome counts in place, the other bins first: the host reads the sample
+                    if capturing(stream):
+                        raise UnsupportedFeatureError(
+                            f"cuadv.histogram of int32 over range=(0, {self.bins}) with variant 'auto'",
+                            "a host read of a data sample at this bin count (one block holds the bins but not "
+                            "the closed last one), which no CUDA graph capture allows", "a stream being captured",
+                            "make the same call once before the capture with cuadv.prepare_histogram and call that "
+                            "in the capture, or name the variant")
                     self.unit.plan = self.unit.skewed = None
                     plan = self.unit.choose(ptr, n, stream, on_gpu=False)
             self._unit_ok = plan.variant in ("hot", usual.variant)
@@ -566,6 +575,12 @@ class PreparedHistogram:
             raise
 
     def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> tuple[Any, Any]:
+        if self._edges is not None and capturing(h):  # before anything is enqueued
+            raise UnsupportedFeatureError(
+                f"cuadv.histogram with range={self.range!r}", "its edges computed by NumPy and copied from host "
+                "memory, which a CUDA graph capture records by address, not by value", "a stream being captured",
+                "give the range as Python ints or floats below 2**53 in magnitude (the GPU writes those edges), or "
+                "make the call outside the capture")
         _order_after_producer(x, h)
         if out is not None:  # the kernels write out on h: after its producer's pending work too (a read of it, a fill)
             _order_after_producer(out, h)
