@@ -119,3 +119,30 @@ def test_header_documents_trigger_and_wait():
     text = kernel_source("pdl.cuh")
     assert "griddepcontrol.launch_dependents" in text and "griddepcontrol.wait" in text
     assert "cuadv.pdl" in text  # points at the Python side
+
+
+def test_a_graph_chain_called_on_a_stream_being_captured_enqueues_its_links(monkeypatch):
+    """A chain prepared with graph=True launches its graph on a stream, but on a stream being captured it enqueues
+    its links (kernel nodes with their programmatic edges in the caller's graph) instead of launching a graph into
+    the capture."""
+    from types import SimpleNamespace
+
+    import cuadv.pdl as pdl
+
+    launched = []
+
+    class Graph:
+        exec = object()
+
+        def launch(self, handle):
+            launched.append(("graph", handle))
+
+    chain = object.__new__(pdl.Chain)
+    chain.graph, chain._like = Graph(), ()
+    chain.launchers = tuple(lambda *args, stream, i=i: launched.append(("link", i, stream)) for i in range(2))
+    chain.steps = (SimpleNamespace(args=()),) * 2
+    monkeypatch.setattr(pdl, "stream_handle", lambda stream, *like: stream)
+    monkeypatch.setattr(pdl, "capturing", lambda handle: handle == 9)
+    chain(7)
+    chain(9)
+    assert launched == [("graph", 7), ("link", 0, 9), ("link", 1, 9)]

@@ -40,7 +40,7 @@ from ..args import PackedArguments
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require, why_not
 from ..graphs import Graph
-from ..interop import stream_handle
+from ..interop import capturing, stream_handle
 from ..kernel import Kernel
 from ..launching import LaunchConfig, Launcher, prepare
 
@@ -153,7 +153,9 @@ class Chain:
 
     def __call__(self, stream: Any = None) -> None:
         handle = stream_handle(stream, *self._like)
-        if self.graph is not None:
+        # A stream being captured takes the links themselves (kernel nodes and their programmatic edges in the
+        # caller's graph) rather than a launch of the chain's own graph into the capture.
+        if self.graph is not None and not capturing(handle):
             if self.graph.exec is None:
                 raise LaunchConfigError("this chain's CUDA graph was closed; prepare the chain again")
             self.graph.launch(handle)
