@@ -257,6 +257,7 @@ def test_the_widening_pass_writes_the_edges_it_is_given(monkeypatch):
     launches = []
     monkeypatch.setattr(api, "Scratch", FakeScratch)
     monkeypatch.setattr(api, "driver", FakeDriver)
+    monkeypatch.setattr(api, "capturing", lambda stream: False)
     monkeypatch.setattr(api, "_aux_launch",
                         lambda name, n, args, *rest, **kw: launches.append((name, n, args, kw.get("pdl"))))
     caps = FakeCaps()

@@ -3,6 +3,7 @@ the evicted one's buffer freed), what ``plan`` reports before and after calls, a
 the plans and the public calls. The driver, the kernels and the min/max pass are faked; plans are made for a fake
 H200."""
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -55,6 +56,8 @@ def counting(monkeypatch):
     monkeypatch.setattr(api, "_cupy_importable", lambda: True)  # the CuPy output is faked
     monkeypatch.setattr(cuadv.launching, "launch", lambda *a, **k: None)
     monkeypatch.setattr(eng, "launch_config", lambda plan, n, units=None: (None, None))
+    monkeypatch.setattr(api, "capturing", lambda stream: False)  # a test of captures says otherwise
+    monkeypatch.setattr(api, "relaxed_capture_mode", contextlib.nullcontext)
     return state
 
 
@@ -166,9 +169,12 @@ def test_a_histogram_whose_edges_numpy_computes_refuses_a_capture_before_enqueui
     monkeypatch.setattr(api, "_order_after_producer", lambda x, stream: pytest.fail("enqueued before the refusal"))
     x = FakeCupy((1000,), "<f4", address=X)
     p = api.PreparedHistogram(x, 100, (np.float32(0), np.float32(1)), stream=7)
-    with pytest.raises(UnsupportedFeatureError, match=r"range=.* needs its edges computed by NumPy .* a stream "
-                                                      r"being captured.*Python ints or floats"):
+    with pytest.raises(UnsupportedFeatureError, match=r"range=.* needs a stream not being captured \(NumPy computes "
+                                                      r"these edges .* a range of Python ints or floats"):
         p()
+    empty = api.PreparedHistogram(FakeCupy((0,), "<f4", address=X), 100, stream=7)  # no range: NumPy's edges too
+    with pytest.raises(UnsupportedFeatureError, match=r"range=None of an empty x needs a stream not being captured"):
+        empty()
     q = api.PreparedHistogram(x, 100, (0.0, 1.0), stream=7)
     with pytest.raises(pytest.fail.Exception, match="enqueued before the refusal"):
         q()  # got past the check: the GPU writes these edges
@@ -194,9 +200,30 @@ def test_counting_in_place_at_the_one_bin_count_that_needs_a_host_read_refuses_a
 
     monkeypatch.setattr(api, "capturing", lambda stream: True)
     monkeypatch.setattr(api, "copy_to_host", lambda *a, **k: pytest.fail("a host read in a capture"))
+    monkeypatch.setattr(api, "Scratch", lambda *a, **k: pytest.fail("scratch allocated before the refusal"))
+    monkeypatch.setattr(api, "_aux_launch", lambda *a, **k: pytest.fail("a launch enqueued before the refusal"))
     bins = 116_223
     assert plan_histogram(bins).variant == "shared" and plan_histogram(bins + 1).variant == "exchange"
     p = api.PreparedHistogram(FakeCupy((4096,), "<i4", address=X), bins, (0, bins), stream=7)
     with pytest.raises(UnsupportedFeatureError, match=r"range=\(0, 116223\) with variant 'auto' needs a host read "
                                                       r".* a stream being captured.*prepare_histogram"):
         p()
+
+
+def test_a_prepared_histogram_counted_in_a_capture_zeroes_its_counts_at_its_next_call(counting, monkeypatch):
+    """The widening pass zeroes the counts for the next call; captured into a graph it only records that, so the
+    call after a capture zeroes them itself (a buffer made during the capture holds whatever cuMemAlloc gave it)."""
+    memsets = []
+    monkeypatch.setattr(counting.drv, "cuMemsetD32Async", lambda ptr, value, count, stream: memsets.append(stream)
+                        or (0,))
+    in_capture = {"on": False}
+    monkeypatch.setattr(api, "capturing", lambda stream: in_capture["on"])
+    p = api.PreparedHistogram(FakeCupy((4096,), "<i4", address=X), 1000, (0, 1000), stream=7)
+    p()  # a new counts buffer: zeroed, then left zero by the widening pass
+    p()
+    in_capture["on"] = True
+    p()  # captured: relies on the zeros the last call left
+    in_capture["on"] = False
+    p()  # after the capture: zeroes again
+    p()
+    assert memsets == [7, 7]

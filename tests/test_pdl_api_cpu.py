@@ -146,3 +146,17 @@ def test_a_graph_chain_called_on_a_stream_being_captured_enqueues_its_links(monk
     chain(7)
     chain(9)
     assert launched == [("graph", 7), ("link", 0, 9), ("link", 1, 9)]
+
+
+def test_a_closed_graph_chain_refuses_on_a_capturing_stream_too(monkeypatch):
+    from types import SimpleNamespace
+
+    import cuadv.pdl as pdl
+
+    chain = object.__new__(pdl.Chain)
+    chain.graph, chain._like = SimpleNamespace(exec=None), ()
+    chain.launchers, chain.steps = (), ()
+    monkeypatch.setattr(pdl, "stream_handle", lambda stream, *like: stream)
+    monkeypatch.setattr(pdl, "capturing", lambda handle: True)
+    with pytest.raises(LaunchConfigError, match="this chain's CUDA graph was closed"):
+        chain(9)

@@ -245,3 +245,25 @@ def test_a_missing_kernel_is_named_with_the_kernels_the_module_has():
     assert module.kernel_names() == ["present_a", "present_b<3>"]
     with pytest.raises(CuadvError, match=r"module 'lookup' has no kernel 'absent'; its kernels: present_a, present_b<3>"):
         module.kernel("absent")
+
+
+def test_the_legacy_stream_beside_a_blocking_capture_counts_as_capturing(monkeypatch):
+    """cuStreamIsCapturing on the legacy stream while a blocking stream is captured answers
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (its work would join that capture): capturing() says True, so the callers
+    refuse with their own message, instead of raising the driver's error."""
+    from cuadv import _cuda, interop
+
+    real = _cuda.driver()
+    answers = {0: (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, None),
+               5: (real.CUresult.CUDA_SUCCESS, real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE),
+               6: (real.CUresult.CUDA_SUCCESS, real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE)}
+
+    class Driver:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def cuStreamIsCapturing(self, stream):
+            return answers[int(stream)]
+
+    monkeypatch.setattr(interop, "driver", Driver)
+    assert [interop.capturing(s) for s in (0, 5, 6)] == [True, False, True]

@@ -208,7 +208,10 @@ def capturing(stream: int) -> bool:
     """True while ``stream`` is being captured into a graph: then no event may be recorded on another
     stream (it would invalidate the capture), and ordering the inputs is the capturing code's business."""
     drv = driver()
-    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    result = drv.cuStreamIsCapturing(drv.CUstream(stream))
+    if result[0] == drv.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+        return True  # the legacy stream while a blocking stream is captured: its work would join that capture
+    status = check(result, "cuStreamIsCapturing")
     return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._cuda import check, driver
 from ..errors import LaunchConfigError, UnsupportedFeatureError
-from ..interop import DeviceArray, capturing, data_ptr, overlaps, stream_handle, writable
+from ..interop import DeviceArray, capturing, data_ptr, overlaps, relaxed_capture_mode, stream_handle, writable
 from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
@@ -213,8 +213,9 @@ class Scratch:
     def __init__(self, nbytes: int, stream: int, keep: bool):
         self.nbytes, self.stream, self.keep = self.size(nbytes), stream, keep
         drv = driver()
-        if keep:
-            self.ptr = int(check(drv.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
+        if keep:  # relaxed: a global-mode capture (torch.cuda.graph's) is invalidated by this thread's cuMemAlloc
+            with relaxed_capture_mode():
+                self.ptr = int(check(drv.cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
         else:
             self.ptr = int(check(drv.cuMemAllocAsync(self.nbytes, stream), f"cuMemAllocAsync({self.nbytes})"))
 
@@ -404,7 +405,9 @@ class _Counter:
         # whole grid has drained and the next launch been processed.
         _aux_launch(f"hist_widen<{etype}>", max(out_len, self.bins, edge_args[1] + 1), widen + edge_args, stream,
                     self.eng.caps.arch, self.eng.caps.sm_count, pdl=self.eng.caps.pdl)
-        self._zeroed = True
+        # The widening pass left zeros, unless it was only captured into a graph (a call after that capture zeroes
+        # the counts again: a buffer made during the capture holds whatever cuMemAlloc gave it).
+        self._zeroed = not capturing(stream)
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:
@@ -575,12 +578,15 @@ class PreparedHistogram:
             raise
 
     def _count(self, src: DeviceArray, x: Any, out: Any, dst: DeviceArray | None, h: int) -> tuple[Any, Any]:
-        if self._edges is not None and capturing(h):  # before anything is enqueued
+        # Edges NumPy computes (a range the GPU cannot write exactly, or no range over no data) are copied from host
+        # memory, which a capture would record by address: refused before anything is enqueued.
+        if self._edge_spec is None and (self._edges is not None or src.size == 0) and capturing(h):
             raise UnsupportedFeatureError(
-                f"cuadv.histogram with range={self.range!r}", "its edges computed by NumPy and copied from host "
-                "memory, which a CUDA graph capture records by address, not by value", "a stream being captured",
-                "give the range as Python ints or floats below 2**53 in magnitude (the GPU writes those edges), or "
-                "make the call outside the capture")
+                f"cuadv.histogram with range={self.range!r}" + (" of an empty x" if self._edges is None else ""),
+                "a stream not being captured (NumPy computes these edges on the host, and a CUDA graph capture would "
+                "record their copy by address, not by value)", "a stream being captured",
+                "a range of Python ints or floats below 2**53 in magnitude whose bins are wider than 4 ulps of its "
+                "ends (the GPU writes those edges), or the call outside the capture")
         _order_after_producer(x, h)
         if out is not None:  # the kernels write out on h: after its producer's pending work too (a read of it, a fill)
             _order_after_producer(out, h)

@@ -153,11 +153,11 @@ class Chain:
 
     def __call__(self, stream: Any = None) -> None:
         handle = stream_handle(stream, *self._like)
+        if self.graph is not None and self.graph.exec is None:
+            raise LaunchConfigError("this chain's CUDA graph was closed; prepare the chain again")
         # A stream being captured takes the links themselves (kernel nodes and their programmatic edges in the
         # caller's graph) rather than a launch of the chain's own graph into the capture.
         if self.graph is not None and not capturing(handle):
-            if self.graph.exec is None:
-                raise LaunchConfigError("this chain's CUDA graph was closed; prepare the chain again")
             self.graph.launch(handle)
         else:
             self.enqueue(handle)
