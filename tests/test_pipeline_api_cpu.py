@@ -246,3 +246,43 @@ def test_the_built_variants_are_a_public_name():
     docs and messages name is cuadv.pipeline.BUILT_VARIANTS: every named variant is among them."""
     assert pipeline.BUILT_VARIANTS and all(v in pipeline.BUILT_VARIANTS for v in pipeline.STENCIL_VARIANTS.values())
     assert "BUILT_VARIANTS" in pipeline.__all__
+
+
+def test_a_stencil_trace_prepared_in_a_capture_is_allocated_relaxed_and_kept(monkeypatch):
+    """A global-mode capture is invalidated by cuMemAlloc and by cuMemFree: a Trace prepared on a stream being
+    captured allocates its buffer in relaxed capture mode and keeps it (and the one it replaces) for the process,
+    as every replay writes it; outside a capture it allocates as before and keeps nothing."""
+    from contextlib import contextmanager
+
+    import importlib
+
+    from cuadv import memory
+
+    stencil = importlib.import_module("cuadv.pipeline.stencil")  # the module (the package exports the op by its name)
+
+    relaxed, made = [], []
+
+    @contextmanager
+    def relaxed_mode():
+        relaxed.append(True)
+        yield
+        relaxed.pop()
+
+    class Buffer:
+        def __init__(self, nbytes, fill=None):
+            self.ptr = 0x1000 * (len(made) + 1)
+            made.append((self, bool(relaxed)))
+
+        def fill(self, byte, stream=None):
+            pass
+
+    monkeypatch.setattr(memory, "DeviceBuffer", Buffer)
+    monkeypatch.setattr(stencil, "relaxed_capture_mode", relaxed_mode)
+    monkeypatch.setattr(stencil, "capturing", lambda stream: stream == 9)
+    monkeypatch.setattr(stencil, "_CAPTURED_TRACES", kept := [])
+    trace = stencil.Trace()
+    trace.prepare(4, 2, 7)
+    first = trace.buffer
+    assert made == [(first, False)] and kept == []
+    trace.prepare(4, 2, 9)
+    assert made[1] == (trace.buffer, True) and kept == [first, trace.buffer]

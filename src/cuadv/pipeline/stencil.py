@@ -17,7 +17,7 @@ import numpy as np
 from ..arch import parse_arch
 from ..compiler import shipped
 from ..errors import LaunchConfigError
-from ..interop import device_array, overlaps, stream_handle
+from ..interop import capturing, device_array, overlaps, relaxed_capture_mode, stream_handle
 from ..launching import LaunchConfig, launch
 from ..memo import BoundedMemo
 from ..params import StructArgument, c_struct
@@ -482,6 +482,7 @@ PIECES_MEMO = 256  # (variant, arrays) whose kernel, configuration and tensor ma
 
 # The stencil's own counters: never shared with steal's, whose launches alternate between two words.
 _TICKETS = StatePool("the stencil's ticket claims")
+_CAPTURED_TRACES: list = []  # trace buffers of launches captured into graphs (or replaced during one), never freed
 
 
 class Trace:
@@ -494,11 +495,20 @@ class Trace:
         self.blocks = self.capacity = self.stream = 0
 
     def prepare(self, blocks: int, capacity: int, stream: int) -> None:
-        """A zeroed buffer for one launch on ``stream`` (zeroed there, so a non-blocking stream's kernel sees zeros)."""
+        """A zeroed buffer for one launch on ``stream`` (zeroed there, so a non-blocking stream's kernel sees zeros).
+        On a stream being captured into a CUDA graph the buffer is allocated in relaxed capture mode (a global-mode
+        capture is invalidated by cuMemAlloc) and kept for the process, as every replay writes it; the buffer it
+        replaces is kept too rather than freed (cuMemFree synchronizes, which no capture allows)."""
         from ..memory import DeviceBuffer
 
+        in_graph = capturing(stream)
+        if in_graph and self.buffer is not None:
+            _CAPTURED_TRACES.append(self.buffer)
         self.blocks, self.capacity, self.stream = blocks, max(1, capacity), stream
-        self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=None)
+        with relaxed_capture_mode() if in_graph else nullcontext():
+            self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=None)
+        if in_graph:
+            _CAPTURED_TRACES.append(self.buffer)
         self.buffer.fill(0, stream=stream)
 
     def records(self) -> np.ndarray:
