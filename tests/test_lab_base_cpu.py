@@ -3,7 +3,15 @@
 import builtins
 import sys
 
+import pytest
+
+from cuadv.labs import base
 from cuadv.labs.base import import_torch
+
+
+@pytest.fixture(autouse=True)
+def _torch_not_tried_yet(monkeypatch):
+    monkeypatch.setattr(base, "_torch_import_failure", None)
 
 
 def test_an_absent_torch_is_named_so(monkeypatch):
@@ -23,6 +31,23 @@ def test_a_torch_failing_its_own_import_gives_the_first_line_of_its_error(monkey
     monkeypatch.setattr(builtins, "__import__", failing)
     first_line = "could not parse schema foo(Tensor x) -> Tensor"
     assert import_torch() == (None, f"torch failed to import (RuntimeError: {first_line})")
+
+
+def test_a_failed_torch_import_is_not_tried_again(monkeypatch):
+    """A second run of torch's __init__ over the half-set-up extension its failed import left is never made."""
+    real_import = builtins.__import__
+    tries = []
+
+    def failing(name, *args, **kwargs):
+        if name == "torch":
+            tries.append(name)
+            raise RuntimeError("expected ident but found ')' here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(builtins, "__import__", failing)
+    first = import_torch()
+    assert first[0] is None and import_torch() == first and tries == ["torch"]
 
 
 def test_missed_by_is_relative_or_in_points_and_never_zero():

@@ -114,14 +114,24 @@ def readback(array):
     return cp.asnumpy(array)
 
 
+_torch_import_failure: str | None = None  # why torch's import failed in this process: it is not tried again
+
+
 def import_torch() -> tuple[Any, str | None]:
     """torch for a lab's torch peer: (the module, None), or (None, why it is left out). A torch whose own import
     fails (torch 2.11 at times could not parse one of its custom-op schemas, 2026-12-04) leaves the peer out with the
-    reason instead of failing the lab."""
+    reason instead of failing the lab. A failed import is not tried again: it leaves torch's extension module loaded
+    half set up, which a second run of torch's __init__ would build on (the processes whose torch peer was missing
+    were the ones that crashed at exit, 2026-12-05)."""
+    global _torch_import_failure
+    if _torch_import_failure is not None:
+        return None, _torch_import_failure
     try:
         import torch
     except ImportError:
-        return None, "torch is not installed"
+        _torch_import_failure = "torch is not installed"
     except Exception as exc:
-        return None, f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-    return torch, None
+        _torch_import_failure = f"torch failed to import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    else:
+        return torch, None
+    return None, _torch_import_failure

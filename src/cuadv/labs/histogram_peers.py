@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Table, spread_map
-from .base import missed_by
+from .base import import_torch, missed_by
 from .profile_notes import histogram_note
 
 BINS = (256, 4096, 65536, 262144, 1 << 20, 1 << 24)
@@ -202,13 +202,15 @@ def probe_peer(case: Case, label: str, n: int, sm: str, timeout_s: float = 120.0
 
 
 def _free_pools(cp) -> None:
-    cp.get_default_memory_pool().free_all_blocks()
-    try:
-        import torch
+    import sys
 
-        torch.cuda.empty_cache()
-    except Exception:  # torch absent or without CUDA
-        pass
+    cp.get_default_memory_pool().free_all_blocks()
+    torch = sys.modules.get("torch")  # only a torch the peers imported holds cached memory (never import it here)
+    if torch is not None:
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # torch without CUDA
+            pass
 
 
 def _data(cp, case: Case, n: int):
@@ -258,20 +260,20 @@ def _providers(cp, case: Case, data, cub, skipped: list[str]) -> tuple[dict[str,
             level = np.float32 if case.dtype == "float32" else np.int32
             calls[cub.name] = (lambda: (cub.run_arrays(data, hist32, case.bins, level(lo), level(hi), n), hist32)[1],
                                "cub")
-    try:
-        import torch
-
-        t = torch.from_dlpack(data)  # the same memory, no copy
-        if case.dtype == "float32":
-            calls[f"torch.histc (torch {torch.__version__})"] = (
-                lambda: torch.histc(t, bins=case.bins, min=lo, max=hi), "peer")
-        else:
-            calls[f"torch.bincount (torch {torch.__version__})"] = (
-                lambda: torch.bincount(t, minlength=case.bins), "peer")
-    except ImportError:
-        skipped.append("torch.bincount: torch is not installed")
-    except Exception as exc:  # torch without CUDA, or refusing the DLPack capsule
-        skipped.append(f"torch: {type(exc).__name__}: {exc}")
+    torch, why = import_torch()
+    if torch is None:
+        skipped.append(f"torch.bincount: {why}")
+    else:
+        try:
+            t = torch.from_dlpack(data)  # the same memory, no copy
+            if case.dtype == "float32":
+                calls[f"torch.histc (torch {torch.__version__})"] = (
+                    lambda: torch.histc(t, bins=case.bins, min=lo, max=hi), "peer")
+            else:
+                calls[f"torch.bincount (torch {torch.__version__})"] = (
+                    lambda: torch.bincount(t, minlength=case.bins), "peer")
+        except Exception as exc:  # torch without CUDA, or refusing the DLPack capsule
+            skipped.append(f"torch: {type(exc).__name__}: {exc}")
     calls[f"cupy.histogram (CuPy {cp.__version__})"] = (lambda: cp.histogram(data, bins=case.bins, range=(lo, hi))[0],
                                                         "peer")
     if case.dtype != "float32":
