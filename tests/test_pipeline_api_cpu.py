@@ -279,7 +279,7 @@ def test_a_stencil_trace_prepared_in_a_capture_is_allocated_relaxed_and_kept(mon
     monkeypatch.setattr(memory, "DeviceBuffer", Buffer)
     monkeypatch.setattr(stencil, "relaxed_capture_mode", relaxed_mode)
     monkeypatch.setattr(stencil, "capturing", lambda stream: stream == 9)
-    monkeypatch.setattr(stencil, "_CAPTURED_TRACES", kept := [])
+    monkeypatch.setattr(memory, "_KEPT_FOR_GRAPHS", kept := [])
     trace = stencil.Trace()
     trace.prepare(4, 2, 7)
     first = trace.buffer

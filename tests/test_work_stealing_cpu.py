@@ -791,6 +791,7 @@ def test_a_failed_captured_launch_keeps_its_trace_buffer_and_allocations_are_rel
     launch allocates its buffer, and a steal kernel takes its first slice report, in relaxed capture mode; a traced
     launch that raises while its stream is captured keeps its buffer for the process instead of freeing it (on a
     stream not captured, the buffer goes with the call)."""
+    from cuadv import memory
     from cuadv.errors import KernelArgumentError
     from cuadv.work_stealing import tile_kernel
 
@@ -817,7 +818,7 @@ def test_a_failed_captured_launch_keeps_its_trace_buffer_and_allocations_are_rel
     monkeypatch.setattr(tile_kernel, "relaxed_capture_mode", relaxed)
     monkeypatch.setattr(tile_kernel, "_reports", Reports())
     monkeypatch.setattr(tile_kernel, "capturing", lambda stream: stream == 99)
-    monkeypatch.setattr(tile_kernel, "_CAPTURED_BUFFERS", kept)
+    monkeypatch.setattr(memory, "_KEPT_FOR_GRAPHS", kept)
     monkeypatch.setattr(tile_kernel, "_pool", _HostPool())
     monkeypatch.setattr(tile_kernel, "prepare", _launcher_calling(refuse))
     k = TileKernel("int* x", "", policy="steal", quantum_us=10.0, block=256)
@@ -825,7 +826,7 @@ def test_a_failed_captured_launch_keeps_its_trace_buffer_and_allocations_are_rel
     for stream in (7, 99):
         with pytest.raises(KernelArgumentError, match="a bad argument"):
             k(1000, 0x2000, stream=stream, trace=True, policy="fixed_blocks")
-    assert len(kept) == 1 and kept[0][1] is None  # the captured launch's buffer only, no TileOrder
+    assert len(kept) == 1 and isinstance(kept[0], Buffer)  # the captured launch's buffer only, no TileOrder
     with pytest.raises(KernelArgumentError):
         k(1000, 0x2000, stream=7)  # steal with its quantum: the kernel's first launch takes its report word
     assert made == [("buffer", True), ("buffer", True), ("report", True)]

@@ -11,6 +11,16 @@ from ._cuda import check, driver
 from .waiting import timed_out, wait
 
 
+_KEPT_FOR_GRAPHS: list = []  # what captured CUDA graphs read or write on every replay: never freed
+
+
+def keep_for_graphs(*held) -> None:
+    """Keeps ``held`` (device buffers, objects owning them; None skipped) for the life of the process. A launch
+    captured into a CUDA graph replays with their addresses however long the caller keeps the graph, and a
+    cuMemFree while a global-mode capture is open would invalidate it."""
+    _KEPT_FOR_GRAPHS.extend(h for h in held if h is not None)
+
+
 def free(ptr: int) -> None:
     """cuMemFree, skipped once a GPU wait of this process has timed out: freeing synchronizes, so it could wait
     for the timed-out work for ever (the memory then goes with the process). Its status is not checked: it

@@ -30,14 +30,13 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
     from ..device import current_device
     from .. import waiting
     from ..timing import copy_ceiling
-    from ..waiting import scope
 
     device = current_device()
     caps = device.caps
     console.print(Text(caps.name, style="bold"), f"(compute capability {caps.cc_string()}, {caps.sm_count} SMs)")
     report = Report(caps=caps.as_dict(), results=[], command=command, environment=collect_environment(caps.as_dict()))
     try:  # every lab divides by it; without it they are skipped, and what needs no GPU still runs
-        with scope(timeout_s=timeout_s, activity="the copy ceiling (a device-to-device copy of 2 GiB)"):
+        with waiting.scope(timeout_s=timeout_s, activity="the copy ceiling (a device-to-device copy of 2 GiB)"):
             ceiling = copy_ceiling()
     except Exception as exc:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -65,7 +64,8 @@ def run_labs(labs, out_dir: Path, quick: bool, console: Console, command: str = 
             steps = nvtx.Steps()  # each progress message opens a range in Nsight Systems, ending the last one
 
             started = time.perf_counter()
-            with nvtx.annotate(f"cuadv lab {lab.name}"), scope(timeout_s=timeout_s, activity=f"lab {lab.name}") as waits:
+            with nvtx.annotate(f"cuadv lab {lab.name}"), \
+                    waiting.scope(timeout_s=timeout_s, activity=f"lab {lab.name}") as waits:
 
                 def progress(msg: str, t=task, steps=steps, waits=waits) -> None:
                     bar.update(t, description=msg)

@@ -482,7 +482,6 @@ PIECES_MEMO = 256  # (variant, arrays) whose kernel, configuration and tensor ma
 
 # The stencil's own counters: never shared with steal's, whose launches alternate between two words.
 _TICKETS = StatePool("the stencil's ticket claims")
-_CAPTURED_TRACES: list = []  # trace buffers of launches captured into graphs (or replaced during one), never freed
 
 
 class Trace:
@@ -499,16 +498,16 @@ class Trace:
         On a stream being captured into a CUDA graph the buffer is allocated in relaxed capture mode (a global-mode
         capture is invalidated by cuMemAlloc) and kept for the process, as every replay writes it; the buffer it
         replaces is kept too rather than freed (cuMemFree synchronizes, which no capture allows)."""
-        from ..memory import DeviceBuffer
+        from ..memory import DeviceBuffer, keep_for_graphs
 
         in_graph = capturing(stream)
-        if in_graph and self.buffer is not None:
-            _CAPTURED_TRACES.append(self.buffer)
+        if in_graph:
+            keep_for_graphs(self.buffer)
         self.blocks, self.capacity, self.stream = blocks, max(1, capacity), stream
         with relaxed_capture_mode() if in_graph else nullcontext():
             self.buffer = DeviceBuffer(blocks * self.capacity * len(TRACE_FIELDS) * 8, fill=None)
         if in_graph:
-            _CAPTURED_TRACES.append(self.buffer)
+            keep_for_graphs(self.buffer)
         self.buffer.fill(0, stream=stream)
 
     def records(self) -> np.ndarray:

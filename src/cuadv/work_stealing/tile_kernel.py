@@ -21,7 +21,7 @@ from ..interop import capturing, relaxed_capture_mode, stream_handle
 from ..kernel import MAX_LAUNCHERS, Kernel, max_active_blocks_per_sm, max_active_clusters
 from ..launching import LaunchConfig, Launcher, check_block, check_config, checked_priority, prepare
 from ..memo import BoundedMemo
-from ..memory import DeviceBuffer, HostWords
+from ..memory import DeviceBuffer, HostWords, keep_for_graphs
 from .policies import (_POLICY_TYPE, DEFAULT_PROLOGUE_FACTOR, MAX_U32, RESIDENT_GRID, TAKES_QUANTUM, check_cluster,
                        check_policy, check_quantum, check_steal_units, check_tiles, policy_for_arch, resolve_policy)
 from .schedule import Schedule, SliceReport, learned_min_units, steal_grid_units
@@ -51,7 +51,6 @@ _pool = StatePool("work stealing")  # the TileKernel scheduler's counters
 # atomic_counter's counters, zeroed by a memset (a memset node in a capture) before every launch: a pool of their own,
 # so the steal counters (which reset themselves) never see a value left by one; every captured launch takes a slot.
 _counters = StatePool("the atomic-counter scheduler", slots=4096)
-_CAPTURED_BUFFERS: list[tuple] = []  # (trace buffer, TileOrder) of launches captured into graphs, never freed
 
 
 @dataclass(frozen=True)
@@ -344,14 +343,14 @@ class TileKernel:
                              before=before if trace_buf is not None or concrete == "atomic_counter" else None)
         except BaseException:
             if trace_buf is not None and capturing(handle):  # freed now, its cuMemFree would invalidate a global-
-                _CAPTURED_BUFFERS.append((trace_buf, None))  # mode capture: kept for the process, as captured ones
+                keep_for_graphs(trace_buf)  # mode capture: kept for the process, as captured ones
             raise
         self.last_launch = LaunchRecord(concrete, config, handle, min_units)
         if trace_buf is None and order is None:
             return None
         in_graph = captured if pool else capturing(handle)
         if in_graph:  # every replay reads the order and writes the trace: both live as long as the process (as the
-            _CAPTURED_BUFFERS.append((trace_buf, order))  # launch's state slot does), whatever the caller keeps
+            keep_for_graphs(trace_buf, order)  # launch's state slot does), whatever the caller keeps
         if trace_buf is None:
             return None
         done = None
