@@ -138,3 +138,30 @@ def test_cache_key_follows_the_nvrtc_library_file(tmp_path, monkeypatch):
     assert compile_source(src, name="nvrtc_file", arch="sm_90a").from_cache
     monkeypatch.setattr(compiler, "library_identity", lambda name: f"/lib/lib{name}.so.13 104 2")
     assert not compile_source(src, name="nvrtc_file", arch="sm_90a").from_cache
+
+
+def test_nvrtc_writes_only_into_buffers_of_its_own(tmp_path, monkeypatch):
+    """NVRTC fills the log, CUBIN and PTX buffers it is handed: each must be a writable buffer made for it (b" " * 1
+    is the interpreter's one b" ", which a one-NUL log would overwrite for the whole process)."""
+    from cuadv import compiler
+
+    real = compiler.nvrtc()
+    written = []
+
+    class Recording:
+        def __getattr__(self, name):
+            call = getattr(real, name)
+            if name not in ("nvrtcGetProgramLog", "nvrtcGetCUBIN", "nvrtcGetPTX"):
+                return call
+
+            def checked(prog, buf):
+                assert not memoryview(buf).readonly, f"{name} was given an immutable {type(buf).__name__}"
+                written.append(name)
+                return call(prog, buf)
+            return checked
+
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiler, "nvrtc", Recording)
+    m = compile_source('extern "C" __global__ void k(int* x) { x[0] = 1; }', name="own_buffers", arch="sm_90a")
+    assert written == ["nvrtcGetProgramLog", "nvrtcGetCUBIN", "nvrtcGetPTX"]
+    assert isinstance(m.cubin, bytes) and m.cubin[:4] == b"\x7fELF" and ".entry k" in m.ptx and b" " == bytes([32])

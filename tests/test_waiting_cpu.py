@@ -265,6 +265,18 @@ def test_a_copy_to_the_host_waits_bounded_then_copies_on_the_stream(monkeypatch)
     assert calls == [("wait", 0x51, "kernel k"), ("cuMemcpyDtoHAsync", 0xABC0, 8, 0x51),
                      ("wait", 0x51, "the copy to the host after kernel k")]
 
+    from cuadv.errors import GpuTimeoutError
+
+    def timed_out(stream, what=None):
+        if what.startswith("the copy"):
+            raise GpuTimeoutError(what, 1.0)
+
+    monkeypatch.setattr(memory, "wait", timed_out)
+    monkeypatch.setattr(memory, "_LANDING", landing := [])
+    with pytest.raises(GpuTimeoutError):
+        memory.copy_to_host(0xABC0, 8, np.uint32, 0x51, "kernel k")
+    assert len(landing) == 1 and landing[0].nbytes == 8  # the copy may land yet: its array is never freed
+
 
 @pytest.mark.parametrize("nbytes, repeats, message", [
     (8, 20, r"nbytes \(bytes read, a multiple of 16\) must be an int >= 16, got 8"),

@@ -353,7 +353,9 @@ def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
             check(rtc.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
         status, = rtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         size = check(rtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        # NVRTC writes into the buffers it is given: bytearrays, never bytes (b" " * 1 is the interpreter's shared
+        # b" ", which an empty log of one NUL would overwrite for the whole process)
+        buf = bytearray(size)
         check(rtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
         log = buf.rstrip(b"\x00").decode(errors="replace")
         if int(status) != 0:
@@ -365,15 +367,15 @@ def _nvrtc_compile(source, name, arch, opts, exprs, headers) -> CompiledModule:
             raise CompileError(name, log, opts, source)
         lowered = {e: check(rtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName").decode() for e in exprs}
         size = check(rtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         check(rtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
         size = check(rtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        ptx = b" " * size
+        ptx = bytearray(size)
         check(rtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
     finally:
         rtc.nvrtcDestroyProgram(prog)
     return CompiledModule(
-        name=name, arch=arch, cubin=cubin, ptx=ptx.rstrip(b"\x00").decode(), log=log, options=tuple(opts),
+        name=name, arch=arch, cubin=bytes(cubin), ptx=ptx.rstrip(b"\x00").decode(), log=log, options=tuple(opts),
         lowered_names=lowered, resources=parse_resource_report(log), source=source,
     )
 

@@ -37,8 +37,15 @@ def copy_to_host(ptr: int, nbytes: int, dtype, stream: int, what: str | None = N
     out = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
     wait(stream, what=what)
     check(driver().cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-    wait(stream, what=f"the copy to the host after {what}" if what else None)
+    try:
+        wait(stream, what=f"the copy to the host after {what}" if what else None)
+    except BaseException:  # a timeout or Ctrl-C: the copy may land yet, so its memory is kept, never handed back to
+        _LANDING.append(out)  # Python's allocator
+        raise
     return out
+
+
+_LANDING: list[np.ndarray] = []  # host arrays of copies whose end a wait did not see: kept for the process
 
 
 class DeviceBuffer:
