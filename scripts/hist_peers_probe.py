@@ -4,9 +4,8 @@ them (its measure_case: every provider checked, then timed in interleaved rounds
 ceiling measured in the same process, and x CUB; then each peer left out, with the reason (the lab's notes), and on
 a crash the Python stacks (faulthandler).
 
-    PYTHONPATH=src python3 scripts/hist_peers_probe.py [group:bins ...]     (default: int32-uniform:256
-                                                                             int32-uniform:4096 int32-uniform:65536
-                                                                             uint8-uniform:256)
+    PYTHONPATH=src python3 scripts/hist_peers_probe.py [--no-cub] [group:bins ...]
+        (default cases: int32-uniform:256 int32-uniform:4096 int32-uniform:65536 uint8-uniform:256)
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import sys
 DEFAULT = ("int32-uniform:256", "int32-uniform:4096", "int32-uniform:65536", "uint8-uniform:256")
 
 
-def main(wanted: tuple[str, ...]) -> None:
+def main(wanted: tuple[str, ...], with_cub: bool = True) -> None:
     faulthandler.enable()  # processes of this probe crashed at exit at times (2026-12-05): where, if again
     import cupy as cp
 
@@ -27,7 +26,9 @@ def main(wanted: tuple[str, ...]) -> None:
 
     caps = current_device().caps
     sm = f"sm_{caps.compute_capability[0]}{caps.compute_capability[1]}"
-    cub, how = start_cub(sm).result()
+    # --no-cub: CUB's library (nvcc's static CUDA runtime beside CuPy's and torch's) never loaded, to see whether
+    # the crashes at exit follow it
+    cub, how = start_cub(sm).result() if with_cub else (None, "not loaded (--no-cub)")
     read_gbps = read_ceiling().bytes_per_s / 1e9
     print(f"read-only ceiling {read_gbps:.0f} GB/s; CUB: {how if cub is None else cub.name}", flush=True)
     skipped: list[str] = []
@@ -45,4 +46,5 @@ def main(wanted: tuple[str, ...]) -> None:
 
 
 if __name__ == "__main__":
-    main(tuple(sys.argv[1:]) or DEFAULT)
+    args = [a for a in sys.argv[1:] if a != "--no-cub"]
+    main(tuple(args) or DEFAULT, with_cub="--no-cub" not in sys.argv[1:])
