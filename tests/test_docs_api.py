@@ -12,7 +12,8 @@ from cuadv.app import cli
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "docs" / "README.md"
 MODULES = ["cuadv", "cuadv.tma", "cuadv.pipeline", "cuadv.l2", "cuadv.domains", "cuadv.torch_ops", "cuadv.nvtx",
-           "cuadv.pdl", "cuadv.persistent", "cuadv.cooperative", "cuadv.histograms", "cuadv.work_stealing"]
+           "cuadv.pdl", "cuadv.persistent", "cuadv.cooperative", "cuadv.histograms", "cuadv.work_stealing",
+           "cuadv.waiting"]
 
 
 def _named(name: str, text: str) -> bool:

@@ -166,6 +166,18 @@ def test_exit_clears_the_window_and_restores_even_when_the_wait_raises(monkeypat
     assert limit["bytes"] == 100 and not p.active and p.window is None and p.set_aside == 0
 
 
+def test_an_active_block_entered_again_raises_before_touching_the_gpu(monkeypatch):
+    """The README's one refusal outside (CuadvError, ValueError, TypeError): a persist() block is not re-entrant."""
+    calls, limit = _fake_gpu(monkeypatch)
+    p = l2.persist(0x10000, 4096, stream=7, caps=Caps())
+    with p:
+        before = list(calls)
+        with pytest.raises(RuntimeError, match="already active; make another persist"):
+            p.__enter__()
+        assert calls == before and p.active
+    assert not p.active and limit["bytes"] == 100
+
+
 def test_the_previous_set_aside_comes_back_even_when_the_reset_raises(monkeypatch):
     calls, limit = _fake_gpu(monkeypatch, reset_error=RuntimeError("reset failed"))
     with pytest.raises(RuntimeError, match="reset failed"):

@@ -39,6 +39,9 @@ from ._cuda import check, driver, init_driver
 from .errors import GpuTimeoutError, UnsupportedFeatureError
 from .interop import capturing, stream_handle
 
+__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "WaitScope", "event_done", "resolve_timeout", "scope", "timed_out",
+           "wait", "wait_device", "wait_until"]
+
 TIMEOUT_ENV = "CUADV_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
 SPIN_S = 20e-3  # polls without sleeping (only yielding the GIL) for this long first
