@@ -134,29 +134,54 @@ def test_driver_query_results():
 
 
 def test_exit_after_a_timeout_ends_the_process_only_while_the_gpu_is_busy(monkeypatch, capsys):
+    """The exit handler starts no thread (Python 3.12 and later refuse that in an exit handler, and the old check's
+    refused thread fell through to the teardown that waits for ever): it waits on the watch the timeout started."""
     exits = []
     monkeypatch.setattr(waiting.os, "_exit", exits.append)
+    monkeypatch.setattr(waiting, "EXIT_GRACE_S", 0.01)
 
-    def still_busy(context, what, timeout_s):
-        assert timeout_s == waiting.EXIT_GRACE_S
-        raise GpuTimeoutError(what, timeout_s)
+    def refused(*args, **kwargs):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
 
-    monkeypatch.setattr(waiting, "_synchronize_context", still_busy)
-    waiting._end_if_still_busy(context=None)
+    monkeypatch.setattr(waiting.threading.Thread, "start", refused)
+    monkeypatch.setattr(waiting, "_idle", waiting.threading.Event())  # the work before the timeout still runs
+    waiting._end_if_still_busy()
     assert exits == [waiting.EXIT_STATUS] == [1]
     err = capsys.readouterr().err
     assert "GPU work that timed out is still running" in err and "status 1" in err
 
     exits.clear()
-    monkeypatch.setattr(waiting, "_synchronize_context", lambda context, what, timeout_s: None)  # idle by now
-    waiting._end_if_still_busy(context=None)
-
-    def failed(context, what, timeout_s):  # a faulted context: its teardown does not wait
-        raise CudaDriverError("cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
-
-    monkeypatch.setattr(waiting, "_synchronize_context", failed)
-    waiting._end_if_still_busy(context=None)
+    waiting._idle.set()  # idle by now (or the context failed): the usual teardown follows
+    waiting._end_if_still_busy()
+    monkeypatch.setattr(waiting, "_idle", None)  # no timeout watched
+    waiting._end_if_still_busy()
     assert exits == []
+
+
+@pytest.mark.parametrize("sync_result", ["ok", "fault"])
+def test_the_idle_watch_is_set_when_the_context_drains_or_fails(monkeypatch, sync_result):
+    from cuda.bindings import driver as drv
+
+    release = waiting.threading.Event()
+    calls = []
+
+    class Driver:
+        def cuCtxSetCurrent(self, context):
+            calls.append(("current", context))
+            return (drv.CUresult.CUDA_SUCCESS,)
+
+        def cuCtxSynchronize(self):
+            release.wait(5)
+            ok = sync_result == "ok"
+            return (drv.CUresult.CUDA_SUCCESS if ok else drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
+
+    monkeypatch.setattr(waiting, "driver", Driver)
+    monkeypatch.setattr(waiting, "_idle", None)
+    waiting._watch_until_idle("context")
+    idle = waiting._idle
+    assert idle is not None and not idle.wait(0.05)  # the work still runs
+    release.set()
+    assert idle.wait(5) and calls == [("current", "context")]
 
 
 def test_events_of_each_library_are_told_from_streams():
@@ -226,18 +251,20 @@ def test_after_a_timeout_device_memory_is_not_freed(monkeypatch):
     assert freed == [0x1000]
 
 
-def test_the_first_timeout_arms_the_exit_check_once(monkeypatch):
-    registered = []
+def test_the_first_timeout_arms_the_exit_check_once_and_each_starts_a_watch(monkeypatch):
+    registered, watched = [], []
     monkeypatch.setattr(waiting, "_timed_out", waiting.threading.Lock())
     monkeypatch.setattr(waiting.atexit, "register", lambda fn, *args: registered.append((fn, args)))
     monkeypatch.setattr(waiting, "_current_context", lambda: "context")
+    monkeypatch.setattr(waiting, "_watch_until_idle", watched.append)
     assert not waiting.timed_out()
     waiting._guarded(lambda: None)  # a wait that ends arms nothing
-    assert not registered
+    assert not registered and not watched
     for _ in range(2):
         with pytest.raises(GpuTimeoutError):
             waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
-    assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ("context",))]
+    assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ())]
+    assert watched == ["context", "context"]  # later work may be what hangs: each timeout watches anew
 
 
 def test_a_copy_to_the_host_waits_bounded_then_copies_on_the_stream(monkeypatch):

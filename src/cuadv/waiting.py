@@ -18,7 +18,9 @@ After a timeout the GPU is still running that work, and what synchronizes (freei
 the CUDA teardown at exit) would wait for it for ever. So once a wait has timed out, cuadv frees no
 more device memory of its own (``timed_out``; the memory goes with the process), and at exit checks
 whether the GPU is idle by then (for up to 5 s); where it is not, it ends the process at once with
-status 1, skipping that teardown.
+status 1, skipping that teardown. (A thread that each timeout starts waits in ``cuCtxSynchronize`` for
+the work queued so far; the exit handler only reads its answer, as Python 3.12 and later refuse to start
+a thread there.)
 """
 
 from __future__ import annotations
@@ -238,29 +240,51 @@ _timed_out = threading.Lock()  # taken by the first timeout of the process, neve
 
 
 def _guarded(run_wait: Callable[[], None]) -> None:
-    """Run a GPU wait; after the process's first timeout, check at exit whether the GPU went idle (see module
+    """Run a GPU wait; after a timeout, watch for the GPU going idle, and at exit check whether it did (see module
     docs)."""
     try:
         run_wait()
     except GpuTimeoutError:
+        _watch_until_idle(_current_context())
         if _timed_out.acquire(blocking=False):
-            atexit.register(_end_if_still_busy, _current_context())
+            atexit.register(_end_if_still_busy)
         raise
 
 
-def _end_if_still_busy(context: Any) -> None:
-    """At exit after a timeout: return where the GPU is idle (the usual teardown follows), else end the
-    process now, before a teardown that would wait for the work for ever."""
-    try:
-        _synchronize_context(context, "GPU work that timed out earlier", EXIT_GRACE_S)
-    except GpuTimeoutError:
-        sys.stderr.write(f"cuadv: GPU work that timed out is still running {EXIT_GRACE_S:g} s into the exit; ending "
-                         f"the process with status {EXIT_STATUS} without the CUDA teardown, which would wait for it\n")
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # a closed stream: nothing left to flush
-                pass
-        os._exit(EXIT_STATUS)
-    except Exception:  # a failed context (a kernel fault): its teardown does not wait for the work
-        pass
+_idle: threading.Event | None = None  # set once the work queued before the latest timeout has ended
+
+
+def _watch_until_idle(context: Any) -> None:
+    """After a timeout: a daemon thread in cuCtxSynchronize sets ``_idle`` once the work queued so far has ended
+    (or the context failed: its teardown does not wait for the work). Started at the timeout, as Python 3.12 and
+    later refuse to start a thread in an exit handler (atexit docs); each timeout starts its own, since later work
+    may be what hangs."""
+    global _idle
+    idle = _idle = threading.Event()
+
+    def synchronize() -> None:
+        try:
+            drv = driver()
+            check(drv.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+            check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        except BaseException:  # a failed context (a kernel fault): its teardown does not wait for the work
+            pass
+        finally:
+            idle.set()
+
+    threading.Thread(target=synchronize, name="cuadv-idle-watch", daemon=True).start()
+
+
+def _end_if_still_busy() -> None:
+    """At exit after a timeout: return where the GPU went idle within the grace (the usual teardown follows), else
+    end the process now, before a teardown that would wait for the work for ever."""
+    if _idle is None or _idle.wait(EXIT_GRACE_S):
+        return
+    sys.stderr.write(f"cuadv: GPU work that timed out is still running {EXIT_GRACE_S:g} s into the exit; ending "
+                     f"the process with status {EXIT_STATUS} without the CUDA teardown, which would wait for it\n")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream: nothing left to flush
+            pass
+    os._exit(EXIT_STATUS)
