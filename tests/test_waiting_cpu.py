@@ -134,7 +134,7 @@ def test_driver_query_results():
 
 
 def test_exit_after_a_timeout_ends_the_process_only_while_the_gpu_is_busy(monkeypatch, capsys):
-    """The exit handler starts no thread (Python 3.12 and later refuse that in an exit handler, and the old check's
+    """The exit handler starts no thread (Python 3.12.0 to 3.12.2 refuse that in an exit handler, and the old check's
     refused thread fell through to the teardown that waits for ever): it waits on the watch the timeout started."""
     exits = []
     monkeypatch.setattr(waiting.os, "_exit", exits.append)

@@ -19,8 +19,8 @@ the CUDA teardown at exit) would wait for it for ever. So once a wait has timed 
 more device memory of its own (``timed_out``; the memory goes with the process), and at exit checks
 whether the GPU is idle by then (for up to 5 s); where it is not, it ends the process at once with
 status 1, skipping that teardown. (A thread that each timeout starts waits in ``cuCtxSynchronize`` for
-the work queued so far; the exit handler only reads its answer, as Python 3.12 and later refuse to start
-a thread there.)
+the work queued so far; the exit handler only reads its answer, as Python 3.12.0 to 3.12.2 refuse to
+start a thread there, CPython issue 113964.)
 """
 
 from __future__ import annotations
@@ -256,9 +256,9 @@ _idle: threading.Event | None = None  # set once the work queued before the late
 
 def _watch_until_idle(context: Any) -> None:
     """After a timeout: a daemon thread in cuCtxSynchronize sets ``_idle`` once the work queued so far has ended
-    (or the context failed: its teardown does not wait for the work). Started at the timeout, as Python 3.12 and
-    later refuse to start a thread in an exit handler (atexit docs); each timeout starts its own, since later work
-    may be what hangs."""
+    (or the context failed: its teardown does not wait for the work). Started at the timeout, as Python 3.12.0 to
+    3.12.2 refuse to start a thread in an exit handler (CPython issue 113964, fixed in 3.12.3); each timeout starts
+    its own, since later work may be what hangs."""
     global _idle
     idle = _idle = threading.Event()
 
