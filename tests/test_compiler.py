@@ -3,6 +3,7 @@
 import pytest
 
 from cuadv import cache as disk_cache
+from cuadv._cuda import gpu_available
 from cuadv.arch import arch_for, parse_arch
 from cuadv.compiler import compile_source, parse_resource_report
 from cuadv.errors import CompileError
@@ -165,3 +166,18 @@ def test_nvrtc_writes_only_into_buffers_of_its_own(tmp_path, monkeypatch):
     m = compile_source('extern "C" __global__ void k(int* x) { x[0] = 1; }', name="own_buffers", arch="sm_90a")
     assert written == ["nvrtcGetProgramLog", "nvrtcGetCUBIN", "nvrtcGetPTX"]
     assert isinstance(m.cubin, bytes) and m.cubin[:4] == b"\x7fELF" and ".entry k" in m.ptx and b" " == bytes([32])
+
+
+@pytest.mark.skipif(gpu_available(), reason="a GPU is present: the kernel loads")
+def test_loading_a_kernel_without_a_gpu_raises_no_gpu_error_and_leaves_the_driver_usable():
+    """Compiling for a named target works without a GPU (NoGpuError's own advice); loading its kernel then raises
+    NoGpuError, not cuda.core's SystemError, and later calls still answer instead of hanging."""
+    from cuadv import current_device
+    from cuadv.errors import NoGpuError
+
+    m = compile_source('extern "C" __global__ void k(int* x) { x[0] = 1; }', name="no_gpu_load", arch="sm_90a")
+    for _ in range(2):
+        with pytest.raises(NoGpuError, match="no CUDA GPU"):
+            m.kernel("k")
+    with pytest.raises(NoGpuError):
+        current_device()

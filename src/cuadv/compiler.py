@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import cache as disk_cache
-from ._cuda import check, library_identity, nvrtc, nvrtc_version
+from ._cuda import check, init_driver, library_identity, nvrtc, nvrtc_version
 from .arch import parse_arch
 from .device import current_device
 from .errors import CompileError, CuadvError, NoGpuError
@@ -209,6 +209,9 @@ class CompiledModule:
     def _load(self, name: str) -> Kernel:
         from cuda.core import ObjectCode
 
+        # NoGpuError without a usable GPU, before cuda.core's loader: its failure there surfaced as a SystemError
+        # and left a lock of cuda.bindings held, so that every later driver call of the process hung
+        init_driver()
         if self._object_code is None:
             self._object_code = ObjectCode.from_cubin(self.cubin)
         symbol = self.lowered_names.get(name, name)
