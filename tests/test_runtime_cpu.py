@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cuadv.compiler import compile_source
-from cuadv.errors import CuadvError, KernelArgumentError, UnsupportedFeatureError
+from cuadv import interop
+from cuadv.errors import CuadvError, KernelArgumentError, NoGpuError, UnsupportedFeatureError
 from cuadv.features import FEATURES, feature, require, why_not
 from cuadv.interop import c_strides, device_array, library_of, stream_handle
 from cuadv.params import StructArgument, c_struct
@@ -90,12 +91,29 @@ def test_stream_handle_rejects_what_is_no_handle(bad, match):
 
 
 def test_stream_none_follows_cupys_current_stream(monkeypatch):
+    monkeypatch.setattr(interop, "init_driver", lambda: 1)  # a GPU
     fake = types.ModuleType("cupy")
     fake.cuda = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0xBEEF))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     assert stream_handle(None, FakeArray((1,))) == 0xBEEF
     monkeypatch.delitem(sys.modules, "cupy")
     assert stream_handle(None, FakeArray((1,))) == 0  # no array library in use: the legacy default stream
+
+
+def test_stream_none_without_a_gpu_raises_no_gpu_error_before_asking_cupy(monkeypatch):
+    """CuPy's own answer without a driver is a runtime error about the driver's version, which misleads."""
+    def no_gpu():
+        raise NoGpuError("no CUDA GPU: the NVIDIA driver library could not be loaded (DynamicLibNotFoundError)")
+
+    def asked():
+        raise AssertionError("CuPy asked for its stream")
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(get_current_stream=asked)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(interop, "init_driver", no_gpu)
+    with pytest.raises(NoGpuError, match="no CUDA GPU"):
+        stream_handle(None)
 
 
 def test_stream_none_follows_torchs_current_stream_for_a_tensor(monkeypatch):
@@ -112,6 +130,7 @@ def test_stream_none_without_arrays_follows_torchs_current_stream_where_cupys_is
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(is_initialized=lambda: True,
                                        current_stream=lambda device: types.SimpleNamespace(cuda_stream=0xF00D + device))
+    monkeypatch.setattr(interop, "init_driver", lambda: 1)  # a GPU
     cupy = types.ModuleType("cupy")
     cupy_stream = types.SimpleNamespace(ptr=0)
     cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: cupy_stream)

@@ -209,15 +209,15 @@ class CompiledModule:
     def _load(self, name: str) -> Kernel:
         from cuda.core import ObjectCode
 
+        symbol = self.lowered_names.get(name, name)
+        if b"\x00" + symbol.encode() + b"\x00" not in self.cubin:  # the ELF string table names every kernel
+            raise CuadvError(f"module {self.name!r} has no kernel {name!r}; its kernels: "
+                             f"{', '.join(self.kernel_names()) or 'none'}")
         # NoGpuError without a usable GPU, before cuda.core's loader: its failure there surfaced as a SystemError
         # and left a lock of cuda.bindings held, so that every later driver call of the process hung
         init_driver()
         if self._object_code is None:
             self._object_code = ObjectCode.from_cubin(self.cubin)
-        symbol = self.lowered_names.get(name, name)
-        if b"\x00" + symbol.encode() + b"\x00" not in self.cubin:  # the ELF string table names every kernel
-            raise CuadvError(f"module {self.name!r} has no kernel {name!r}; its kernels: "
-                             f"{', '.join(self.kernel_names()) or 'none'}")
         # Look up the lowered (mangled) name ourselves: cuda.core 1.2.0 and later differ in the type
         # they accept for symbol_mapping values.
         kernel = self._kernels[name] = Kernel(self._object_code.get_kernel(symbol), name=name, module=self)

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._cuda import check, device_ordinal, driver
+from ._cuda import check, device_ordinal, driver, init_driver
 from .errors import KernelArgumentError
 
 
@@ -344,6 +344,8 @@ def current_stream(*like: Any) -> int:
         if type(obj).__module__.startswith("torch"):
             return int(sys.modules["torch"].cuda.current_stream(obj.device).cuda_stream)
     cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        init_driver()  # NoGpuError without a GPU, not CuPy's runtime error ("driver version is insufficient")
     handle = int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
     torch = sys.modules.get("torch")
     if handle or torch is None or not torch.cuda.is_initialized() \
