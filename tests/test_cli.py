@@ -529,7 +529,11 @@ def test_bad_values_are_usage_errors_before_any_work(monkeypatch, capsys, tmp_pa
                        (["check", "--timeout", "-5"], "must be a whole number >= 1"),
                        (["check", "--log", str(tmp_path / "no" / "check.log")], "does not exist"),
                        (["run", "--out", str(a_file)], "is a file, not a directory"),
-                       (["bench", "vecscale", "--out", str(a_file)], "is a file, not a directory")):
+                       (["bench", "vecscale", "--out", str(a_file)], "is a file, not a directory"),
+                       (["run", "--out", ""], "an empty folder name"),
+                       (["run", "--out", "/proc/cuadv-report/x"], "folder /proc takes no new file"),
+                       (["bench", "vecscale", "--out", str(a_file / "x")], f"{a_file} is a file"),
+                       (["build", "--json", "/proc/build.json"], "folder /proc takes no new file")):
         assert cli.main(argv) == cli.EXIT_USAGE, argv
         out, err = capsys.readouterr()
         assert says in err and "Traceback" not in out + err, argv

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..arch import parse_arch
 from ..errors import CuadvError, NoGpuError
-from ..arg_types import output_file, positive_int
+from ..arg_types import output_file, output_folder_problem, positive_int
 from .exit_codes import EXIT_CODES, EXIT_FAILED, EXIT_NO_GPU, EXIT_NOTHING_RAN, EXIT_OK, EXIT_USAGE
 from ..report.console import make_console, print_table, progress_bar
 from ..report.results import Table
@@ -147,8 +147,9 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     from .runner import collect_environment, gpu_or_reason, run_labs
 
     out = Path(args.out)
-    if out.exists() and not out.is_dir():  # before minutes of labs and builds, not when writing the report
-        print(f"cuadv {getattr(args, 'command', 'run')}: --out {args.out} is a file, not a directory", file=sys.stderr)
+    problem = output_folder_problem(args.out)  # before minutes of labs and builds, not when writing the report
+    if problem:
+        print(f"cuadv {getattr(args, 'command', 'run')}: --out {args.out!r}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     labs = _select_labs(args.only)
     command = "cuadv " + " ".join(sys.argv[1:])
