@@ -2,6 +2,7 @@
 sm_90a and sm_100a without spills and contain the TMA instructions, the ncu CSV parser."""
 
 
+import numpy as np
 import pytest
 from sass_tools import sass_ops
 
@@ -283,3 +284,16 @@ def test_a_tensor_map_box_that_is_no_sequence_names_the_parameter():
         TensorMap.tiled(FakeArray((64, 64)), box=64)
     with pytest.raises(TensorMapError, match=r"shape must be a sequence of integers"):
         TensorMap.from_pointer(0x10000, "float32", 64, (256, 4), (8, 8))
+
+
+def test_numpy_dtypes_name_tma_element_types():
+    """dtype= takes NumPy's types and dtypes as well as names (the refusal used to list the very type it refused)."""
+    from cuadv.tma.tensormap import describe_array, element_type
+
+    assert [element_type(d) for d in ("uint8", np.uint8, np.dtype("float32"), np.float64)] == \
+        ["uint8", "uint8", "float32", "float64"]
+    layout = TiledLayout(0x10000, np.dtype("float32"), (64, 64), (256, 4), (8, 8))
+    assert layout.dtype == "float32" and layout.itemsize == 4
+    assert describe_array(FakeArray((64, 64), typestr="<u2"), np.float16)[1] == "float16"
+    with pytest.raises(TensorMapError, match=r"dtype 'uint8' is 1 B but the array's elements are 4 B"):
+        describe_array(FakeArray((64, 64)), np.uint8)

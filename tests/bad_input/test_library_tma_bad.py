@@ -51,7 +51,8 @@ def layout(shape=(64, 64), strides=None, box=(16, 16), dtype="float32", address=
     (dict(oob_fill="inf"), r"oob_fill must be 'zero' or 'nan'; got 'inf'"),
     (dict(dtype="int32", oob_fill="nan"), r"NaN out-of-bounds fill needs a floating-point element type; got int32"),
     (dict(l2_promotion="512B"), r"l2_promotion must be one of none, 64B, 128B, 256B; got '512B'"),
-    (dict(dtype="int8"), r"TMA element type must be one of uint8, .*float64; got 'int8'"),
+    (dict(dtype="int8"), r"TMA element type must be one of uint8, .*float64 \(a name or a NumPy dtype\); got 'int8'"),
+    (dict(dtype=np.int8), r"TMA element type must be one of uint8, .*; got <class 'numpy.int8'>"),
 ])
 def test_tensor_map_rules(kwargs, text):
     with pytest.raises(tma.TensorMapError, match=text):

@@ -72,10 +72,25 @@ class TensorMapError(CuadvError, ValueError):
     """A tensor-map rule is broken; the message names the rule, the value and the limit."""
 
 
-def element_size(dtype: str) -> int:
-    if dtype not in DTYPES:
-        raise TensorMapError(f"TMA element type must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    return DTYPES[dtype][0]
+def element_type(dtype: Any) -> str:
+    """The TMA element type named by ``dtype``: a name of ``DTYPES``, or anything NumPy reads as one of them
+    (``np.float32``, ``np.dtype('uint8')``, ml_dtypes' bfloat16)."""
+    name = dtype
+    if not isinstance(dtype, str):
+        import numpy as np
+
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:  # a torch dtype, or no type at all
+            name = None
+    if name not in DTYPES:
+        raise TensorMapError(f"TMA element type must be one of {', '.join(DTYPES)} (a name or a NumPy dtype); "
+                             f"got {dtype!r}")
+    return name
+
+
+def element_size(dtype: Any) -> int:
+    return DTYPES[element_type(dtype)][0]
 
 
 def tma_store_overruns(cols: int, itemsize: int) -> bool:
@@ -113,6 +128,7 @@ class TiledLayout:
     l2_promotion: str = "128B"
 
     def __post_init__(self):
+        object.__setattr__(self, "dtype", element_type(self.dtype))
         for name in ("shape", "strides", "box"):
             object.__setattr__(self, name, _integers(name, getattr(self, name)))
         if self.element_strides is None:
@@ -252,6 +268,7 @@ def describe_array(array: Any, dtype: str | None = None) -> tuple[int, str, tupl
     address, shape, strides, typestr, itemsize = arr.ptr, arr.shape, arr.strides, arr.typestr, arr.itemsize
     name = _TYPESTRS.get(typestr) or (arr.type_name if arr.type_name in DTYPES else None)
     if dtype is not None:
+        dtype = element_type(dtype)
         if element_size(dtype) != itemsize:
             raise TensorMapError(f"dtype {dtype!r} is {element_size(dtype)} B but the array's elements are "
                                  f"{itemsize} B ({typestr})")
