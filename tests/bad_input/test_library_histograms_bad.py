@@ -31,6 +31,10 @@ def out(shape=(10,), typestr="<i8", address=OUT, **kw):
 
 
 @pytest.mark.parametrize("kwargs, error, text", [
+    (dict(x=np.zeros(10, np.int32)), KernelArgumentError, r"x: a NumPy array lives in host memory; copy it to the GPU "
+     r"\(cupy.asarray or torch.as_tensor"),
+    (dict(x=[1, 2, 3]), KernelArgumentError, "x must be a device array with __cuda_array_interface__ or __dlpack__ "
+     r"\(CuPy, PyTorch, Numba, cuda.core\), got list"),
     (dict(x=FakeArray(typestr="|b1", address=X)), TypeError, "x has dtype bool; cuadv counts numbers of dtype int32"),
     (dict(x=FakeArray(typestr="|i1", address=X)), TypeError, "x has dtype int8"),
     (dict(x=FakeArray(typestr="<u4", address=X)), TypeError, "x has dtype uint32"),
@@ -74,7 +78,7 @@ def test_histogram_mistakes(kwargs, error, text):
     (dict(range=(3, 3)), ValueError, "lo must be less than hi"),
     (dict(variant="fastest"), ValueError, "variant must be one of"),
     (dict(stream=object()), KernelArgumentError, "cannot use object as a stream"),
-    (dict(x=np.arange(10)), KernelArgumentError, "x must be a device array"),
+    (dict(x=np.arange(10)), KernelArgumentError, "x: a NumPy array lives in host memory"),
 ])
 def test_prepare_histogram_mistakes(kwargs, error, text):
     args = dict(x=FakeArray((100,), "<f4", address=X), bins=10)

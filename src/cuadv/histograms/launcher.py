@@ -29,9 +29,12 @@ def device_array(obj: Any, what: str) -> DeviceArray:
     """Pointer, element count and dtype of a C-contiguous device array (CUDA array interface or DLPack,
     read by ``cuadv.interop``) in the memory of cuadv's GPU as far as the array says (CuPy, DLPack). Pure: no GPU
     call, so every check runs before anything is launched."""
-    if isinstance(obj, np.ndarray) or (interop.cuda_array_interface(obj) is None and not hasattr(obj, "__dlpack__")):
-        raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ (CuPy, PyTorch, "
-                                  f"Numba), got {type(obj).__name__}")
+    if isinstance(obj, np.ndarray):
+        raise KernelArgumentError(f"{what}: a NumPy array lives in host memory; copy it to the GPU (cupy.asarray or "
+                                  "torch.as_tensor(..., device='cuda'))")
+    if interop.cuda_array_interface(obj) is None and not hasattr(obj, "__dlpack__"):
+        raise KernelArgumentError(f"{what} must be a device array with __cuda_array_interface__ or __dlpack__ (CuPy, "
+                                  f"PyTorch, Numba, cuda.core), got {type(obj).__name__}")
     arr = interop.device_array(obj, what=what)  # a big-endian array raises there, naming ``what``
     interop.require_on_gpu(obj, arr.ptr, device_ordinal(), f"{what} is", "cuadv runs", ask_driver=False)
     dtype = arr.dtype
