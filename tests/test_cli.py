@@ -566,3 +566,25 @@ def test_a_file_that_cannot_be_written_is_one_line(monkeypatch, capsys, tmp_path
     assert cli.main(["run", "--out", str(tmp_path / "rep")]) == cli.EXIT_FAILED
     out, err = capsys.readouterr()
     assert "cuadv run: [Errno 28] No space left on device" in err and "Traceback" not in out + err
+
+
+def test_a_lab_that_does_not_compile_for_a_target_gets_one_line_of_nvrtc_errors():
+    """cuadv build --arch sm_90 (TMA multicast needs sm_90a): NVRTC's error lines, not the numbered source of the
+    whole file (hundreds of lines per lab)."""
+    from cuadv.app.buildcheck import build_all
+    from cuadv.compiler import compile_source
+    from cuadv.errors import CompileError
+
+    class Broken:
+        name = "broken"
+
+        def build(self, arch):
+            return [compile_source('extern "C" __global__ void k() {\n  int a = ;\n  int b = ;\n}\n' + "// x\n" * 300,
+                                   name="broken", arch=arch)]
+
+    (row,) = build_all(["sm_90a"], [Broken()])
+    assert row.error.startswith("NVRTC could not compile 'broken': broken.cu(2): error: expected an expression")
+    assert row.error.count("error:") == 2 and "2 errors detected" in row.error
+    assert "\n" not in row.error and "// x" not in row.error and len(row.error) < 400
+    with pytest.raises(CompileError, match=r"--- source"):  # compile_source itself still raises everything
+        Broken().build("sm_90a")

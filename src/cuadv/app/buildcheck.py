@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..compiler import CompiledModule, KernelResources
+from ..errors import CompileError
 
 
 @dataclass
@@ -67,10 +68,21 @@ def _build_one_by_name(job: tuple[str, str]) -> list[BuildRow]:
 def _build_one(lab, arch: str) -> list[BuildRow]:
     try:
         modules: list[CompiledModule] = lab.build(arch)
-    except Exception as exc:  # a compile error, or a lab that does not import
+    except CompileError as exc:  # the log's errors: the numbered source of the whole file would flood the table
+        return [BuildRow(lab.name, arch, "-", None, error=compile_error_summary(exc))]
+    except Exception as exc:  # a lab that does not import, or refuses the target
         return [BuildRow(lab.name, arch, "-", None, error=str(exc))]
     return [BuildRow(lab.name, arch, _demangled(module, name), res)
             for module in modules for name, res in sorted(module.resources.items())]
+
+
+def compile_error_summary(exc: CompileError, most: int = 4) -> str:
+    """One line of a CompileError for a table: the module and NVRTC's first error lines (compile_source raises the
+    whole log with the source; CUADV_DUMP_SOURCE=1 writes the source to a file)."""
+    lines = [line.strip() for line in exc.log.splitlines() if "error" in line and line.strip()]
+    shown = "; ".join(lines[:most]) or (exc.log.strip().splitlines() or ["no log"])[-1]
+    more = f" (+{len(lines) - most} more)" if len(lines) > most else ""
+    return f"NVRTC could not compile {exc.name!r}: {shown}{more}"
 
 
 def _demangled(module: CompiledModule, lowered: str) -> str:
