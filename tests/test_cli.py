@@ -212,7 +212,7 @@ def test_bench_of_a_skipped_lab_exits_4(monkeypatch, capsys, tmp_path):
 def test_run_where_every_lab_was_skipped_exits_4(monkeypatch, capsys, tmp_path):
     _gpu_running(monkeypatch, LabResult("vecscale", "t", status="skipped", reason="x"),
                  LabResult("tma", "t", status="skipped", reason="y"))
-    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [])
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None, labs=None: [])
     assert cli.main(["run", "--quick", "--only", "vecscale", "--only", "tma", "--out", str(tmp_path)]) == 4
 
 
@@ -484,7 +484,7 @@ def test_json_commands_print_only_json_on_stdout(monkeypatch, capsys, tmp_path):
     """run --json (no GPU: the GPU-free parts, here stubbed) and simulate --json: stdout parses as JSON,
     the tables and messages went to stderr."""
     _no_gpu(monkeypatch)
-    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None, labs=None: [
         LabResult("build", "Build check", tables=[Table("kernels", ["kernel"], [["k"]])])])
     assert cli.main(["run", "--quick", "--json", "--out", str(tmp_path / "rep")]) == cli.EXIT_OK
     out, err = capsys.readouterr()
@@ -557,7 +557,7 @@ def test_a_file_that_cannot_be_written_is_one_line(monkeypatch, capsys, tmp_path
     from cuadv.report import writer
 
     _no_gpu(monkeypatch)
-    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None: [])
+    monkeypatch.setattr(cli, "_gpu_free_results", lambda console, out=None, labs=None: [])
 
     def disk_full(report, out_dir):
         raise OSError(28, "No space left on device")
@@ -588,3 +588,24 @@ def test_a_lab_that_does_not_compile_for_a_target_gets_one_line_of_nvrtc_errors(
     assert "\n" not in row.error and "// x" not in row.error and len(row.error) < 400
     with pytest.raises(CompileError, match=r"--- source"):  # compile_source itself still raises everything
         Broken().build("sm_90a")
+
+
+def test_only_narrows_the_gpu_free_work_to_its_labs(monkeypatch):
+    """cuadv run --only histogram builds the histogram lab's kernels, not every lab's, and runs the scheduling
+    simulator only where the scheduling lab is selected."""
+    import cuadv.simulate as simulate
+    from cuadv.labs import lab_by_name
+    from cuadv.report.console import make_console
+    from cuadv.report.results import LabResult
+
+    built = []
+    monkeypatch.setattr(cli, "_build", lambda console, archs, jobs=1, labs=None: built.append(labs) or [])
+    monkeypatch.setattr(simulate, "simulator_result", lambda out=None: LabResult("simulate", "t"))
+    console = make_console(file=io.StringIO())
+    histogram = [lab_by_name("histogram")]
+    results = cli._gpu_free_results(console, None, histogram)
+    assert built == [histogram] and [r.lab for r in results] == ["build"]
+    assert results[0].title == "Build check: the kernels of histogram for sm_90a and sm_100a"
+    both = [lab_by_name("histogram"), lab_by_name("scheduling")]
+    assert [r.lab for r in cli._gpu_free_results(console, None, both)] == ["build", "simulate"]
+    assert [r.lab for r in cli._gpu_free_results(console, None)] == ["build", "simulate"] and built[-1] is None

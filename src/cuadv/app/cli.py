@@ -95,14 +95,15 @@ def cmd_build(args, console: Console) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _build(console: Console, archs: list[str], jobs: int = 1):
-    """build_all with a progress bar on stderr: labs compiled of total and kernels so far, per target."""
+def _build(console: Console, archs: list[str], jobs: int = 1, labs=None):
+    """build_all (of ``labs``, default every lab) with a progress bar on stderr: labs compiled of total and kernels
+    so far, per target."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from ..labs import all_labs
     from .buildcheck import build_all
 
-    labs = all_labs()
+    labs = labs or all_labs()
     with progress_bar(console, TextColumn("[bold]{task.fields[arch]}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("labs, {task.fields[kernels]} kernels"), TimeElapsedColumn(),
                       TextColumn("{task.description}")) as bar:
@@ -166,7 +167,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
         nothing_ran = False  # the GPU-free parts run (--require-gpu makes this exit EXIT_NO_GPU above)
     if gpu_free:
-        report.results += _gpu_free_results(console, out)
+        report.results += _gpu_free_results(console, out, labs if args.only else None)
     _add_selection_matrix(report)  # without a GPU its rows say which lab would have measured each and why not
     for r in report.results:
         for t in r.tables:
@@ -186,18 +187,20 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     return EXIT_OK
 
 
-def _gpu_free_results(console: Console, out: Path | None = None):
-    """Build check for sm_90a and sm_100a and the scheduling simulator: these need no GPU."""
+def _gpu_free_results(console: Console, out: Path | None = None, labs=None):
+    """Build check for sm_90a and sm_100a and the scheduling simulator: these need no GPU. ``labs``: those of
+    --only (their kernels only; the simulator only with the scheduling lab), else every lab."""
     from ..report.results import LabResult
 
     # A line for logs (the bar shows only on a terminal): on a cold cache this compiles every lab's kernels for
     # both targets, in parallel processes, which takes minutes; cached after that.
     jobs = max(1, min(8, os.cpu_count() or 1))
-    console.print(f"build check: every lab's kernels for {' and '.join(DEFAULT_ARCHS)} ({jobs} processes; "
+    which = "every lab's kernels" if labs is None else f"the kernels of {', '.join(lab.name for lab in labs)}"
+    console.print(f"build check: {which} for {' and '.join(DEFAULT_ARCHS)} ({jobs} processes; "
                   "minutes on a cold compile cache, seconds after)")
-    rows = _build(console, DEFAULT_ARCHS, jobs)
+    rows = _build(console, DEFAULT_ARCHS, jobs, labs)
     failed = [r for r in rows if r.error]
-    result = LabResult("build", "Build check: every kernel for sm_90a and sm_100a",
+    result = LabResult("build", f"Build check: {'every kernel' if labs is None else which} for sm_90a and sm_100a",
                        status="failed" if failed else "ok",
                        reason="; ".join(f"{r.lab} for {r.arch}" for r in failed))
     result.tables.append(Table("kernels", ["lab", "target", "kernel", "registers", "spill st/ld B"],
@@ -205,9 +208,10 @@ def _gpu_free_results(console: Console, out: Path | None = None):
                                  f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                                 for r in rows if not r.error]))
     results = [result]
-    from ..simulate import simulator_result
+    if labs is None or any(lab.name == "scheduling" for lab in labs):
+        from ..simulate import simulator_result
 
-    results.append(simulator_result(out))
+        results.append(simulator_result(out))
     return results
 
 
