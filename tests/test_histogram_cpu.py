@@ -177,8 +177,10 @@ def test_device_array_checks():
         h.device_array(FakeArray(shape=(10,), strides=(8,)), "x")
     with pytest.raises(KernelArgumentError, match="not aligned to its 4-byte elements"):
         h.device_array(FakeArray(ptr=(1 << 20) + 2), "x")
-    with pytest.raises(KernelArgumentError, match="__cuda_array_interface__"):
+    with pytest.raises(KernelArgumentError, match="x: a NumPy array lives in host memory"):
         h.device_array(np.zeros(4, dtype=np.int32), "x")
+    with pytest.raises(KernelArgumentError, match="__cuda_array_interface__ or __dlpack__"):
+        h.device_array(object(), "x")
     with pytest.raises(TypeError, match="int32 or uint8"):  # a wrong type, as cuadv.histogram's dtype check
         h._dtype_name(np.dtype(np.float32))
 
