@@ -21,7 +21,9 @@ table of counts. Trials run --jobs at a time (each a process of its own).
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,22 +68,30 @@ AFTER = (
 )
 
 
-def trial(step: str, cache_dir: str, timeout_s: float) -> tuple[str, str]:
-    code = "import faulthandler, sys\nfaulthandler.enable()\n" + STEPS[step] + AFTER
+RESULT = re.compile(r"RESULT torch=(.*) singletons_intact=(True|False)$")
+
+
+def trial(step: str, cache_dir: str, timeout_s: float) -> tuple[str, str, str]:
+    """(torch: 'ok' or its error, 'singletons intact' / 'singletons broken' / '-', how the process ended)"""
+    code = "\n".join(("import faulthandler, sys", "faulthandler.enable()", STEPS[step], AFTER))
     env = dict(os.environ, CUADV_CACHE_DIR=cache_dir)
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
                               env=env)
     except subprocess.TimeoutExpired:
-        return "timeout", "timeout"
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT")), None)
-    torch = line.split("torch=", 1)[1] if line else "no result: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+        return "timeout", "-", "timeout"
+    found = next((m for m in map(RESULT.match, done.stdout.splitlines()) if m), None)
+    if found:
+        torch = ast.literal_eval(found[1])
+        singletons = "singletons intact" if found[2] == "True" else "singletons broken"
+    else:
+        torch, singletons = "no result: " + (done.stderr.strip().splitlines() or ["?"])[-1], "-"
     code = done.returncode
     ended = "exit 0" if code == 0 else (f"signal {-code}" if code < 0 else f"exit {code}")
     if code != 0:
         tail = "\n    ".join(done.stderr.strip().splitlines()[-12:])
         print(f"    stderr tail:\n    {tail}", flush=True)
-    return torch, ended
+    return torch, singletons, ended
 
 
 def main(repeats: int, timeout_s: float, jobs: int) -> None:
@@ -94,15 +104,15 @@ def main(repeats: int, timeout_s: float, jobs: int) -> None:
     def one(item):
         r, step, cache = item
         cache_dir = warm_cache if cache == "warm" else tempfile.mkdtemp(prefix="cuadv-cold-")
-        torch, ended = trial(step, cache_dir, timeout_s)
-        print(f"{r} {step:<9} {cache:<5} torch={torch:<60} {ended}", flush=True)
-        return step, cache, "torch ok" if torch == "'ok'" else "torch failed", ended
+        torch, singletons, ended = trial(step, cache_dir, timeout_s)
+        print(f"{r} {step:<9} {cache:<5} torch={torch:<60} {singletons:<18} {ended}", flush=True)
+        return step, cache, "torch ok" if torch == "ok" else "torch failed", singletons, ended
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # trials in parallel processes: the GPU is shared, as in CI
         counts = Counter(pool.map(one, plan))
-    print("\nstep      cache torch         end        trials")
-    for (step, cache, torch, ended), n in sorted(counts.items()):
-        print(f"{step:<9} {cache:<5} {torch:<13} {ended:<10} {n}")
+    print("\nstep      cache torch         singletons         end        trials")
+    for (step, cache, torch, singletons, ended), n in sorted(counts.items()):
+        print(f"{step:<9} {cache:<5} {torch:<13} {singletons:<18} {ended:<10} {n}")
 
 
 if __name__ == "__main__":

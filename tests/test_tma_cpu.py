@@ -297,3 +297,6 @@ def test_numpy_dtypes_name_tma_element_types():
     assert describe_array(FakeArray((64, 64), typestr="<u2"), np.float16)[1] == "float16"
     with pytest.raises(TensorMapError, match=r"dtype 'uint8' is 1 B but the array's elements are 4 B"):
         describe_array(FakeArray((64, 64)), np.uint8)
+    for bad in (None, {"names": ["a"]}, "int8"):  # NumPy reads None as float64, and the dict fails in NumPy
+        with pytest.raises(TensorMapError, match="TMA element type must be one of"):
+            TiledLayout(0x10000, bad, (64, 64), (256, 4), (8, 8))

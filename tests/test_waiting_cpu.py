@@ -3,6 +3,7 @@ timeout's sources (argument, scope, CUADV_TIMEOUT_S, default), the error's messa
 process does at exit after a timeout."""
 
 import math
+import threading
 
 import pytest
 
@@ -133,55 +134,88 @@ def test_driver_query_results():
         done()
 
 
-def test_exit_after_a_timeout_ends_the_process_only_while_the_gpu_is_busy(monkeypatch, capsys):
-    """The exit handler starts no thread (Python 3.12.0 to 3.12.2 refuse that in an exit handler, and the old check's
-    refused thread fell through to the teardown that waits for ever): it waits on the watch the timeout started."""
+def _sync_driver(monkeypatch, release: dict, result: str = "ok"):
+    """A driver whose cuCtxSynchronize of a context returns once release[context] is set."""
+    from cuda.bindings import driver as drv
+
+    current = threading.local()
+
+    class Driver:
+        def cuCtxSetCurrent(self, context):
+            current.context = context
+            return (drv.CUresult.CUDA_SUCCESS,)
+
+        def cuCtxSynchronize(self):
+            release[current.context].wait(5)
+            ok = result == "ok"
+            return (drv.CUresult.CUDA_SUCCESS if ok else drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
+
+    monkeypatch.setattr(waiting, "driver", Driver)
+
+
+def test_exit_after_a_timeout_ends_the_process_only_while_a_timed_out_context_is_busy(monkeypatch, capsys):
     exits = []
     monkeypatch.setattr(waiting.os, "_exit", exits.append)
-    monkeypatch.setattr(waiting, "EXIT_GRACE_S", 0.01)
+    monkeypatch.setattr(waiting, "EXIT_GRACE_S", 0.05)
+    monkeypatch.setattr(waiting, "_watches", {})
+    release = {1: threading.Event(), 2: threading.Event()}
+    _sync_driver(monkeypatch, release)
+    waiting._watch_until_idle(1)
+    waiting._watch_until_idle(2)  # a second GPU's context timed out too
+    release[1].set()
+    waiting._end_if_still_busy()
+    assert exits == [waiting.EXIT_STATUS] == [1]  # context 2 is still busy
+    err = capsys.readouterr().err
+    assert "GPU work that timed out is still running" in err and "status 1" in err
+
+    exits.clear()
+    release[2].set()
+    waiting._end_if_still_busy()
+    assert exits == []  # both idle: the usual teardown follows
+    monkeypatch.setattr(waiting, "_watches", {})
+    waiting._end_if_still_busy()
+    assert exits == [1]  # no context known (the timeout could not start its watch): cannot tell, so ended
+
+
+def test_where_no_thread_may_start_at_exit_the_watches_of_the_timeouts_answer(monkeypatch):
+    """Python 3.12.0 to 3.12.2 refuse a new thread in an exit handler; the old check's refused thread fell through to
+    the teardown that waits for ever. The watches started at the timeouts answer instead."""
+    exits = []
+    monkeypatch.setattr(waiting.os, "_exit", exits.append)
+    monkeypatch.setattr(waiting, "EXIT_GRACE_S", 0.05)
+    monkeypatch.setattr(waiting, "_watches", {})
+    release = {7: threading.Event()}
+    _sync_driver(monkeypatch, release)
+    waiting._watch_until_idle(7)
 
     def refused(*args, **kwargs):
         raise RuntimeError("can't create new thread at interpreter shutdown")
 
     monkeypatch.setattr(waiting.threading.Thread, "start", refused)
-    monkeypatch.setattr(waiting, "_idle", waiting.threading.Event())  # the work before the timeout still runs
     waiting._end_if_still_busy()
-    assert exits == [waiting.EXIT_STATUS] == [1]
-    err = capsys.readouterr().err
-    assert "GPU work that timed out is still running" in err and "status 1" in err
-
+    assert exits == [1]
     exits.clear()
-    waiting._idle.set()  # idle by now (or the context failed): the usual teardown follows
-    waiting._end_if_still_busy()
-    monkeypatch.setattr(waiting, "_idle", None)  # no timeout watched
+    release[7].set()
     waiting._end_if_still_busy()
     assert exits == []
 
 
 @pytest.mark.parametrize("sync_result", ["ok", "fault"])
-def test_the_idle_watch_is_set_when_the_context_drains_or_fails(monkeypatch, sync_result):
-    from cuda.bindings import driver as drv
-
-    release = waiting.threading.Event()
-    calls = []
-
-    class Driver:
-        def cuCtxSetCurrent(self, context):
-            calls.append(("current", context))
-            return (drv.CUresult.CUDA_SUCCESS,)
-
-        def cuCtxSynchronize(self):
-            release.wait(5)
-            ok = sync_result == "ok"
-            return (drv.CUresult.CUDA_SUCCESS if ok else drv.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
-
-    monkeypatch.setattr(waiting, "driver", Driver)
-    monkeypatch.setattr(waiting, "_idle", None)
-    waiting._watch_until_idle("context")
-    idle = waiting._idle
-    assert idle is not None and not idle.wait(0.05)  # the work still runs
-    release.set()
-    assert idle.wait(5) and calls == [("current", "context")]
+def test_one_watch_per_context_set_when_the_context_drains_or_fails(monkeypatch, sync_result):
+    monkeypatch.setattr(waiting, "_watches", {})
+    release = {5: threading.Event()}
+    _sync_driver(monkeypatch, release, sync_result)
+    started = []
+    real_sync = waiting._context_sync
+    monkeypatch.setattr(waiting, "_context_sync", lambda c, name: started.append(c) or real_sync(c, name))
+    for _ in range(3):  # a loop of timed-out waits on one context: one blocked thread, not three
+        waiting._watch_until_idle(5)
+    (context, idle), = waiting._watches.values()
+    assert started == [5] and context == 5 and not idle.wait(0.05)  # the work still runs
+    release[5].set()
+    assert idle.wait(5)
+    waiting._watch_until_idle(5)  # that watch has ended: a later timeout starts another
+    assert started == [5, 5]
 
 
 def test_events_of_each_library_are_told_from_streams():
@@ -264,7 +298,22 @@ def test_the_first_timeout_arms_the_exit_check_once_and_each_starts_a_watch(monk
         with pytest.raises(GpuTimeoutError):
             waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
     assert waiting.timed_out() and registered == [(waiting._end_if_still_busy, ())]
-    assert watched == ["context", "context"]  # later work may be what hangs: each timeout watches anew
+    assert watched == ["context", "context"]
+
+
+def test_a_watch_that_cannot_start_leaves_the_timeout_the_error_and_stops_the_frees(monkeypatch):
+    registered = []
+    monkeypatch.setattr(waiting, "_timed_out", waiting.threading.Lock())
+    monkeypatch.setattr(waiting.atexit, "register", lambda fn, *args: registered.append(fn))
+    monkeypatch.setattr(waiting, "_current_context", lambda: "context")
+
+    def no_thread(context):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(waiting, "_watch_until_idle", no_thread)
+    with pytest.raises(GpuTimeoutError):
+        waiting._guarded(lambda: waiting.wait_until(lambda: False, "k", timeout_s=0.01))
+    assert waiting.timed_out() and registered == [waiting._end_if_still_busy]
 
 
 def test_a_copy_to_the_host_waits_bounded_then_copies_on_the_stream(monkeypatch):

@@ -4,6 +4,7 @@ before any work. Imports nothing of cuadv, so the command line of any layer may 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +33,12 @@ def output_folder_problem(text: str) -> str | None:
     path = Path(text)
     if path.exists() and not path.is_dir():
         return f"{text} is a file, not a directory"
-    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    full = path.absolute()
+    for existing in (full, *full.parents):  # the nearest that exists; a link to nothing exists for mkdir only
+        if existing.exists():
+            break
+        if os.path.lexists(existing):
+            return f"cannot make folder {text}: {existing} is a broken symbolic link"
     if not existing.is_dir():
         return f"cannot make folder {text}: {existing} is a file"
     return unwritable_folder(existing)

@@ -18,9 +18,9 @@ After a timeout the GPU is still running that work, and what synchronizes (freei
 the CUDA teardown at exit) would wait for it for ever. So once a wait has timed out, cuadv frees no
 more device memory of its own (``timed_out``; the memory goes with the process), and at exit checks
 whether the GPU is idle by then (for up to 5 s); where it is not, it ends the process at once with
-status 1, skipping that teardown. (A thread that each timeout starts waits in ``cuCtxSynchronize`` for
-the work queued so far; the exit handler only reads its answer, as Python 3.12.0 to 3.12.2 refuse to
-start a thread there, CPython issue 113964.)
+status 1, skipping that teardown. (The check runs ``cuCtxSynchronize`` on a thread for each context
+that timed out; where Python refuses a new thread in an exit handler, 3.12.0 to 3.12.2, it reads the
+watch thread the timeout started instead, one per context.)
 """
 
 from __future__ import annotations
@@ -207,9 +207,10 @@ def _current_context() -> Any:
     return context
 
 
-def _synchronize_context(context: Any, what: str, timeout_s: float | None) -> None:
-    """cuCtxSynchronize on a helper thread (there is no query for a whole context), bounded by the timeout;
-    a thread given up on stays blocked in the driver until the work ends (a daemon: it never holds up exit)."""
+def _context_sync(context: Any, name: str) -> tuple[threading.Event, list[BaseException]]:
+    """cuCtxSynchronize of ``context`` on a daemon thread (there is no query for a whole context): an event set when
+    it returns, and its error if it failed. A thread given up on stays blocked in the driver until the work ends
+    (a daemon: it never holds up exit)."""
     finished = threading.Event()
     failure: list[BaseException] = []
 
@@ -218,12 +219,18 @@ def _synchronize_context(context: Any, what: str, timeout_s: float | None) -> No
             drv = driver()
             check(drv.cuCtxSetCurrent(context), "cuCtxSetCurrent")
             check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
-        except BaseException as exc:  # handed to the waiting thread
+        except BaseException as exc:  # handed to whoever waits
             failure.append(exc)
         finally:
             finished.set()
 
-    threading.Thread(target=synchronize, name="cuadv-wait-device", daemon=True).start()
+    threading.Thread(target=synchronize, name=name, daemon=True).start()
+    return finished, failure
+
+
+def _synchronize_context(context: Any, what: str, timeout_s: float | None) -> None:
+    """cuCtxSynchronize of ``context``, bounded by the timeout."""
+    finished, failure = _context_sync(context, "cuadv-wait-device")
     wait_until(finished.is_set, what, timeout_s)
     if failure:
         raise failure[0]
@@ -240,45 +247,51 @@ _timed_out = threading.Lock()  # taken by the first timeout of the process, neve
 
 
 def _guarded(run_wait: Callable[[], None]) -> None:
-    """Run a GPU wait; after a timeout, watch for the GPU going idle, and at exit check whether it did (see module
-    docs)."""
+    """Run a GPU wait; after a timeout, watch for its context going idle, and at exit check whether the GPU is (see
+    module docs)."""
     try:
         run_wait()
     except GpuTimeoutError:
-        _watch_until_idle(_current_context())
-        if _timed_out.acquire(blocking=False):
+        first = _timed_out.acquire(blocking=False)  # first of all: from here on cuadv frees no memory
+        try:
+            _watch_until_idle(_current_context())
+        except Exception:  # no thread or no context: the timeout is the error to report (the exit check then ends
+            pass           # the process unless it can tell the GPU is idle)
+        if first:
             atexit.register(_end_if_still_busy)
         raise
 
 
-_idle: threading.Event | None = None  # set once the work queued before the latest timeout has ended
+# Per context of a timed-out wait (keyed by its handle): the context and an event set once the work queued before
+# the watch began has ended (or the context failed: its teardown does not wait for the work).
+_watches: dict[int, tuple[Any, threading.Event]] = {}
+_watches_lock = threading.Lock()
 
 
 def _watch_until_idle(context: Any) -> None:
-    """After a timeout: a daemon thread in cuCtxSynchronize sets ``_idle`` once the work queued so far has ended
-    (or the context failed: its teardown does not wait for the work). Started at the timeout, as Python 3.12.0 to
-    3.12.2 refuse to start a thread in an exit handler (CPython issue 113964, fixed in 3.12.3); each timeout starts
-    its own, since later work may be what hangs."""
-    global _idle
-    idle = _idle = threading.Event()
-
-    def synchronize() -> None:
-        try:
-            drv = driver()
-            check(drv.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-            check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
-        except BaseException:  # a failed context (a kernel fault): its teardown does not wait for the work
-            pass
-        finally:
-            idle.set()
-
-    threading.Thread(target=synchronize, name="cuadv-idle-watch", daemon=True).start()
+    """After a timeout: a daemon thread in cuCtxSynchronize, whose end the exit check can read where it may start no
+    thread of its own (Python 3.12.0 to 3.12.2 refuse one in an exit handler: CPython issue 113964, fixed in 3.12.3).
+    One unfinished watch per context at a time, so a loop of timed-out waits does not pile up blocked threads."""
+    key = int(context)
+    with _watches_lock:
+        if key in _watches and not _watches[key][1].is_set():
+            return
+        _watches[key] = (context, _context_sync(context, "cuadv-idle-watch")[0])
 
 
 def _end_if_still_busy() -> None:
-    """At exit after a timeout: return where the GPU went idle within the grace (the usual teardown follows), else
-    end the process now, before a teardown that would wait for the work for ever."""
-    if _idle is None or _idle.wait(EXIT_GRACE_S):
+    """At exit after a timeout: return where every context of a timed-out wait is idle within the grace (the usual
+    teardown follows), else end the process now, before a teardown that would wait for the work for ever. A fresh
+    cuCtxSynchronize per context, which sees work queued after the timeouts too; where no thread may start, the
+    watches the timeouts started."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    with _watches_lock:
+        watched = list(_watches.values())
+    try:
+        done = [_context_sync(context, "cuadv-exit-check")[0] for context, _ in watched]
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        done = [event for _, event in watched]
+    if done and all(event.wait(max(0.0, deadline - time.monotonic())) for event in done):
         return
     sys.stderr.write(f"cuadv: GPU work that timed out is still running {EXIT_GRACE_S:g} s into the exit; ending "
                      f"the process with status {EXIT_STATUS} without the CUDA teardown, which would wait for it\n")

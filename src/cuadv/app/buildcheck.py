@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..compiler import CompiledModule, KernelResources
@@ -79,10 +80,11 @@ def _build_one(lab, arch: str) -> list[BuildRow]:
 def compile_error_summary(exc: CompileError, most: int = 4) -> str:
     """One line of a CompileError for a table: the module and NVRTC's first error lines (compile_source raises the
     whole log with the source; CUADV_DUMP_SOURCE=1 writes the source to a file)."""
-    lines = [line.strip() for line in exc.log.splitlines() if "error" in line and line.strip()]
+    lines = [line.strip() for line in exc.log.splitlines() if re.search(r": (catastrophic )?error", line)]
     shown = "; ".join(lines[:most]) or (exc.log.strip().splitlines() or ["no log"])[-1]
     more = f" (+{len(lines) - most} more)" if len(lines) > most else ""
-    return f"NVRTC could not compile {exc.name!r}: {shown}{more}"
+    return (f"NVRTC could not compile {exc.name!r}: {shown}{more} (the whole log: compile_source raises it; "
+            "CUADV_DUMP_SOURCE=1 also writes the source to a file)")
 
 
 def _demangled(module: CompiledModule, lowered: str) -> str:

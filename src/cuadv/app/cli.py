@@ -162,7 +162,9 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
                           timeout_s=args.timeout)
         nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
-        console.print(f"{reason}: running what needs no GPU (build check, simulator)", markup=False)
+        simulator = not args.only or "scheduling" in args.only
+        console.print(f"{reason}: running what needs no GPU (build check{', simulator' if simulator else ''})",
+                      markup=False)
         report = Report(caps=None, results=[], command=command, environment=collect_environment(None))
         report.skipped += [(f"lab {lab.name}", reason) for lab in labs]
         nothing_ran = False  # the GPU-free parts run (--require-gpu makes this exit EXIT_NO_GPU above)

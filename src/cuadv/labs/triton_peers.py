@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..report.results import LabResult, Table, spread_map
-from .base import RunContext, interleaved_rounds, missed_by, rates
+from .base import RunContext, import_torch, interleaved_rounds, missed_by, rates
 
 # Tile shapes (rows, columns) of the Triton kernels; warps per program grow with the tile.
 COPY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (256, 128))
@@ -67,10 +67,9 @@ def missing() -> str | None:
     except ImportError:
         return (f"triton {triton.__version__} has no host-side tensor descriptors "
                 "(triton.tools.tensor_descriptor, Triton >= 3.3)")
-    try:
-        import torch
-    except Exception as exc:
-        return f"torch is not importable ({type(exc).__name__}: {exc}); Triton launches on torch tensors"
+    torch, why = import_torch()
+    if torch is None:
+        return f"{why}; Triton launches on torch tensors"
     if not _interpreting() and not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA device"
     return None
@@ -78,8 +77,9 @@ def missing() -> str | None:
 
 def versions() -> str:
     """'Triton 3.6.0, torch 2.x.y' (call only where missing() is None)."""
-    import torch
     import triton
+
+    torch, _ = import_torch()
 
     return f"Triton {triton.__version__}, torch {torch.__version__}"
 

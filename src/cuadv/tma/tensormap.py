@@ -76,12 +76,14 @@ def element_type(dtype: Any) -> str:
     """The TMA element type named by ``dtype``: a name of ``DTYPES``, or anything NumPy reads as one of them
     (``np.float32``, ``np.dtype('uint8')``, ml_dtypes' bfloat16)."""
     name = dtype
-    if not isinstance(dtype, str):
+    if dtype is None:  # (np.dtype(None) is float64)
+        name = None
+    elif not isinstance(dtype, str):
         import numpy as np
 
         try:
             name = np.dtype(dtype).name
-        except TypeError:  # a torch dtype, or no type at all
+        except (TypeError, ValueError):  # a torch dtype, or no type at all
             name = None
     if name not in DTYPES:
         raise TensorMapError(f"TMA element type must be one of {', '.join(DTYPES)} (a name or a NumPy dtype); "
