@@ -285,7 +285,6 @@ def test_zeroed_counts_are_taken_per_stream_and_slots_and_refused_past_the_cap(m
     from cuadv.histograms import zeroed
 
     monkeypatch.setattr(zeroed, "stream_key", lambda stream: (1, stream))  # no driver here: streams are their ids
-    monkeypatch.setattr(zeroed, "capturing", lambda stream: stream == 9)
     pool = zeroed.ZeroedCounts()
     assert pool.take(3, 1) is None
     a, b = SimpleNamespace(nbytes=16), SimpleNamespace(nbytes=16)
@@ -293,9 +292,9 @@ def test_zeroed_counts_are_taken_per_stream_and_slots_and_refused_past_the_cap(m
     # Another stream, or another count of slots in a buffer of the same size (2 slots: the verdict word is slot 2 of 3).
     assert pool.take(3, 3) is None and pool.take(2, 1) is None
     assert pool.take(3, 1) is a and pool.take(3, 1) is None and len(pool) == 1
-    assert zeroed.ZeroedCounts.eligible(64, 1)
-    assert not zeroed.ZeroedCounts.eligible(64, 9)  # being captured
-    assert not zeroed.ZeroedCounts.eligible(zeroed.MAX_BUFFER_BYTES + 1, 1)
+    assert zeroed.ZeroedCounts.eligible(64, captured=False)
+    assert not zeroed.ZeroedCounts.eligible(64, captured=True)  # being captured
+    assert not zeroed.ZeroedCounts.eligible(zeroed.MAX_BUFFER_BYTES + 1, captured=False)
     big = SimpleNamespace(nbytes=zeroed.MAX_KEPT_BYTES - 16)
     assert pool.give(big, 1000, 3)  # the pool is full now: b and big
     assert not pool.give(SimpleNamespace(nbytes=16), 3, 4) and len(pool) == 2  # refused, the caller frees it

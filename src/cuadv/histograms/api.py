@@ -375,9 +375,10 @@ class _Counter:
         from ..launching import launch
 
         plan = self.choose(idx_ptr, n, stream)
+        captured = capturing(stream)  # asked once: the kept-buffer pool and the zeros after the call both depend on it
         if self._counts is None or self._counts.ptr == 0:
             nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
-            self._pooled = not self.keep and ZEROED.eligible(nbytes, stream)
+            self._pooled = not self.keep and ZEROED.eligible(nbytes, captured)
             kept = ZEROED.take(self.bins, stream) if self._pooled else None
             if kept is not None:
                 kept.stream = stream  # this call's again: freed on it if the call raises half-way
@@ -407,7 +408,7 @@ class _Counter:
                     self.eng.caps.arch, self.eng.caps.sm_count, pdl=self.eng.caps.pdl)
         # The widening pass left zeros, unless it was only captured into a graph (a call after that capture zeroes
         # the counts again: a buffer made during the capture holds whatever cuMemAlloc gave it).
-        self._zeroed = not capturing(stream)
+        self._zeroed = not captured
 
     def release(self, stream: int) -> None:
         if self._counts is not None and not self.keep:

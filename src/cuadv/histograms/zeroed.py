@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..interop import capturing, stream_key
+from ..interop import stream_key
 
 MAX_BUFFER_BYTES = (4 << 20) + 16  # counts of up to 2**20 + 1 slots and the sample's verdict word
 MAX_KEPT_BYTES = 32 << 20  # all buffers kept, over every stream; past it a call frees its buffer as before
@@ -34,9 +34,10 @@ class ZeroedCounts:
         self._lock = threading.Lock()
 
     @staticmethod
-    def eligible(nbytes: int, stream: int) -> bool:
-        """Whether a buffer of ``nbytes`` used on ``stream`` may be kept here."""
-        return nbytes <= MAX_BUFFER_BYTES and not capturing(stream)
+    def eligible(nbytes: int, captured: bool) -> bool:
+        """Whether a buffer of ``nbytes`` may be kept here; ``captured``: its call's stream is being captured into a
+        CUDA graph (whose widening pass only a replay runs, so the buffer is not left zeroed)."""
+        return nbytes <= MAX_BUFFER_BYTES and not captured
 
     def take(self, slots: int, stream: int) -> Any | None:
         """A buffer of ``slots`` zeroed counts last given back on ``stream``, or None."""
