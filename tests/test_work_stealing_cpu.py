@@ -386,7 +386,7 @@ class _Events:
         monkeypatch.setattr(state_pool, "stream_key", lambda stream: (1, ids(stream)))
         monkeypatch.setattr(state_pool, "DeviceBuffer", buffer)
         monkeypatch.setattr(state_pool, "relaxed_capture_mode", relaxed)
-        monkeypatch.setattr(state_pool, "_new_stream", lambda: 0x5E)
+        monkeypatch.setattr(state_pool, "new_nonblocking_stream", lambda: 0x5E)
         monkeypatch.setattr(state_pool, "_destroy_stream", lambda stream: self.zeroing.append(("destroy", stream)))
         monkeypatch.setattr(state_pool, "wait", lambda stream, what: self.zeroing.append(("wait", stream, relaxed.on)))
         monkeypatch.setattr(state_pool, "_new_event", lambda: SimpleNamespace())

@@ -28,6 +28,13 @@ def ready_driver():
     return driver()
 
 
+def new_nonblocking_stream() -> int:
+    """A stream of the current context that does not wait for the legacy default stream (cuStreamCreate), as its
+    raw handle; the caller destroys it or keeps it for the process."""
+    drv = driver()
+    return int(check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate"))
+
+
 def check(result: tuple | Any, call: str = "CUDA driver call") -> Any:
     """Unpack a cuda.bindings return tuple, raising CudaDriverError on failure."""
     if not isinstance(result, tuple):

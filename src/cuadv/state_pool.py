@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ._cuda import check, driver
+from ._cuda import check, driver, new_nonblocking_stream
 from .errors import LaunchConfigError
 from .interop import capturing as is_capturing, relaxed_capture_mode, stream_key
 from .memory import DeviceBuffer
@@ -21,11 +21,6 @@ MAX_CHUNKS = 256  # chunks of `slots` slots each: with the default, 65,536 slots
 def _new_event():
     drv = driver()
     return check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-
-
-def _new_stream() -> int:
-    drv = driver()
-    return int(check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate"))
 
 
 def _destroy_stream(stream: int) -> None:
@@ -137,7 +132,7 @@ class StatePool:
         wait for a blocking capturing stream."""
         with relaxed_capture_mode():
             buffer = DeviceBuffer(self._chunk * STATE_BYTES, fill=None)
-            stream = _new_stream()
+            stream = new_nonblocking_stream()
             try:
                 buffer.fill(0, stream=stream)
                 wait(stream, what=f"the zeroing of the {self.user} counters")

@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
-from .._cuda import check, driver
+from .._cuda import new_nonblocking_stream
 from ..args import PackedArguments
 from ..errors import KernelArgumentError, LaunchConfigError
 from ..features import require, why_not
@@ -224,9 +224,7 @@ def _capture_stream() -> int:
     with _capture_lock:
         handle = _capture_streams.get(ordinal)
         if handle is None:
-            drv = driver()
-            stream = check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
-            handle = _capture_streams[ordinal] = int(stream)
+            handle = _capture_streams[ordinal] = new_nonblocking_stream()
     return handle
 
 

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from .._cuda import check, driver
+from .._cuda import driver, new_nonblocking_stream
 from ..device import current_device
 from ..dims import Dim3
 from ..errors import LaunchConfigError
@@ -148,7 +148,5 @@ def _copy_stream() -> int:
     current_device()  # the context the launches ran in, current in this thread: the stream and the copy are its
     with _copy_lock:
         if _copy_handle is None:
-            drv = driver()
-            _copy_handle = int(check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)),
-                                     "cuStreamCreate"))
+            _copy_handle = new_nonblocking_stream()
         return _copy_handle
