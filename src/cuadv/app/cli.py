@@ -162,7 +162,7 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
                           timeout_s=args.timeout)
         nothing_ran = bool(labs) and all(r.status == "skipped" for r in report.results)
     else:
-        simulator = not args.only or "scheduling" in args.only
+        simulator = _with_simulator(labs if args.only else None)
         console.print(f"{reason}: running what needs no GPU (build check{', simulator' if simulator else ''})",
                       markup=False)
         report = Report(caps=None, results=[], command=command, environment=collect_environment(None))
@@ -189,6 +189,11 @@ def cmd_run(args, console: Console, gpu_free: bool = True) -> int:
     return EXIT_OK
 
 
+def _with_simulator(labs) -> bool:
+    """Whether the GPU-free work includes the scheduling simulator: for every lab (None), or with the scheduling lab."""
+    return labs is None or any(lab.name == "scheduling" for lab in labs)
+
+
 def _gpu_free_results(console: Console, out: Path | None = None, labs=None):
     """Build check for sm_90a and sm_100a and the scheduling simulator: these need no GPU. ``labs``: those of
     --only (their kernels only; the simulator only with the scheduling lab), else every lab."""
@@ -210,7 +215,7 @@ def _gpu_free_results(console: Console, out: Path | None = None, labs=None):
                                  f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                                 for r in rows if not r.error]))
     results = [result]
-    if labs is None or any(lab.name == "scheduling" for lab in labs):
+    if _with_simulator(labs):
         from ..simulate import simulator_result
 
         results.append(simulator_result(out))
