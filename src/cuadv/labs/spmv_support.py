@@ -5,6 +5,7 @@ CuPy, torch.sparse). Everything here is host code or benchmark-only; the schedul
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -618,12 +619,21 @@ def peers(dev: DeviceCsr) -> tuple[list[tuple[str, str, object]], dict[str, str]
     if torch is None:
         missing["torch.sparse"] = why
     else:
-        t = torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (dev.offsets, dev.cols, dev.vals)),
-                                    size=(m.n_rows, m.n_cols))
+        t = torch_csr(torch, dev.offsets, dev.cols, dev.vals, (m.n_rows, m.n_cols))
         xt = torch.as_tensor(dev.x, device="cuda")
         out.append(("torch", f"torch.sparse_csr_tensor @ x (torch {torch.__version__}, CUDA {torch.version.cuda})",
                     lambda: t @ xt))
     return out, missing
+
+
+def torch_csr(torch, offsets, cols, vals, shape: tuple[int, int]):
+    """A torch CSR tensor over the same device arrays, made without torch's two UserWarnings about its sparse
+    support (beta state; invariant checks left implicit), which would otherwise land in every `cuadv run` log.
+    The invariants are waived on purpose: CuPy has already found the columns sorted and unique per row."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
+        return torch.sparse_csr_tensor(*(torch.as_tensor(a, device="cuda") for a in (offsets, cols, vals)),
+                                       size=shape, check_invariants=False)
 
 
 def to_host(y) -> np.ndarray:
