@@ -121,8 +121,12 @@ def test_version_from_the_command_line():
 def test_usage_errors_exit_2(capsys):
     assert cli.main(["bench"]) == cli.EXIT_USAGE  # the lab is missing
     assert cli.main(["no-such-command"]) == cli.EXIT_USAGE
-    assert cli.main(["run", "--no-such-option"]) == cli.EXIT_USAGE
     assert "usage: cuadv" in capsys.readouterr().err
+    for command in ("run", "check", "simulate"):  # an unknown option: that command's usage, not the command list
+        assert cli.main([command, "--no-such-option"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert f"usage: cuadv {command} [-h]" in err and f"cuadv {command}: error: unrecognized arguments: " \
+            "--no-such-option" in err, err
     for bad in (["--arch", "sm_9x"], ["--jobs", "0"], ["--arch", "sm_99a"]):  # the form; --jobs; what NVRTC takes
         assert cli.main(["build", *bad]) == cli.EXIT_USAGE
         out, err = capsys.readouterr()

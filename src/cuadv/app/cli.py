@@ -384,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.register(sub)  # cuadv simulate
     for parser in sub.choices.values():
         parser.formatter_class = _HelpFormatter
+        parser.set_defaults(usage_parser=parser)  # main: an unknown option shows this command's usage
     return p
 
 
@@ -409,8 +410,12 @@ COMMANDS = {"caps": cmd_caps, "build": cmd_build, "run": cmd_run, "bench": cmd_b
 
 def main(argv: list[str] | None = None) -> int:
     """Run one cuadv command; returns its exit code (EXIT_CODES), also for --help, --version and usage errors."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        # argparse leaves options no subcommand knows to the top-level parser, whose usage lists only the commands
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            args.usage_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     # --json (a flag; build's --json names a file): stdout carries the JSON alone, the console goes to stderr.
