@@ -359,3 +359,41 @@ def test_the_seed_reaches_every_random_workload_and_the_tables(tmp_path, monkeyp
     monkeypatch.setattr(tables, "preemption_workload", lambda *a: seeds.append(a[2:]) or real(*a))
     tables.write_timelines(s, tmp_path)
     assert seeds == [(7,)]
+
+
+def test_a_study_reports_each_simulation_before_it_runs_and_once_at_the_end():
+    calls = []
+    s = study(Machine(4, 2), workload="pareto:1.5", tiles=200, tile_us=20.0, prologue_us=5.0,
+              sweep_quanta_us=(5.0, math.inf), progress=lambda what, done, total: calls.append((what, done, total)))
+    total = calls[0][2]
+    loads = len(s.rows[0].balance) - 1  # the standard workloads besides the given one
+    assert total == len(s.rows) * (3 + loads) + 2 * len(s.sweep)
+    assert [done for _, done, _ in calls] == list(range(total + 1)) and {t for *_, t in calls} == {total}
+    assert calls[-1][0] == "done" and calls[0][0] == f"{s.rows[0].variant.label}, pareto:1.5"
+    assert sum("preemption" in what for what, *_ in calls) == len(s.rows) + len(s.sweep)
+
+
+def test_a_long_study_off_a_terminal_prints_a_line_at_most_every_ten_seconds_and_a_short_one_none(capsys):
+    from cuadv.simulate.cli import StudyProgress
+
+    now = [0.0]
+    progress = StudyProgress(clock=lambda: now[0])
+    for done, t in enumerate((1.0, 9.0, 10.5, 12.0, 25.0)):
+        now[0] = t
+        progress("steal Q=inf, uniform", done, 10)
+    now[0] = 40.0
+    progress("done", 10, 10)  # the end prints nothing: the tables follow
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["cuadv simulating: steal Q=inf, uniform (2 of 10 simulations done), 10 s",
+                   "cuadv simulating: steal Q=inf, uniform (4 of 10 simulations done), 25 s"]
+
+    class Status:
+        texts = []
+
+        def update(self, text):
+            self.texts.append(text)
+
+    status = Status()
+    StudyProgress(status)("fixed_work, pareto:1.5", 0, 3)
+    assert status.texts == ["simulating: fixed_work, pareto:1.5 (0 of 3 simulations done)"]
+    assert capsys.readouterr().err == ""

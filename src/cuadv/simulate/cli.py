@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,9 +30,10 @@ def cmd_simulate(args, console) -> int:
         return 2  # a usage error, before the simulation
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
-        with console.status("simulating"):
+        with console.status("simulating") as status:
             s = study(machine, args.workload, args.tiles, args.tile_us, args.prologue_us, args.heavy_prologue_us,
-                      quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed)
+                      quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed,
+                      progress=StudyProgress(status if console.is_terminal else None))
     except SimulationError as exc:
         print(f"cuadv simulate: {exc}", file=sys.stderr)
         return 2  # the workload or machine given cannot be simulated: a usage error
@@ -50,6 +52,26 @@ def cmd_simulate(args, console) -> int:
     if args.json:
         print(data)  # stdout: JSON only (the tables and messages above went to stderr)
     return 0
+
+
+class StudyProgress:
+    """Where a study stands: the spinner's text on a terminal; elsewhere (a log, a pipe) a line on stderr at most
+    every ``every_s`` seconds, so that a long study (millions of tiles: minutes) shows it is alive and a short one
+    prints nothing."""
+
+    def __init__(self, status=None, every_s: float = 10.0, clock=time.monotonic) -> None:
+        self.status, self.every_s, self.clock = status, every_s, clock
+        self.start = self.last = clock()
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        text = f"simulating: {what} ({done} of {total} simulations done)"
+        if self.status is not None:
+            self.status.update(text)
+            return
+        now = self.clock()
+        if done < total and now - self.last >= self.every_s:
+            self.last = now
+            print(f"cuadv {text}, {now - self.start:.0f} s", file=sys.stderr, flush=True)
 
 
 def _sweep_quantum(text: str) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -114,8 +114,10 @@ class Study:
 
 def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, tile_us: float = 20.0,
           prologue_us: float = 5.0, heavy_prologue_us: float = 100.0, quantum_us: float = 50.0,
-          policies: Sequence[str] = POLICIES, sweep_quanta_us: Sequence[float] = (), seed: int = 0) -> Study:
-    """Simulate the given workload under every variant and the standard trade-off scenarios."""
+          policies: Sequence[str] = POLICIES, sweep_quanta_us: Sequence[float] = (), seed: int = 0,
+          progress: Callable[[str, int, int], None] | None = None) -> Study:
+    """Simulate the given workload under every variant and the standard trade-off scenarios. ``progress(what, done,
+    total)`` is called before each simulation (``done`` of ``total`` finished), and once more at the end."""
     t0 = time.perf_counter()
     tile_ns, prologue_ns, heavy_ns = tile_us * 1e3, prologue_us * 1e3, heavy_prologue_us * 1e3
     quantum_ns = NEVER if quantum_us == math.inf else quantum_us * 1e3
@@ -130,23 +132,42 @@ def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, t
         raise SimulationError(f"the trade-off needs at least one tile of non-zero duration (got {tiles} tiles of "
                               f"{tile_us} us)")
     variants = standard_variants(quantum_ns, policies)
-    runs = {v.label: run_variant(machine, durations, v, prologue_ns) for v in variants}
     uniform = make_workload("uniform", tiles, tile_ns, machine)
     low = preemption_workload(tiles, tile_ns, seed)
     loads = {w: make_workload(w, tiles, tile_ns, machine, seed) for w in STANDARD_WORKLOADS if w != workload}
+    # one step per simulation of the given workload, heavy prologue, standard workload and preemption scenario
+    total, done = len(variants) * (3 + len(loads)) + 2 * len(sweep_quanta_us), 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(what, done, total)
+        done += 1
+
+    runs = {}
+    for v in variants:
+        step(f"{v.label}, {workload}")
+        runs[v.label] = run_variant(machine, durations, v, prologue_ns)
     rows = []
     for v in variants:
+        step(f"{v.label}, uniform tiles with a heavy prologue")
         heavy = run_variant(machine, uniform, v, heavy_ns)
         balance = {workload: _ratio(runs[v.label], durations, machine)}
-        balance.update({w: _ratio(run_variant(machine, d, v, prologue_ns), d, machine) for w, d in loads.items()})
+        for w, d in loads.items():
+            step(f"{v.label}, {w}")
+            balance[w] = _ratio(run_variant(machine, d, v, prologue_ns), d, machine)
+        step(f"{v.label}, preemption")
         rows.append(TradeoffRow(v, _ratio(heavy, uniform, machine), balance,
                                 preemption(machine, low, v, prologue_ns, tile_ns), heavy.kernels[0].prologues))
     sweep = []
     for q_us in sweep_quanta_us:
         v = Variant(f"steal Q={q_us:g}us" if q_us != math.inf else "steal Q=inf", "steal",
                     NEVER if q_us == math.inf else q_us * 1e3)
+        step(f"quantum sweep, {v.label}, heavy prologue")
         heavy = run_variant(machine, uniform, v, heavy_ns)
+        step(f"quantum sweep, {v.label}, preemption")
         sweep.append((v.quantum_ns, _ratio(heavy, uniform, machine), preemption(machine, low, v, prologue_ns, tile_ns)))
+    step("done")
     return Study(machine, tiles, tile_ns, prologue_ns, heavy_ns, quantum_ns, workload, durations, runs, rows, sweep,
                  time.perf_counter() - t0, seed)
 
