@@ -312,7 +312,7 @@ def test_a_cupy_stream_for_a_handle_keeps_cupys_non_owning_class_without_its_dep
     assert [str(w.message) for w in seen] == ["unrelated"]
 
 
-def test_a_cupy_without_external_stream_gets_the_handle_through_the_cuda_stream_protocol():
+def test_a_cupy_without_external_stream_gets_the_handle_through_the_cuda_stream_protocol(monkeypatch):
     seen = []
 
     class Stream:
@@ -321,5 +321,10 @@ def test_a_cupy_without_external_stream_gets_the_handle_through_the_cuda_stream_
             seen.append(obj.__cuda_stream__())
             return "wrapped"
 
-    assert interop._cupy_stream(_fake_cupy(Stream=Stream), 0x5678) == "wrapped"
+    monkeypatch.setattr(interop, "_FROM_EXTERNAL", {})
+    cp = _fake_cupy(Stream=Stream)
+    assert interop._cupy_stream(cp, 0x5678) == "wrapped"
     assert seen == [(0, 0x5678)]
+    # the wrapper is kept, never collected: a collected CuPy Stream destroys its handle, which is the caller's
+    assert interop._cupy_stream(cp, 0x5678) == "wrapped" and seen == [(0, 0x5678)]
+    assert interop._FROM_EXTERNAL == {0x5678: "wrapped"}

@@ -406,10 +406,16 @@ def _cupy_stream(cp: Any, handle: int) -> Any:
     (802 such warnings in one GPU test run on 2026-12-05)."""
     external = getattr(cp.cuda, "ExternalStream", None)
     if external is None:
-        return cp.cuda.Stream.from_external(_StreamHandle(handle))
+        # Kept for the process: in CuPy 14's source a collected Stream destroys its handle, here the caller's.
+        if handle not in _FROM_EXTERNAL:
+            _FROM_EXTERNAL[handle] = cp.cuda.Stream.from_external(_StreamHandle(handle))
+        return _FROM_EXTERNAL[handle]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="ExternalStream is deprecated", category=DeprecationWarning)
         return external(handle)
+
+
+_FROM_EXTERNAL: dict[int, Any] = {}  # handle -> the CuPy Stream wrapping it, never collected (see _cupy_stream)
 
 
 @dataclass(frozen=True)
