@@ -10,7 +10,8 @@ plus the dumps, which this script checks against cupy.bincount, so every timed v
 must still add the dumps (the widening pass, which a one-shot call already launches, could read them): the time
 CuPy takes to sum LATE dumps is printed beside, as an estimate of that cost, not measured inside the widening pass.
 
-Per LATE (0: every block flushes, the ticket's own cost), in interleaved rounds with the shipped kernel, 1 GiB of
+Per LATE (0: every block flushes; that row measures the ticket and the patched code's other register allocation, 49
+registers against 55 on sm_90a), in interleaved rounds with the shipped kernel, 1 GiB of
 uniform int32: the launch's median event time, its % of the read-only ceiling and its gain over the shipped kernel.
 
     PYTHONPATH=src python3 scripts/hist_flush_handoff_probe.py [--late=0,8,16,32,64] [--rounds=2] [--bins=65536]
@@ -66,6 +67,10 @@ def counts_with_dumps(words: np.ndarray, bins: int, late: int, dumped: int) -> n
 
 
 def main(lates: tuple[int, ...], rounds: int, bins: int) -> None:
+    if bins % 8 or bins <= 0:
+        raise SystemExit(f"--bins={bins}: the dumps copy 16 bytes at a time, so bins must be a positive multiple of 8")
+    if not lates or min(lates) < 0:
+        raise SystemExit(f"--late={','.join(map(str, lates))}: block counts >= 0")
     import cupy as cp
 
     from cuadv.compiler import compile_source, kernel_source
@@ -75,25 +80,25 @@ def main(lates: tuple[int, ...], rounds: int, bins: int) -> None:
     from cuadv.launching import launch
     from cuadv.timing import read_ceiling, time_gpu
 
-    if bins % 8:
-        raise SystemExit(f"--bins={bins}: the dumps copy 16 bytes at a time, so bins must be a multiple of 8")
     caps = current_device().caps
     eng = engine()
     plan = eng.plan(bins, "int32")
-    if "16-bit" not in plan.label:
+    if not (plan.variant == "shared" and plan.counter_bits == 16):  # the one-block kernels block_histogram runs
         raise SystemExit(f"{bins} bins take '{plan.label}', not the 16-bit one-block kernel this probe patches")
     nbytes = 1 << 30
     n = nbytes // 4
-    _, config = eng.launch_config(plan, n)
+    shipped, config = eng.launch_config(plan, n)
     ceiling = read_ceiling(nbytes)
-    shipped = compile_source(kernel_source("histogram.cu"), name="histogram",
-                             arch=caps.arch, name_expressions=[plan.kernel_expr]).kernel(plan.kernel_expr)
     kernels = {"shipped": (shipped, 0)}
     for late in lates:
-        source = handoff_source(kernel_source("histogram.cu"), late)
-        kernels[f"last {late} dump"] = (compile_source(source, name=f"histogram_handoff_{late}", arch=caps.arch,
-                                                       name_expressions=[plan.kernel_expr]).kernel(plan.kernel_expr),
-                                        late)
+        module = compile_source(handoff_source(kernel_source("histogram.cu"), late), name=f"histogram_handoff_{late}",
+                                arch=caps.arch, name_expressions=[plan.kernel_expr])
+        # the ticket adds static shared memory (128 B with its padding) beside the plan's dynamic bytes
+        static = module.resources_for(plan.kernel_expr).static_shared_bytes
+        if plan.shared_bytes + static > caps.shared_mem_per_block_optin:
+            raise SystemExit(f"{bins} bins: {plan.shared_bytes} B of counters and ring plus the probe's {static} B "
+                             f"exceed {caps.shared_mem_per_block_optin} B per block; try fewer bins")
+        kernels[f"last {late} dump"] = (module.kernel(plan.kernel_expr), late)
     grid = config.grid[0]
     for label, (kernel, _) in kernels.items():
         resident = max_active_blocks_per_sm(kernel, plan.threads, plan.shared_bytes) * caps.sm_count
@@ -114,12 +119,15 @@ def main(lates: tuple[int, ...], rounds: int, bins: int) -> None:
     for _ in range(rounds):
         for label, (kernel, late) in kernels.items():
             zero()
+            out[dump_offset(bins):].fill(0xFFFFFFFF)  # a dump slot the launch should write and does not: wrong counts
             launch(kernel, config, *args)
             cp.cuda.Device().synchronize()
-            got = counts_with_dumps(cp.asnumpy(out), bins, most, min(late, grid))
-            if not np.array_equal(got, want):
+            words = cp.asnumpy(out)
+            got = counts_with_dumps(words, bins, most, min(late, grid))
+            tickets = int(words[dump_offset(bins) - 4])
+            if not np.array_equal(got, want) or (label != "shipped" and tickets != grid):
                 raise SystemExit(f"{label}: the bins plus the dumps differ from cupy.bincount "
-                                 f"({int((got != want).sum())} bins)")
+                                 f"({int((got != want).sum())} bins), or {tickets} tickets for {grid} blocks")
             t = time_gpu(lambda kernel=kernel: launch(kernel, config, *args), setup=zero, repeats=15)
             times[label].append(t.median_ms)
     base = np.median(times["shipped"])
@@ -129,13 +137,12 @@ def main(lates: tuple[int, ...], rounds: int, bins: int) -> None:
         rounds_text = " / ".join(f"{1e3 * m:.1f}" for m in ms)
         print(f"  {label:16s} {1e3 * med:7.1f} us ({rounds_text})  {pct:5.1f}% of the read-only ceiling  "
               f"x{base / med:.4f} the shipped kernel  exact", flush=True)
-    for late in lates:
-        if late:
-            dumps = cp.asarray(out[dump_offset(bins):dump_offset(bins) + late * ((bins + 1) >> 1)])
-            halves = dumps.view(cp.uint16).reshape(late, -1)
-            t = time_gpu(lambda halves=halves: halves.sum(axis=0, dtype=cp.uint32), repeats=15)
-            print(f"  adding {late} dumps ({late * 128} KB) with CuPy's sum: {1e3 * t.median_ms:.1f} us "
-                  f"(an estimate of what the widening pass would add)", flush=True)
+    pairs = (bins + 1) >> 1
+    for late in sorted({min(late, grid) for late in lates} - {0}):
+        halves = out[dump_offset(bins):dump_offset(bins) + late * pairs].view(cp.uint16).reshape(late, -1)
+        t = time_gpu(lambda halves=halves: halves.sum(axis=0, dtype=cp.uint32), repeats=15)
+        print(f"  adding {late} dumps ({late * pairs * 4 // 1024} KB) with CuPy's sum: {1e3 * t.median_ms:.1f} us "
+              f"(an estimate of what the widening pass would add)", flush=True)
 
 
 def _ints(args: list[str], name: str, default: tuple[int, ...]) -> tuple[int, ...]:
