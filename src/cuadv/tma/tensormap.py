@@ -76,9 +76,7 @@ def element_type(dtype: Any) -> str:
     """The TMA element type named by ``dtype``: a name of ``DTYPES``, or anything NumPy reads as one of them
     (``np.float32``, ``np.dtype('uint8')``, ml_dtypes' bfloat16)."""
     name = dtype
-    if dtype is None:  # (np.dtype(None) is float64)
-        name = None
-    elif not isinstance(dtype, str):
+    if dtype is not None and not isinstance(dtype, str):  # None stays None: np.dtype(None) is float64
         import numpy as np
 
         try:
