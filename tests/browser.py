@@ -7,17 +7,14 @@ Without Chromium or playwright the browser tests skip, unless ``CUADV_REQUIRE_CH
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_files import load_script
 
 # Without the background-networking flags Chromium keeps trying to reach Google's hosts, which a
 # machine without network refuses; --no-sandbox is playwright's default (chromium_sandbox=False).
@@ -42,11 +39,7 @@ async () => {
 
 def screenshot_module():
     """scripts/screenshot_report.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("screenshot_report", ROOT / "scripts" / "screenshot_report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_script("screenshot_report")
 
 
 def require_chromium() -> str:

@@ -1,9 +1,7 @@
 """cuadv.cooperative without a GPU: the public headers compile for sm_90a and sm_100a (and refuse
 older targets by name), the example compiles, and bad input raises before anything is launched."""
 
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +10,8 @@ from cuadv import cooperative as co
 from cuadv.compiler import compile_source
 from cuadv.errors import CompileError, KernelArgumentError, LaunchConfigError, UnsupportedFeatureError
 from cuadv.kernel import Kernel
+from repo_files import load_example
 
-ROOT = Path(__file__).resolve().parents[1]
 
 GROUPS_USER = r"""
 #include <cuadv/groups.cuh>
@@ -93,10 +91,7 @@ def test_cooperative_cu_uses_the_groups_header():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_example_compiles(arch):
-    path = ROOT / "examples" / "cooperative_grid_sync.py"
-    spec = importlib.util.spec_from_file_location("cooperative_grid_sync", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("cooperative_grid_sync")
     module = example.build(arch)
     for name in ("fused", "first", "second"):
         assert module.resources_for(name).spill_store_bytes == 0

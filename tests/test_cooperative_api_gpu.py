@@ -7,6 +7,7 @@ import pytest
 from cuadv import LaunchConfig, current_device
 from cuadv import cooperative as co
 from cuadv.errors import LaunchConfigError
+from repo_files import load_example
 
 pytestmark = pytest.mark.gpu
 
@@ -161,15 +162,8 @@ def test_cluster_helpers():
 
 
 def test_example_runs():
-    import importlib.util
-    from pathlib import Path
-
     pytest.importorskip("cupy")
-    path = Path(__file__).resolve().parents[1] / "examples" / "cooperative_grid_sync.py"
-    spec = importlib.util.spec_from_file_location("cooperative_grid_sync", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    example.main(100_003)
+    load_example("cooperative_grid_sync").main(100_003)
 
 
 def test_launch_config_is_what_cuadv_launch_takes(cp):

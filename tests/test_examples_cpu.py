@@ -1,19 +1,8 @@
 """The documented examples compile for both targets (running them needs a GPU)."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from repo_files import load_example as load
 
 
 @pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_work", "fixed_blocks", "steal"]),

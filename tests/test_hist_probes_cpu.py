@@ -1,23 +1,11 @@
 """The histogram probe scripts that text-patch histogram.cu (run on a GPU by hand, scripts/): their anchors are in the
 shipped source exactly once, the patched source compiles, and their host-side arithmetic is right."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from cuadv.compiler import compile_source, kernel_source
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from repo_files import load_script
 
 handoff = load_script("hist_flush_handoff_probe")
 

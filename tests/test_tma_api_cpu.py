@@ -3,9 +3,7 @@ __cuda_array_interface__ objects), a GPU without TMA gets UnsupportedFeatureErro
 anything is compiled, the defaults are the lab's measured best, and the documented example's kernel (which
 uses <cuadv/tma.cuh>) compiles for sm_90a and sm_100a."""
 
-import importlib.util
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ from cuadv.tma import ops as tma_ops
 from cuadv.tma.params import TMA_PARAMS_BYTES, ThreadTileParams, TmaTileParams
 
 from bad_input.library_fakes import FakeArray, pitched  # the bad-input corpus's fakes (pytest puts tests/ on the path)
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_files import load_example
 
 
 @pytest.fixture
@@ -168,16 +165,9 @@ def test_public_names():
     from cuadv.tma.tensormap import TensorMap, TensorMapError, TiledLayout, describe_array, pitch_elements  # noqa
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("tma_copy_transpose", ROOT / "examples" / "tma_copy_transpose.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_the_examples_user_kernel_compiles_with_the_header(arch):
-    module = _example().build(arch)
+    module = load_example("tma_copy_transpose").build(arch)
     res = module.resources_for("scale_boxes")
     assert res.spill_store_bytes == 0 and res.stack_bytes == 0
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in module.ptx
