@@ -34,6 +34,10 @@ using u64 = cuda::std::uint64_t;
 
 constexpr int kMaxStages = 32;  // ring slots of tma_copy (a full barrier each)
 
+// Every kernel's dynamic shared memory, declared once: a C++ template's own declaration would conflict in linkage
+// with an extern "C" kernel's.
+extern __shared__ __align__(128) unsigned char tma_smem[];
+
 struct TmaTileParams {
   TensorMap src;        // the source array, box (box_h rows, box_w columns)
   TensorMap dst;        // the destination; for a transpose, the transposed array with box (box_w, box_h)
@@ -149,7 +153,6 @@ __device__ inline void init_barriers(u64* bars, int count) {
 // with 1 it waits for the store it issued just before; with more it rarely waits on a store at all. Loads leave
 // in bursts of `burst` (a chunk's side-by-side boxes together, one long run per row) once that many are due.
 extern "C" __global__ void __launch_bounds__(32) tma_copy(const __grid_constant__ TmaTileParams p) {
-  extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[kMaxStages];
   if (threadIdx.x != 0) return;  // the other lanes have nothing to do: a TMA copy needs one issuing thread
   unsigned char* base = tma::align128(tma_smem);
@@ -271,7 +274,6 @@ __device__ void transpose_smem(const T* in, T* out, int h, int w) {
 // Two input and two output buffers: the load of box k+2 and the store of box k-1 overlap the transpose of box k.
 template <typename T>
 __global__ void __launch_bounds__(256) tma_transpose(const __grid_constant__ TmaTileParams p) {
-  extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[2];
   unsigned char* base = tma::align128(tma_smem);
   const u32 stride = tiles::round128(p.box_bytes);
@@ -317,7 +319,6 @@ __global__ void __launch_bounds__(256) tma_transpose(const __grid_constant__ Tma
 // and store the in-bounds part, one element per thread per step.
 template <typename T>
 __global__ void __launch_bounds__(256) thread_transpose(const __grid_constant__ ThreadTileParams p) {
-  extern __shared__ __align__(128) unsigned char tma_smem[];
   T* in = reinterpret_cast<T*>(tma_smem);
   T* out = in + p.box_w * p.box_h;
   const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
@@ -345,7 +346,6 @@ __global__ void __launch_bounds__(256) thread_transpose(const __grid_constant__ 
 // Each box exactly as TMA delivers it, out-of-bounds fill included, into out[tile][box_h][box_w].
 extern "C" __global__ void __launch_bounds__(128) tma_load_tiles(const __grid_constant__ TmaTileParams p,
                                                                 unsigned char* out) {
-  extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[1];
   unsigned char* buf = tma::align128(tma_smem);
   const tiles::Order order(p.tiles_x * p.tiles_y, p.chunk);
@@ -371,12 +371,12 @@ namespace gemv {
 constexpr int kThreads = 256;                      // 8 warps; warp w owns rows [8w, 8w+8) of a tile
 constexpr int kTileM = 64;                         // rows of A in a band: the blocks of a cluster share it
 constexpr int kTileK = 64;                         // columns of A per tile
-constexpr int kSlices = 8;                         // a tile is 8 boxes of kSliceRows x kTileK
+constexpr int kSlices = 8;                         // a tile is 8 boxes of kSliceRows x kTileK; a cluster has at most
+                                                   // kSlices blocks, each loading one slice or more (the host checks)
 constexpr int kSliceRows = kTileM / kSlices;
 constexpr u32 kTileBytes = kTileM * kTileK * 4;    // 16 KB
 constexpr u32 kSliceBytes = kTileBytes / kSlices;  // 2 KB
 constexpr int kStages = 4;
-constexpr int kMaxCluster = kSlices;               // every block of a cluster loads at least one slice
 
 }  // namespace gemv
 
@@ -401,7 +401,6 @@ static_assert(sizeof(GemvParams) == 192, "mirrors cuadv.labs.tma.GemvParams");
 template <bool Multicast, int VB>
 __global__ void __launch_bounds__(gemv::kThreads) gemv_tma(const __grid_constant__ GemvParams p) {
   using namespace gemv;
-  extern __shared__ __align__(128) unsigned char tma_smem[];
   __shared__ __align__(8) u64 full[kStages];
   __shared__ __align__(8) u64 empty[kStages];
   cg::cluster_group cluster = cg::this_cluster();

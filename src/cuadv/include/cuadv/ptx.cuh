@@ -241,12 +241,11 @@ static inline __device__ bool clusterlaunchcontrol_query_cancel_is_canceled(uint
 // clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {x, y, z, _}, response;  (sm_100)
 // Undefined for a failed response: call only after is_canceled returned true.
 static inline __device__ uint3 clusterlaunchcontrol_query_cancel_get_first_ctaid(uint4 r) {
-  u32 x, y, z, w;
-  asm volatile("{ .reg .b128 r; mov.b128 r, {%4, %5};"
-               " clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {%0, %1, %2, %3}, r; }"
-               : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+  u32 x, y, z;  // the fourth word goes to the sink `_`, as in the PTX ISA's own example
+  asm volatile("{ .reg .b128 r; mov.b128 r, {%3, %4};"
+               " clusterlaunchcontrol.query_cancel.get_first_ctaid.v4.b32.b128 {%0, %1, %2, _}, r; }"
+               : "=r"(x), "=r"(y), "=r"(z)
                : "l"((static_cast<u64>(r.y) << 32) | r.x), "l"((static_cast<u64>(r.w) << 32) | r.z));
-  (void)w;
   return make_uint3(x, y, z);
 }
 #endif  // CUADV_ARCH >= 1000
