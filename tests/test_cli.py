@@ -40,6 +40,7 @@ def test_build_both_targets(tmp_path):
     rows = json.loads(out.read_text())
     assert {row["arch"] for row in rows} == {"sm_90a", "sm_100a"}
     assert all(not row["error"] for row in rows)
+    assert [w for row in rows for w in row["warnings"]] == []  # the shipped device code compiles without warnings
     assert any(row["lab"] == "vecscale" for row in rows)
 
 
@@ -594,6 +595,32 @@ def test_a_lab_that_does_not_compile_for_a_target_gets_one_line_of_nvrtc_errors(
     assert "\n" not in row.error and "// x" not in row.error and len(row.error) < 400
     with pytest.raises(CompileError, match=r"--- source"):  # compile_source itself still raises everything
         Broken().build("sm_90a")
+
+
+def test_build_names_each_compile_warning_once_per_lab_and_target(monkeypatch, capsys, tmp_path):
+    """A module of two kernels with one unused static function: both rows carry NVRTC's warning, `cuadv build`
+    prints it once on stderr (without NVRTC's remark on suppressing it), writes it into --json, and exits 0."""
+    from cuadv.app import buildcheck
+    from cuadv.compiler import compile_source
+
+    class Warns:
+        name = "warns"
+
+        def build(self, arch):
+            return [compile_source('static __device__ int unused() { return 1; }\n'
+                                   'extern "C" __global__ void a(int* p) { *p = 1; }\n'
+                                   'extern "C" __global__ void b(int* p) { *p = 2; }\n', name="warns", arch=arch)]
+
+    rows = buildcheck.build_all(["sm_90a"], [Warns()])
+    assert [r.kernel for r in rows] == ["a", "b"]
+    assert rows[0].warnings == rows[1].warnings and len(rows[0].warnings) == 1
+    assert 'warning #177-D: function "unused" was declared but never referenced' in rows[0].warnings[0]
+    monkeypatch.setattr(cli, "_build", lambda console, archs, jobs=1, labs=None: rows)
+    out = tmp_path / "build.json"
+    assert cli.main(["build", "--arch", "sm_90a", "--json", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"cuadv build: warns for sm_90a: {rows[0].warnings[0]}"]
+    assert [row["warnings"] for row in json.loads(out.read_text())] == [list(rows[0].warnings)] * 2
 
 
 def test_only_narrows_the_gpu_free_work_to_its_labs(monkeypatch):

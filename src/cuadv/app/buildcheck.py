@@ -16,6 +16,7 @@ class BuildRow:
     kernel: str
     resources: KernelResources | None
     error: str = ""
+    warnings: tuple[str, ...] = ()  # the module's NVRTC and ptxas warnings (each kernel of a module carries them all)
 
 
 def build_all(archs: list[str], labs=None, progress=lambda message: None, jobs: int = 1,
@@ -73,8 +74,14 @@ def _build_one(lab, arch: str) -> list[BuildRow]:
         return [BuildRow(lab.name, arch, "-", None, error=compile_error_summary(exc))]
     except Exception as exc:  # a lab that does not import, or refuses the target
         return [BuildRow(lab.name, arch, "-", None, error=str(exc))]
-    return [BuildRow(lab.name, arch, _demangled(module, name), res)
+    return [BuildRow(lab.name, arch, _demangled(module, name), res, warnings=compile_warnings(module.log))
             for module in modules for name, res in sorted(module.resources.items())]
+
+
+def compile_warnings(log: str) -> tuple[str, ...]:
+    """The warning lines of a compile log (NVRTC's "warning #177-D: ..." and ptxas's "ptxas warning : ..."), without
+    NVRTC's remark on how to suppress them."""
+    return tuple(line.strip() for line in log.splitlines() if re.search(r"\bwarning(?: #[\w-]+)?\s*:", line))
 
 
 def compile_error_summary(exc: CompileError, most: int = 4) -> str:

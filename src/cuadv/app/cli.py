@@ -86,10 +86,13 @@ def cmd_build(args, console: Console) -> int:
                     r.resources.stack_bytes, f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                    for r in rows if not r.error])
     print_table(console, table)
+    for lab, arch, warning in dict.fromkeys((r.lab, r.arch, w) for r in rows for w in r.warnings):
+        print(f"cuadv build: {lab} for {arch}: {warning}", file=sys.stderr)
     for r in failed:
         print(f"cuadv build: {r.lab} for {r.arch} failed to compile\n{r.error}", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps([{"lab": r.lab, "arch": r.arch, "kernel": r.kernel, "error": r.error,
+                                                "warnings": list(r.warnings),
                                                 "resources": r.resources.__dict__ if r.resources else None}
                                                for r in rows], indent=2))
     return EXIT_FAILED if failed else EXIT_OK

@@ -31,18 +31,19 @@ namespace cuadv_spmv {
 
 enum class ShortRows { kRegisters, kStaged };  // how a tile of short rows is summed (see the top of this file)
 
-constexpr int kRowUnroll = 4;     // a slot of register_rows: consecutive elements per thread and round
-constexpr int kOwnRounds = 2;     // rounds a group of register_rows gives its row before the warp takes over
-constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile (kStaged)
-constexpr int kLongUnroll = 6;    // ... while streaming a long row
-constexpr int kLanesMask = 7;     // info bits of a short-row tile: log2(lanes per row), 0 to 5
-constexpr int kDynamicFlag = 8;   // info bit of a short-row tile: its warps claim its batches (register_rows), where
-                                  // the host's model finds that faster and the kernel has dynamic batches on
+inline constexpr int kRowUnroll = 4;     // a slot of register_rows: consecutive elements per thread and round
+inline constexpr int kOwnRounds = 2;     // rounds a group of register_rows gives its row before the warp takes over
+inline constexpr int kStreamUnroll = 8;  // loads in flight per thread and array while staging a short-row tile
+                                         // (kStaged)
+inline constexpr int kLongUnroll = 6;    // ... while streaming a long row
+inline constexpr int kLanesMask = 7;     // info bits of a short-row tile: log2(lanes per row), 0 to 5
+inline constexpr int kDynamicFlag = 8;   // info bit of a short-row tile: its warps claim its batches (register_rows),
+                                         // where the host's model finds that faster and dynamic batches are on
 
 // Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.
 template <int kThreads>
-static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __restrict__ cols,
-                                                      const float* __restrict__ vals, const float* __restrict__ x) {
+__device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __restrict__ cols,
+                                               const float* __restrict__ vals, const float* __restrict__ x) {
   __shared__ float red[32];
   float s = 0.f;
   // From the 128-byte line k0 is in: each warp's load of 32 consecutive elements is one line, not two.
@@ -86,8 +87,8 @@ static __device__ __forceinline__ float block_row_sum(int k0, int k1, const int*
 // x is gathered at column 0 for them, and their products are masked to +0 bitwise: no predicate per element, so
 // ptxas holds no load back behind a multiply-add (with a predicate each it did, short of predicate registers in
 // the steal kernel), and a NaN or infinity read past the row cannot leak into it.
-static __device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
-                                                 const float* __restrict__ vals, const float* __restrict__ x) {
+__device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
+                                          const float* __restrict__ vals, const float* __restrict__ x) {
   int c[kRowUnroll];
   float v[kRowUnroll], g[kRowUnroll];
 #pragma unroll
@@ -109,7 +110,7 @@ static __device__ __forceinline__ float slot_sum(int k, int b, const int* __rest
 }
 
 // The claim counter of dynamic batches (register_rows), one per block.
-static __device__ __forceinline__ unsigned* batch_claims() {
+__device__ __forceinline__ unsigned* batch_claims() {
   __shared__ unsigned claims;
   return &claims;
 }
@@ -117,7 +118,7 @@ static __device__ __forceinline__ unsigned* batch_claims() {
 // A warp's claim of its next batch, taken by one lane (elect.sync: ptxas then makes it no warp-aggregated atomic,
 // which costs a vote, population counts and a shuffle of the result; lane 0 before sm_90); 0 in the warp's other
 // lanes. warp_claim hands it to every lane.
-static __device__ __forceinline__ unsigned claim_batch() {
+__device__ __forceinline__ unsigned claim_batch() {
   const unsigned counter = static_cast<unsigned>(__cvta_generic_to_shared(batch_claims()));
   unsigned claim;
 #if CUADV_ARCH >= 900
@@ -131,7 +132,7 @@ static __device__ __forceinline__ unsigned claim_batch() {
 }
 
 // The warp's claim in every lane: the sum over the warp of claim_batch's values (sm_80), or lane 0's.
-static __device__ __forceinline__ unsigned warp_claim(unsigned claim) {
+__device__ __forceinline__ unsigned warp_claim(unsigned claim) {
 #if CUADV_ARCH >= 800
   return __reduce_add_sync(0xffffffffu, claim);
 #else
@@ -142,7 +143,7 @@ static __device__ __forceinline__ unsigned warp_claim(unsigned claim) {
 // Once per block, before its first tile (the TileKernel prologue): with dynamic batches, the claim counter starts
 // at zero. Each tile's last claim sets it back to zero (register_rows).
 template <bool kDynamicBatches>
-static __device__ __forceinline__ void begin_block() {
+__device__ __forceinline__ void begin_block() {
   if constexpr (kDynamicBatches) {
     if (threadIdx.x == 0) *batch_claims() = 0u;
     __syncthreads();  // the zeroed counter is visible to every warp before the block's first claim
@@ -165,10 +166,10 @@ static __device__ __forceinline__ void begin_block() {
 // return 0 .. batches - 1, and the warp whose claim returns batches - 1, the tile's last, sets the counter back to
 // zero for the block's next tile, which begins after the policy's barrier.
 template <int kThreads, bool kDynamicBatches>
-static __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2,
-                                                     const int* __restrict__ offsets, const int* __restrict__ cols,
-                                                     const float* __restrict__ vals, const float* __restrict__ x,
-                                                     float* __restrict__ y) {
+__device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2,
+                                              const int* __restrict__ offsets, const int* __restrict__ cols,
+                                              const float* __restrict__ vals, const float* __restrict__ x,
+                                              float* __restrict__ y) {
   const int lanes = 1 << lanes_log2, groups = kThreads >> lanes_log2, step = kRowUnroll << lanes_log2;
   const int group = static_cast<int>(threadIdx.x) >> lanes_log2, lane = static_cast<int>(threadIdx.x) & (lanes - 1);
   const int warp_lane = static_cast<int>(threadIdx.x) & 31;
@@ -222,9 +223,9 @@ static __device__ __forceinline__ void register_rows(int row0, int rows, int lan
 // tile's row offsets (rows + 1 of them, at most kStage / 2 + 1: the host counts 2 per row in a tile's weight)
 // are copied to shared memory with cp.async, which needs no registers and lands while the products are loaded.
 template <int kThreads, int kStage>
-static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets,
-                                                   const int* __restrict__ cols, const float* __restrict__ vals,
-                                                   const float* __restrict__ x, float* __restrict__ y) {
+__device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets,
+                                            const int* __restrict__ cols, const float* __restrict__ vals,
+                                            const float* __restrict__ x, float* __restrict__ y) {
   __shared__ float stage[kStage];
   __shared__ int soff[kStage / 2 + 1];
   const int n = d.w - d.z, t = threadIdx.x;
@@ -268,11 +269,11 @@ static __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict
 // the block): in the tiles flagged kDynamicFlag the warps claim the batches of short rows from a counter in shared
 // memory, which needs a barrier between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
 template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false>
-static __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
-                                                const int2* __restrict__ splits, const int* __restrict__ offsets,
-                                                const int* __restrict__ cols, const float* __restrict__ vals,
-                                                const float* __restrict__ x, float* __restrict__ y, float* partials,
-                                                unsigned int* counts) {
+__device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
+                                         const int2* __restrict__ splits, const int* __restrict__ offsets,
+                                         const int* __restrict__ cols, const float* __restrict__ vals,
+                                         const float* __restrict__ x, float* __restrict__ y, float* partials,
+                                         unsigned int* counts) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
   const int4 d = __ldg(tiles + index);
   if (d.y > 0) {
