@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from browser import ROOT, ReportBrowser
+from browser import ReportBrowser
+from repo_files import ROOT
 from cuadv.report.writer import write_report
 from test_report_pages import big_report
 
