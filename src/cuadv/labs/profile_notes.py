@@ -67,7 +67,9 @@ HISTOGRAM = {
         "trace of the tree before); claiming the last eighth of the chunks by ticket evened the streams but "
         "made the blocks' flushes collide (90.5%), and summing a cluster pair's counters first gained nothing; "
         "flushing through the TMA unit (6 bulk reductions per block, 2026-12-05, docs/results/h200-2026-12-05-0140) "
-        "left the flush at 7.9 us: it is bound by the L2's 4.3 M 64-bit reductions, not by the instructions"),
+        "left the flush at 7.9 us: it is bound by the L2's 4.3 M 64-bit reductions, not by the instructions; the "
+        "last 32 blocks copying their counters for the widening pass instead of flushing them read 0.4-0.8 points "
+        "less (on an H100, 2026-12-05, docs/results/h100-2026-12-05-1358)"),
     ("int32", "zipf", 1048576): (
         "the counting is 18.2x CUB (the prepared call, 0.304 ms, 11:44); a one-shot call also launches the skew "
         "sample and the plan not chosen, both gated on the GPU (the other plan's blocks leave at once): 16.9x at "
