@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_repo_file(folder: str, name: str) -> ModuleType:
-    """ROOT/folder/name.py executed as module `name`, registered in sys.modules while it runs (dataclasses look
-    their module up as a class is built)."""
+    """ROOT/folder/name.py executed afresh as module `name`, which it is registered as in sys.modules before it runs
+    (dataclasses look their module up as a class is built)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
