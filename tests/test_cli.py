@@ -621,6 +621,10 @@ def test_build_names_each_compile_warning_once_per_lab_and_target(monkeypatch, c
     err = capsys.readouterr().err.splitlines()
     assert err == [f"cuadv build: warns for sm_90a: {rows[0].warnings[0]}"]
     assert [row["warnings"] for row in json.loads(out.read_text())] == [list(rows[0].warnings)] * 2
+    from cuadv.report.console import make_console
+
+    (build,) = cli._gpu_free_results(make_console(file=io.StringIO()), None, [Warns()])  # `cuadv run`'s build check
+    assert build.status == "ok" and build.notes == [f"compile warning: warns for sm_90a: {rows[0].warnings[0]}"]
 
 
 def test_only_narrows_the_gpu_free_work_to_its_labs(monkeypatch):

@@ -86,8 +86,8 @@ def cmd_build(args, console: Console) -> int:
                     r.resources.stack_bytes, f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                    for r in rows if not r.error])
     print_table(console, table)
-    for lab, arch, warning in dict.fromkeys((r.lab, r.arch, w) for r in rows for w in r.warnings):
-        print(f"cuadv build: {lab} for {arch}: {warning}", file=sys.stderr)
+    for warning in _compile_warnings(rows):
+        print(f"cuadv build: {warning}", file=sys.stderr)
     for r in failed:
         print(f"cuadv build: {r.lab} for {r.arch} failed to compile\n{r.error}", file=sys.stderr)
     if args.json:
@@ -96,6 +96,12 @@ def cmd_build(args, console: Console) -> int:
                                                 "resources": r.resources.__dict__ if r.resources else None}
                                                for r in rows], indent=2))
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _compile_warnings(rows) -> list[str]:
+    """Each compile warning of the build rows once per lab and target (every kernel of a module carries them all)."""
+    return [f"{lab} for {arch}: {w}" for lab, arch, w in dict.fromkeys((r.lab, r.arch, w) for r in rows
+                                                                         for w in r.warnings)]
 
 
 def _build(console: Console, archs: list[str], jobs: int = 1, labs=None):
@@ -217,6 +223,7 @@ def _gpu_free_results(console: Console, out: Path | None = None, labs=None):
                                [[r.lab, r.arch, r.kernel, r.resources.registers,
                                  f"{r.resources.spill_store_bytes}/{r.resources.spill_load_bytes}"]
                                 for r in rows if not r.error]))
+    result.notes += [f"compile warning: {w}" for w in _compile_warnings(rows)]
     results = [result]
     if _with_simulator(labs):
         from ..simulate import simulator_result
