@@ -607,7 +607,7 @@ def test_build_names_each_compile_warning_once_per_lab_and_target(monkeypatch, c
         name = "warns"
 
         def build(self, arch):
-            return [compile_source('static __device__ int unused() { return 1; }\n'
+            return [compile_source('static __device__ int unused() { return 1; }  // warning: NVRTC echoes this\n'
                                    'extern "C" __global__ void a(int* p) { *p = 1; }\n'
                                    'extern "C" __global__ void b(int* p) { *p = 2; }\n', name="warns", arch=arch)]
 

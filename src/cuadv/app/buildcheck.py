@@ -79,9 +79,11 @@ def _build_one(lab, arch: str) -> list[BuildRow]:
 
 
 def compile_warnings(log: str) -> tuple[str, ...]:
-    """The warning lines of a compile log (NVRTC's "warning #177-D: ..." and ptxas's "ptxas warning : ..."), without
-    NVRTC's remark on how to suppress them."""
-    return tuple(line.strip() for line in log.splitlines() if re.search(r"\bwarning(?: #[\w-]+)?\s*:", line))
+    """The warning lines of a compile log: NVRTC's "FILE(LINE): warning #177-D: ..." and ptxas's "ptxas warning :
+    ...", not the source lines NVRTC echoes under them (indented, and free to say "warning:") nor its remark on how
+    to suppress them."""
+    return tuple(line.strip() for line in log.splitlines()
+                 if re.match(r"\S.*\(\d+\): warning\b|ptxas warning\s*:", line))
 
 
 def compile_error_summary(exc: CompileError, most: int = 4) -> str:
