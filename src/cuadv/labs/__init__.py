@@ -52,6 +52,7 @@ class BrokenLab:
 _OPTIONAL_LABS: list[tuple[str, str, str]] = [
     ("scheduling", "SchedulingLab", "scheduling"),    # issue 3: work stealing
     ("spmv", "SpmvLab", "spmv"),                      # issue 18: SpMV through TileKernel vs cuSPARSE
+    ("segreduce", "SegReduceLab", "segreduce"),       # issue 18: segmented sum through TileKernel vs CUB
     ("cooperative", "CooperativeLab", "cooperative"),  # issue 4: cooperative groups, grid sync, clusters
     ("histogram", "HistogramLab", "histogram"),       # issue 4: DSM histogram
     ("pipeline", "PipelineLab", "pipeline"),          # issue 5: memcpy_async pipelines

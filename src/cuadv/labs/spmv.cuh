@@ -22,6 +22,9 @@
 //              that finishes last adds the partials in slice order (the same result every run) and
 //              writes y, so y needs no zeroing and no floating-point atomics.
 // Every row is written by exactly one tile (or by the last slice of its row).
+//
+// The same body, compiled with kGather = false, is a segmented sum: y[r] = sum of vals[k] over row r's [k0, k1)
+// (the rows are the segments); cols and x are then never read and may be null.
 #pragma once
 
 #include <cuda/atomic>
@@ -40,30 +43,35 @@ inline constexpr int kLanesMask = 7;     // info bits of a short-row tile: log2(
 inline constexpr int kDynamicFlag = 8;   // info bit of a short-row tile: its warps claim its batches (register_rows),
                                          // where the host's model finds that faster and dynamic batches are on
 
-// Sum of vals[k] * x[cols[k]] over k in [k0, k1) by the whole block; the result is valid in thread 0.
-template <int kThreads>
+// Sum of vals[k] * x[cols[k]] (kGather; else vals[k]) over k in [k0, k1) by the whole block; the result is valid
+// in thread 0.
+template <int kThreads, bool kGather>
 __device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __restrict__ cols,
                                                const float* __restrict__ vals, const float* __restrict__ x) {
   __shared__ float red[32];
   float s = 0.f;
   // From the 128-byte line k0 is in: each warp's load of 32 consecutive elements is one line, not two.
   for (int base = k0 & ~31; base < k1; base += kThreads * kLongUnroll) {
-    int c[kLongUnroll];
+    [[maybe_unused]] int c[kLongUnroll];
     float v[kLongUnroll];
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
       const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
       const bool in = k >= k0 && k < k1;
-      c[u] = in ? __ldg(cols + k) : 0;
+      if constexpr (kGather) c[u] = in ? __ldg(cols + k) : 0;
       v[u] = in ? __ldg(vals + k) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
-      const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
-      // Outside the row c is 0, and x[0] may be infinite or NaN: the product is masked to +0 bitwise (a predicated
-      // gather instead cost steal 2% on power-law and R-MAT, 2026-12-03 12:20).
-      const int keep = -static_cast<int>(k >= k0 && k < k1);
-      s += __int_as_float(__float_as_int(v[u] * __ldg(x + c[u])) & keep);
+      if constexpr (kGather) {
+        const int k = base + u * kThreads + static_cast<int>(threadIdx.x);
+        // Outside the row c is 0, and x[0] may be infinite or NaN: the product is masked to +0 bitwise (a
+        // predicated gather instead cost steal 2% on power-law and R-MAT, 2026-12-03 12:20).
+        const int keep = -static_cast<int>(k >= k0 && k < k1);
+        s += __int_as_float(__float_as_int(v[u] * __ldg(x + c[u])) & keep);
+      } else {
+        s += v[u];  // 0 outside the row
+      }
     }
   }
 #pragma unroll
@@ -86,14 +94,16 @@ __device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __rest
 // past the last non-zero the kRowUnroll - 1 elements of padding cols and vals must have: DeviceCsr pads them),
 // x is gathered at column 0 for them, and their products are masked to +0 bitwise: no predicate per element, so
 // ptxas holds no load back behind a multiply-add (with a predicate each it did, short of predicate registers in
-// the steal kernel), and a NaN or infinity read past the row cannot leak into it.
+// the steal kernel), and a NaN or infinity read past the row cannot leak into it. Without kGather: the sum of
+// vals[j], masked the same way.
+template <bool kGather>
 __device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
                                           const float* __restrict__ vals, const float* __restrict__ x) {
-  int c[kRowUnroll];
+  [[maybe_unused]] int c[kRowUnroll];
   float v[kRowUnroll], g[kRowUnroll];
 #pragma unroll
   for (int u = 0; u < kRowUnroll; ++u) {  // k + u < b + kRowUnroll - 1: in the row, the next ones or the padding
-    c[u] = __ldg(cols + k + u);
+    if constexpr (kGather) c[u] = __ldg(cols + k + u);
     v[u] = __ldg(vals + k + u);
   }
   int keep[kRowUnroll];
@@ -102,7 +112,10 @@ __device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ 
   // Past the row the gather reads x[0]: one line that every such lane shares and L1 keeps, where the next row's
   // column would cost a lookup in L2, whose rate of tag lookups bounds this kernel (and cuSPARSE's).
 #pragma unroll
-  for (int u = 0; u < kRowUnroll; ++u) g[u] = __ldg(x + (c[u] & keep[u]));
+  for (int u = 0; u < kRowUnroll; ++u) {
+    if constexpr (kGather) g[u] = __ldg(x + (c[u] & keep[u]));
+    else g[u] = 1.f;
+  }
   float s = v[0] * g[0];  // element k is in the row
 #pragma unroll
   for (int u = 1; u < kRowUnroll; ++u) s += __int_as_float(__float_as_int(v[u] * g[u]) & keep[u]);
@@ -165,7 +178,7 @@ __device__ __forceinline__ void begin_block() {
 // batch warps + c, past the last batch the warp stops. So a tile makes exactly one claim per batch, its claims
 // return 0 .. batches - 1, and the warp whose claim returns batches - 1, the tile's last, sets the counter back to
 // zero for the block's next tile, which begins after the policy's barrier.
-template <int kThreads, bool kDynamicBatches>
+template <int kThreads, bool kDynamicBatches, bool kGather>
 __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2,
                                               const int* __restrict__ offsets, const int* __restrict__ cols,
                                               const float* __restrict__ vals, const float* __restrict__ x,
@@ -183,7 +196,7 @@ __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2
       rest = lane == 0 ? a + kOwnRounds * step : b;  // the group's first lane asks for the warp
       int k = a + lane * kRowUnroll;
 #pragma unroll 1
-      for (int round = 0; round < kOwnRounds && k < b; ++round, k += step) s += slot_sum(k, b, cols, vals, x);
+      for (int round = 0; round < kOwnRounds && k < b; ++round, k += step) s += slot_sum<kGather>(k, b, cols, vals, x);
     }
     for (unsigned more = __ballot_sync(0xffffffffu, rest < b); more != 0; more &= more - 1) {
       const int owner = __ffs(more) - 1;  // the lane that leads that row's group
@@ -191,7 +204,7 @@ __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2
       float t = 0.f;
 #pragma unroll 1
       for (int k = begin + warp_lane * kRowUnroll; k < end; k += 32 * kRowUnroll) {
-        t += slot_sum(k, end, cols, vals, x);
+        t += slot_sum<kGather>(k, end, cols, vals, x);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
@@ -222,7 +235,7 @@ __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2
 // A run of whole short rows with kStaged: stage the products, then sum each row with a group of lanes. The
 // tile's row offsets (rows + 1 of them, at most kStage / 2 + 1: the host counts 2 per row in a tile's weight)
 // are copied to shared memory with cp.async, which needs no registers and lands while the products are loaded.
-template <int kThreads, int kStage>
+template <int kThreads, int kStage, bool kGather>
 __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offsets,
                                             const int* __restrict__ cols, const float* __restrict__ vals,
                                             const float* __restrict__ x, float* __restrict__ y) {
@@ -233,18 +246,21 @@ __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offs
   for (int i = t; i <= rows; i += kThreads) __pipeline_memcpy_async(soff + i, offsets + d.x + i, sizeof(int));
   __pipeline_commit();
   for (int base = 0; base < n; base += kThreads * kStreamUnroll) {
-    int c[kStreamUnroll];
+    [[maybe_unused]] int c[kStreamUnroll];
     float v[kStreamUnroll];
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
       const int i = base + u * kThreads + t;
-      c[u] = i < n ? __ldg(cols + d.z + i) : 0;
+      if constexpr (kGather) c[u] = i < n ? __ldg(cols + d.z + i) : 0;
       v[u] = i < n ? __ldg(vals + d.z + i) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
       const int i = base + u * kThreads + t;
-      if (i < n) stage[i] = v[u] * __ldg(x + c[u]);
+      if (i < n) {
+        if constexpr (kGather) stage[i] = v[u] * __ldg(x + c[u]);
+        else stage[i] = v[u];
+      }
     }
   }
   __pipeline_wait_prior(0);  // this thread's offset copies have landed in shared memory
@@ -268,7 +284,8 @@ __device__ __forceinline__ void stream_tile(int4 d, const int* __restrict__ offs
 // the floats of the stage (kStaged only). kDynamicBatches (kRegisters only; begin_block<true> must have run in
 // the block): in the tiles flagged kDynamicFlag the warps claim the batches of short rows from a counter in shared
 // memory, which needs a barrier between the block's tiles (cuadv::ws::kBarrierBetweenTiles of the policy).
-template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false>
+// kGather = false: the segmented sum (the top of this file).
+template <int kThreads, ShortRows kShort, int kStage, bool kDynamicBatches = false, bool kGather = true>
 __device__ __forceinline__ void run_tile(unsigned long long index, const int4* __restrict__ tiles,
                                          const int2* __restrict__ splits, const int* __restrict__ offsets,
                                          const int* __restrict__ cols, const float* __restrict__ vals,
@@ -278,19 +295,19 @@ __device__ __forceinline__ void run_tile(unsigned long long index, const int4* _
   const int4 d = __ldg(tiles + index);
   if (d.y > 0) {
     if constexpr (kShort == ShortRows::kStaged) {
-      stream_tile<kThreads, kStage>(d, offsets, cols, vals, x, y);
+      stream_tile<kThreads, kStage, kGather>(d, offsets, cols, vals, x, y);
     } else {
       const int rows = d.y >> 5, lanes_log2 = d.y & kLanesMask;
       // Only a kernel with dynamic batches instantiates the claimed copy.
       if constexpr (kDynamicBatches) {
-        if (d.y & kDynamicFlag) register_rows<kThreads, true>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
-        else register_rows<kThreads, false>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        if (d.y & kDynamicFlag) register_rows<kThreads, true, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        else register_rows<kThreads, false, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
       } else {
-        register_rows<kThreads, false>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        register_rows<kThreads, false, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
       }
     }
   } else {
-    const float s = block_row_sum<kThreads>(d.z, d.w, cols, vals, x);
+    const float s = block_row_sum<kThreads, kGather>(d.z, d.w, cols, vals, x);
     if (threadIdx.x == 0) {
       if (d.y == 0) {
         y[d.x] = s;

@@ -31,8 +31,8 @@ MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per 
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
-BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}>(tile.index, tiles, "
-        "splits, offsets, cols, vals, x, y, partials, counts);\n")
+BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}, {gather}>(tile.index, "
+        "tiles, splits, offsets, cols, vals, x, y, partials, counts);\n")
 PROLOGUE = "    cuadv_spmv::begin_block<{dynamic}>();\n"
 SHORT_ROWS = {"registers": "kRegisters", "staged": "kStaged"}  # short-row tile bodies (spmv.cuh ShortRows)
 # How the warps of a block share a tile's batches of short rows (register body): "dynamic", claimed from a counter
@@ -129,22 +129,31 @@ def _values(n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-1.0, 1.0, n).astype(np.float32)
 
 
-def power_law(n_rows: int, nnz: int, seed: int, alpha: float = 1.3) -> Csr:
+def power_law_lengths(n_rows: int, nnz: int, rng: np.random.Generator, alpha: float = 1.3,
+                      cap: int | None = None) -> np.ndarray:
     """Row lengths from a Pareto distribution of shape alpha (minimum 1 before scaling), scaled to nnz in all and
-    capped at n_rows / 8: most rows hold a few non-zeros and the longest about n_rows ** (1 / alpha) times the
-    shortest (a few hundred thousand at 2**22 rows of mean 8)."""
+    capped at `cap` (default n_rows / 8): most rows hold a few non-zeros and the longest about n_rows ** (1 / alpha)
+    times the shortest (a few hundred thousand at 2**22 rows of mean 8)."""
+    return _exact_total(rng.pareto(alpha, n_rows) + 1, nnz, cap or max(n_rows // 8, 1), rng)
+
+
+def uniform_lengths(n_rows: int, nnz: int, rng: np.random.Generator, cap: int | None = None) -> np.ndarray:
+    """Every row about the same length: the mean +- 25%, but a few rows one shorter (about 0.4% at mean 8: 5
+    non-zeros), where _exact_total takes its scaled floors' excess off random rows."""
+    mean = nnz / n_rows
+    return _exact_total(rng.uniform(0.75 * mean, 1.25 * mean, n_rows), nnz, cap or n_rows, rng)
+
+
+def power_law(n_rows: int, nnz: int, seed: int, alpha: float = 1.3) -> Csr:
+    """A matrix of power_law_lengths, n_rows columns."""
     rng = np.random.default_rng(seed)
-    return _rows_to_csr("power-law", _exact_total(rng.pareto(alpha, n_rows) + 1, nnz, max(n_rows // 8, 1), rng),
-                        n_rows, rng)
+    return _rows_to_csr("power-law", power_law_lengths(n_rows, nnz, rng, alpha), n_rows, rng)
 
 
 def uniform(n_rows: int, nnz: int, seed: int) -> Csr:
-    """Every row about the same length: the mean +- 25%, but a few rows one shorter (about 0.4% at mean 8: 5 non-zeros),
-    where _exact_total takes its scaled floors' excess off random rows."""
+    """A matrix of uniform_lengths, n_rows columns."""
     rng = np.random.default_rng(seed)
-    mean = nnz / n_rows
-    lens = rng.uniform(0.75 * mean, 1.25 * mean, n_rows)
-    return _rows_to_csr("uniform", _exact_total(lens, nnz, n_rows, rng), n_rows, rng)
+    return _rows_to_csr("uniform", uniform_lengths(n_rows, nnz, rng), n_rows, rng)
 
 
 def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> Csr:
@@ -155,16 +164,7 @@ def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c:
     quadrant sequences, probabilities rounded to 2**-22)."""
     rng = np.random.default_rng(seed)
     n = 1 << scale
-    src = np.zeros(edges, np.int32)
-    dst = np.zeros(edges, np.int32)
-    done = 0
-    while done < scale:
-        k = min(4, scale - done)
-        lut = _rmat_lut(k, a, b, c)
-        code = lut[rng.integers(0, lut.size, edges, dtype=np.uint32)]
-        src = (src << k) | (code >> 4)
-        dst = (dst << k) | (code & 15)
-        done += k
+    src, dst = _rmat_edges(scale, edges, rng, a, b, c)
     mix = _label_hash(scale, rng)
     key = np.sort((mix(src).astype(np.int64) << scale) | mix(dst))
     key = key[np.concatenate(([True], key[1:] != key[:-1]))] if key.size else key
@@ -172,6 +172,32 @@ def rmat(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19, c:
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(key >> scale, minlength=n), out=offsets[1:])
     return Csr("R-MAT", offsets.astype(np.int32), (key & (n - 1)).astype(np.int32), _values(key.size, rng), n)
+
+
+def _rmat_edges(scale: int, edges: int, rng: np.random.Generator, a: float, b: float, c: float,
+                dst: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """Sources and (with dst) destinations of `edges` R-MAT edges, before relabelling."""
+    src = np.zeros(edges, np.int32)
+    out = np.zeros(edges, np.int32) if dst else None
+    done = 0
+    while done < scale:
+        k = min(4, scale - done)
+        lut = _rmat_lut(k, a, b, c)
+        code = lut[rng.integers(0, lut.size, edges, dtype=np.uint32)]
+        src = (src << k) | (code >> 4)
+        if out is not None:
+            out = (out << k) | (code & 15)
+        done += k
+    return src, out
+
+
+def rmat_out_degrees(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19,
+                     c: float = 0.19) -> np.ndarray:
+    """The out-degrees of an R-MAT multigraph (rmat's edges, duplicates kept, so they sum to `edges`) of 2**scale
+    vertices, labels permuted as rmat does: the row lengths of an R-MAT matrix without drawing its columns."""
+    rng = np.random.default_rng(seed)
+    src, _ = _rmat_edges(scale, edges, rng, a, b, c, dst=False)
+    return np.bincount(_label_hash(scale, rng)(src), minlength=1 << scale).astype(np.int64)
 
 
 def _label_hash(scale: int, rng: np.random.Generator):
@@ -394,19 +420,22 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
 # -- the kernel --------------------------------------------------------------------------------------------
 def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE, min_blocks: int = MIN_BLOCKS,
                 name: str = "spmv", short_rows: str = "registers", quantum_us: float | None = None,
-                batches: str = "dynamic", min_tiles: int | None = None) -> SpmvKernel:
+                batches: str = "dynamic", min_tiles: int | None = None, gather: bool = True) -> SpmvKernel:
     """The SpMV TileKernel: any policy can be chosen at launch (``k(tiles, ..., policy="fixed_blocks")``).
     ``short_rows``: how a tile of short rows is summed, "registers" (each row by a group of lanes, in registers)
     or "staged" (products staged in shared memory, then summed from there); ``stage`` applies to "staged";
     ``batches`` applies to "registers" (see BATCHES); ``quantum_us`` and ``min_tiles``: steal's time slice and the
-    units a block runs before its slice may end (TileKernel's; None: learned)."""
+    units a block runs before its slice may end (TileKernel's; None: learned). ``gather=False``: the segmented sum
+    (y[r] = the sum of row r's values; cols and x are not read), the segreduce lab's kernel."""
     if short_rows not in SHORT_ROWS:
         raise ValueError(f"short_rows must be one of {', '.join(SHORT_ROWS)}; got {short_rows!r}")
     if batches not in BATCHES:
         raise ValueError(f"batches must be one of {', '.join(BATCHES)}; got {batches!r}")
     dynamic = BATCHES[batches] if short_rows == "registers" else "false"
-    suffix = f"regs_{batches}" if short_rows == "registers" else f"staged_{stage}"
-    return SpmvKernel(PARAMS, BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic),
+    suffix = (f"regs_{batches}" if short_rows == "registers" else f"staged_{stage}") + ("" if gather else "_segsum")
+    body = BODY.format(threads=threads, short=SHORT_ROWS[short_rows], stage=stage, dynamic=dynamic,
+                       gather="true" if gather else "false")
+    return SpmvKernel(PARAMS, body,
                       PROLOGUE.format(dynamic=dynamic), policy=policy, block=threads,
                       preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
                       min_blocks_per_sm=min_blocks, quantum_us=quantum_us, min_tiles=min_tiles,
@@ -431,9 +460,10 @@ class DeviceCsr:
     windows narrow (default: this GPU's SMs x MIN_BLOCKS x THREADS / threads).
     ``group``, ``lanes_log2``, ``dynamic`` and ``threads`` (the block size the kernel will run, for the model's
     warps): build_tiles' (small groups, a fixed lane width and dynamic batches on every tile or none make the tests
-    take every path)."""
+    take every path). ``x=None``: the segmented sum of the segreduce lab (a kernel with ``gather=False``): only
+    the row offsets and values of ``m`` go to the GPU, and y[r] is the sum of row r's values."""
 
-    def __init__(self, m: Csr, x: np.ndarray, group: int = GROUP_NNZ, lanes_log2: int | None = None,
+    def __init__(self, m: Csr, x: np.ndarray | None, group: int = GROUP_NNZ, lanes_log2: int | None = None,
                  dynamic: bool | None = None, threads: int = THREADS, guided: bool = True,
                  slots: int | None = None):
         import cupy as cp
@@ -446,8 +476,9 @@ class DeviceCsr:
         self.host = m
         self.offsets = cp.asarray(m.offsets)
         # register_rows reads up to ROW_UNROLL - 1 elements past a row (and masks them): past the last row, zeros
-        self.cols, self.vals = (_padded(cp, a, ROW_UNROLL - 1) for a in (m.cols, m.vals))
-        self.x = cp.asarray(x)
+        self.vals = _padded(cp, m.vals, ROW_UNROLL - 1)
+        self.cols = None if x is None else _padded(cp, m.cols, ROW_UNROLL - 1)
+        self.x = None if x is None else cp.asarray(x)
         self.y = cp.empty(m.n_rows, cp.float32)
         lists = {"whole": (False, widest), "split": (True, widest)}
         if guided:
@@ -489,7 +520,9 @@ class DeviceCsr:
             raise ValueError(f"the staged short-row body holds tiles of fewer than {stage} non-zeros and at most "
                              f"{stage // 2} rows; tile list {tiling!r} has one of {nnz} non-zeros and one of {rows} "
                              "rows: take a list of fixed windows ('split_fixed', or DeviceCsr(..., guided=False))")
-        return kernel(t.count, tiles, splits, self.offsets, self.cols, self.vals, self.x, self.y, partials, counts,
+        # a segmented sum's kernel reads no cols and no x: null pointers
+        cols, x = (0, 0) if self.x is None else (self.cols, self.x)
+        return kernel(t.count, tiles, splits, self.offsets, cols, self.vals, x, self.y, partials, counts,
                       policy=policy, **launch)
 
 
@@ -540,14 +573,14 @@ def tolerance(lengths: np.ndarray, abs_sum: np.ndarray) -> np.ndarray:
     return 4 * np.finfo(np.float32).eps * (np.log2(np.maximum(lengths, 1)) + 2) * abs_sum
 
 
-def check(what: str, y: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> float:
-    """Raises ValidationError naming the worst row when any row is out of tolerance (NaN included); returns the
-    largest error over tolerance (<= 1)."""
+def check(what: str, y: np.ndarray, ref: np.ndarray, tol: np.ndarray, lab: str = "spmv") -> float:
+    """Raises ValidationError naming the lab and the worst row when any row is out of tolerance (NaN included);
+    returns the largest error over tolerance (<= 1)."""
     err = np.abs(y.astype(np.float64) - ref)
     bad = ~(err <= tol)
     if bad.any():
         r = int(np.flatnonzero(bad)[np.argmax(np.where(np.isnan(err[bad]), np.inf, err[bad]))])
-        raise ValidationError(f"spmv {what}: {int(bad.sum())} rows out of tolerance; row {r}: got {y[r]!r}, "
+        raise ValidationError(f"{lab} {what}: {int(bad.sum())} rows out of tolerance; row {r}: got {y[r]!r}, "
                               f"reference {ref[r]!r}, tolerance {tol[r]:.3g}")
     ratio = np.divide(err, tol, out=np.zeros_like(err), where=tol > 0)
     return float(ratio.max(initial=0.0))

@@ -1,100 +1,33 @@
 """CUB's ``DeviceHistogram::HistogramEven`` as a histogram peer, called directly with int32 counters.
 
-Where the CUDA toolkit's ``nvcc`` is found (``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``, then
-``cuda.pathfinder``), ``cub_histogram.cu`` is built into a small shared library
-(``nvcc -O3 -arch=sm_XX -shared -Xcompiler -fPIC``), cached in cuadv's compile cache keyed by the source,
-the nvcc version and the target, and loaded with ctypes. Without nvcc, the ``cuda-cccl`` Python package's
-``histogram_even`` (``cuda.compute``, or the older ``cuda.cccl.parallel.experimental``) stands in; with
-neither, ``load_cub`` returns the reason, which the lab prints instead of a row.
+Where the CUDA toolkit's ``nvcc`` is found, ``cub_histogram.cu`` is built into a small shared library
+(``nvcc_build``: cached by the source, the nvcc version and the target) and loaded with ctypes. Without nvcc,
+the ``cuda-cccl`` Python package's ``histogram_even`` (``cuda.compute``, or the older
+``cuda.cccl.parallel.experimental``) stands in; with neither, ``load_cub`` returns the reason, which the lab
+prints instead of a row.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import nvcc_build
+from .nvcc_build import PeerUnavailable, cub_version_string, find_nvcc
+
 SOURCE = Path(__file__).with_name("cub_histogram.cu")
 DTYPE_CODES = {"int32": 0, "uint8": 1, "float32": 2}
-BUILD_TIMEOUT_S = 600
-
-
-class PeerUnavailable(RuntimeError):
-    """The peer cannot run here; the message says why."""
-
-
-def find_nvcc() -> tuple[str | None, str]:
-    """(path to nvcc or None, where it was looked for)."""
-    looked = []
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            cand = Path(root) / "bin" / "nvcc"
-            if cand.is_file():
-                return str(cand), f"${var}"
-            looked.append(f"${var}/bin")
-    found = shutil.which("nvcc")
-    if found:
-        return found, "PATH"
-    looked.append("PATH")
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        found = find_nvidia_binary_utility("nvcc")
-        if found:
-            return str(found), "cuda.pathfinder"
-        looked.append("cuda.pathfinder")
-    except Exception:  # not installed, or too old to find binaries
-        looked.append("cuda.pathfinder (unavailable)")
-    return None, "nvcc not found (looked in " + ", ".join(looked) + ")"
-
-
-def nvcc_version(nvcc: str) -> str:
-    """The last line of ``nvcc --version`` (release and build), which keys the cache."""
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
-    return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
 def build_command(nvcc: str, sm: str, out: Path) -> list[str]:
-    return [nvcc, "-O3", f"-arch={sm}", "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(SOURCE)]
-
-
-def library_path(sm: str, version: str) -> Path:
-    """Where the build for ``sm`` by this nvcc lives: cuadv's cache directory (``CUADV_CACHE_DIR``; a
-    temporary one when the cache is off), ``peers/``, named by a hash of the source, nvcc version and target."""
-    from ... import cache as disk_cache
-
-    key = disk_cache.make_key("cub_histogram.so", SOURCE.read_bytes(), version, sm)
-    root = disk_cache.cache_dir() or Path(tempfile.gettempdir()) / f"cuadv-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    return root / "peers" / f"cub_histogram-{sm}-{key[:24]}.so"
+    return nvcc_build.build_command(nvcc, sm, out, SOURCE)
 
 
 def build_library(sm: str, nvcc: str | None = None) -> Path:
     """The shared library for target ``sm`` (e.g. 'sm_90'), cached or built now; raises PeerUnavailable."""
-    if nvcc is None:
-        nvcc, where = find_nvcc()
-        if nvcc is None:
-            raise PeerUnavailable(where)
-    lib = library_path(sm, nvcc_version(nvcc))
-    if lib.is_file():
-        return lib
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    tmp = lib.with_name(f".tmp-{os.getpid()}-{lib.name}")
-    proc = subprocess.run(build_command(nvcc, sm, tmp), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        raise PeerUnavailable(f"nvcc failed to build {SOURCE.name} for {sm}: {(proc.stderr or proc.stdout)[-600:]}")
-    os.replace(tmp, lib)  # atomic: a concurrent build of the same key writes the same bytes
-    return lib
-
-
-def cub_version_string(code: int) -> str:
-    """CUB_VERSION (MMMmmmpp) as 'major.minor.patch'."""
-    return f"{code // 100000}.{code // 100 % 1000}.{code % 100}"
+    return nvcc_build.build_library(SOURCE, sm, nvcc)
 
 
 @dataclass

@@ -1,0 +1,219 @@
+"""Segmented sum (one float32 sum per segment of an array, segments given by offsets) through ``cuadv.TileKernel``,
+against CUB's ``DeviceSegmentedReduce::Sum``, ``torch.segment_reduce`` and torch's scatter-add.
+
+Needs: compute capability 9.0 (policy 'steal', which 'auto' is on Hopper); CuPy; nvcc for the CUB peer and torch
+for the torch peers (each skipped with the reason where absent).
+Key insight: the same ragged work as SpMV without the gather, so it streams at the memory's rate, and the
+scheduling decides the rest. A library that gives each segment a block of its own leaves the longest segment of a
+power-law array on one SM; cutting long segments into slices and grouping short ones into tiles by their weight
+gives every tile a bounded cost, and the scheduler balances what is left.
+Run: ``cuadv bench segreduce`` (``--quick``: 2**19 segments, about 16M values; full: 2**22, about 134M: 512 MiB).
+
+The segments (``segreduce_support``, seeded): power-law lengths (Pareto(1.3), the longest capped at segments / 8),
+the out-degrees of an R-MAT multigraph and uniform lengths (the mean +- 25%), all with mean 32, values uniform in
+[-1, 1]. The kernel is the spmv lab's tile body compiled without the gather (``spmv.cuh``, kGather = false) on the
+spmv lab's tile lists (short segments grouped by weight, a segment longer than 512 its own tile, "split": longer
+than 8192 cut into slices summed by the last slice, so nothing is zeroed, no float atomics are used and the result
+is the same every run), under each policy.
+
+Checks: every result, cuadv's under every policy and tiling and every peer's, against float64 sums, segment by
+segment within 4 float32 epsilons x (log2(length) + 2) x the sum of magnitudes; cuadv's sums are poisoned (NaN)
+before its checked launch. Bytes for GB/s: the values, the offsets and one sum per segment; % of the read-only
+ceiling measured in this run (``cuadv.timing.read_ceiling``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..report.results import LabResult, Table, spread_map
+from ..work_stealing import resolve_policy
+from .base import RunContext, gb_per_s, interleaved_rounds
+from .segreduce_support import KINDS, generate_segments, peers, reference, segment_bytes
+from .spmv_support import DeviceCsr, check, spmv_kernel, to_host, tolerance
+
+MEAN = 32  # values per segment
+SEED = 19
+REPEATS = 10
+QUEUE_AHEAD_US = 500.0  # hides the host side of each call (torch's peers allocate their output per call)
+POLICIES = ("fixed_work", "fixed_blocks", "auto")
+TILINGS = {"whole": "whole segments", "split": "split segments"}
+PEER_COLUMNS = {"cub": "x CUB", "torch": "x torch.segment_reduce", "index_add": "x torch index_add_"}
+
+
+def segsum_kernel():
+    """The segmented-sum TileKernel: the spmv lab's register body without the gather; any policy at launch."""
+    return spmv_kernel(name="segreduce", gather=False)
+
+
+def _label(tiling: str, policy: str, cc) -> str:
+    name = f"auto ({resolve_policy('auto', cc)})" if policy == "auto" else policy
+    return f"{TILINGS[tiling]}, {name}"
+
+
+def _slug(text: str) -> str:
+    return text.lower().replace("-", "_").replace(" ", "_")
+
+
+class SegReduceLab:
+    name = "segreduce"
+    title = "Segmented sum over power-law segments through TileKernel against CUB DeviceSegmentedReduce and torch"
+
+    def supported(self, caps) -> str | None:
+        if caps.compute_capability < (9, 0):
+            return (f"needs compute capability 9.0 for policy 'steal' (got {caps.cc_string()}); fallback: "
+                    "fixed_work")
+        return None
+
+    def build(self, arch: str):
+        return [segsum_kernel().compile(arch, p) for p in ("fixed_work", "fixed_blocks", "steal")]
+
+    def smoke(self) -> None:
+        """The spmv lab's smoke rows (an empty one, rows longer than a tile, one split into slices) as segments,
+        under every policy and tile list, with small tiles so every path of the body runs; checked against float64
+        sums."""
+        from .spmv import smoke_matrix
+
+        m, _ = smoke_matrix()
+        ref, abs_sum = reference(m)
+        tol = tolerance(m.lengths, abs_sum)
+        k = segsum_kernel()
+        for group in (32, 256, 2048):
+            dev = DeviceCsr(m, None, group, slots=1)
+            for tiling in dev.tilings:
+                for policy in ("fixed_work", "fixed_blocks", "steal"):
+                    dev.y.fill(np.nan)
+                    dev.run(k, tiling, policy)
+                    check(f"smoke, {tiling} segments of {group}, {policy}", to_host(dev.y), ref, tol, lab=self.name)
+
+    # -- the lab ----------------------------------------------------------------------------------
+    def run(self, ctx: RunContext) -> LabResult:
+        import cupy as cp
+
+        from ..timing import read_ceiling
+
+        result = LabResult(self.name, self.title)
+        segments = 1 << (19 if ctx.quick else 22)
+        rounds = 2 if ctx.quick else 3
+        read = read_ceiling()
+        result.figures["read_ceiling_tb_s"] = read.tb_per_s
+        kernels = {tiling: segsum_kernel() for tiling in TILINGS}  # steal learns its grid per tile list
+        seg_rows, rows, best_rows = [], [], []
+        for kind in KINDS:
+            ctx.progress(f"segreduce: generating {kind} segments ({segments:,})")
+            t0 = time.perf_counter()
+            m = generate_segments(kind, segments, MEAN, SEED)
+            gen_s = time.perf_counter() - t0
+            ref, abs_sum = reference(m)
+            tol = tolerance(m.lengths, abs_sum)
+            dev = DeviceCsr(m, None)
+            st = m.stats()
+            whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
+            ideal_ms = segment_bytes(m) / (read.tb_per_s * 1e12) * 1e3
+            seg_rows.append([kind, st["rows"], st["nnz"], st["max_row"], st["max_over_mean"], st["gini"],
+                             st["empty_rows"], f"{whole.count:,} ({whole.kinds()['long rows']:,} long)",
+                             f"{split.count:,} ({split.kinds()['slices']:,} slices)", ideal_ms, gen_s])
+            times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, ref, tol, rounds)
+            result.checks.append(f"{kind}: every segment of every variant and peer within tolerance of float64 "
+                                 f"sums (largest error {worst:.2f} of its tolerance), before and after timing")
+            self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, best_rows)
+            del dev
+            cp.get_default_memory_pool().free_all_blocks()
+        result.tables.append(Table(
+            "the segments", ["segments", "count", "values", "longest", "max / mean", "Gini", "empty",
+                             "tiles, whole segments", "tiles, split segments", "ideal ms", "generated in s"], seg_rows,
+            note=f"seed {SEED}, mean {MEAN} values per segment; the spmv lab's tile lists; ideal: the bytes below at "
+                 f"the read-only ceiling measured in this run ({read.tb_per_s:.2f} TB/s)"))
+        result.tables.append(Table(
+            "segmented sum, float32: each policy and tiling against the peers",
+            ["segments", "policy / peer", "median ms", "GB/s", "% of read-only ceiling", *PEER_COLUMNS.values(),
+             "x fixed_blocks"], rows,
+            note=f"same values and offsets on the GPU for every row; {rounds} interleaved rounds (every variant once "
+                 f"per round), each the median of {REPEATS} CUDA-event timings after warm-up, with a "
+                 f"{QUEUE_AHEAD_US:.0f} us kernel queued ahead so host set-up is not timed; bytes = 4 per value + 4 "
+                 "per offset + 4 per sum; x peer / x fixed_blocks = their time / this time (above 1: this is faster), "
+                 "fixed_blocks of the same tiling; CUB: cub::DeviceSegmentedReduce::Sum called directly with its "
+                 "workspace made once (built with nvcc); torch index_add_: each value added into its segment's sum "
+                 "with atomics (segment ids made once), the scatter-add users write"))
+        result.tables.append(Table(
+            "cuadv (split segments, auto) against the strongest peer",
+            ["segments", "x CUB", "strongest peer", "x strongest peer", "% of read-only ceiling"], best_rows,
+            note="x: the peer's time / cuadv's (above 1: cuadv is faster), same run"))
+        return result
+
+    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
+        """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
+        runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy)) or ("peer", kind),
+        the peers absent (name -> why) and the largest error over its tolerance."""
+        import cupy as cp
+
+        from ..timing import time_gpu
+
+        cc = ctx.caps.compute_capability
+        fns, labels = {}, {}
+        for tiling in TILINGS:
+            for policy in POLICIES:
+                label = _label(tiling, policy, cc)
+                fns[label] = (lambda t=tiling, p=policy: dev.run(kernels[t], t, p))
+                labels[label] = ("cuadv", (tiling, policy))
+        peer_list, missing = peers(dev, f"sm_{cc[0]}{cc[1]}", ctx.progress)
+        for peer_kind, label, fn in peer_list:
+            fns[label], labels[label] = fn, ("peer", peer_kind)
+        for name, why in missing.items():
+            ctx.progress(f"segreduce: {name} skipped: {why}")
+        worst = 0.0
+
+        def validate(cuadv_only: bool) -> None:
+            nonlocal worst
+            for label, fn in fns.items():
+                if labels[label][0] == "cuadv":
+                    dev.y.fill(cp.nan)
+                    fn()
+                    y = dev.y
+                elif cuadv_only:
+                    continue
+                else:
+                    y = fn()
+                worst = max(worst, check(f"{kind}, {label}", to_host(y), ref, tol, lab=self.name))
+
+        validate(False)
+        times = interleaved_rounds(
+            {label: (lambda f=fn: [time_gpu(f, repeats=REPEATS, queue_ahead_us=QUEUE_AHEAD_US).median_ms])
+             for label, fn in fns.items()}, rounds,
+            lambda r: ctx.progress(f"segreduce {kind}: round {r + 1} of {rounds}, {len(fns)} variants"))
+        validate(True)
+        return times, labels, missing, worst
+
+    @staticmethod
+    def _rows(result: LabResult, kind: str, m, times, labels, missing, ideal_ms: float, rows, best_rows) -> None:
+        """The table rows, figures and summary row of one kind of segments."""
+        nbytes = segment_bytes(m)
+        peer_ms = {labels[l][1]: ms for l, ms in times.items() if labels[l][0] == "peer"}
+        peer_name = {labels[l][1]: l for l in times if labels[l][0] == "peer"}
+        fixed = {labels[l][1][0]: ms for l, ms in times.items()
+                 if labels[l][0] == "cuadv" and labels[l][1][1] == "fixed_blocks"}
+        for label, ms in times.items():
+            what, key = labels[label]
+            pct = spread_map(lambda t: 100 * ideal_ms / t, ms)
+            versus = [peer_ms.get(p, math.nan) / ms for p in PEER_COLUMNS]
+            fb = fixed[key[0]] / ms if what == "cuadv" else math.nan
+            rows.append([kind, label, ms, gb_per_s(ms, nbytes), pct, *versus, fb])
+            if what == "cuadv":
+                slug = f"segreduce_{_slug(kind)}_{key[0]}_{key[1]}"
+                result.figures[f"{slug}_pct_read_ceiling"] = pct
+                result.figures[f"{slug}_x_fixed_blocks"] = fb
+                for p, x in zip(PEER_COLUMNS, versus):
+                    if not math.isnan(x):
+                        result.figures[f"{slug}_x_{p}"] = x
+        for name, why in missing.items():
+            rows.append([kind, f"{name}: skipped ({why})", *[math.nan] * (4 + len(PEER_COLUMNS))])
+        head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto")))
+        if peer_ms:
+            strongest = min(peer_ms, key=lambda p: peer_ms[p])
+            best_rows.append([kind, peer_ms.get("cub", math.nan) / head, peer_name[strongest],
+                              peer_ms[strongest] / head, spread_map(lambda t: 100 * ideal_ms / t, head)])
+        else:
+            best_rows.append([kind, math.nan, "none measured", math.nan, spread_map(lambda t: 100 * ideal_ms / t, head)])

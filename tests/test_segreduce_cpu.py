@@ -1,0 +1,113 @@
+"""The segreduce lab on the CPU: its seeded segments (exact totals, int32 offsets, the same arrays for a seed), the
+float64 reference, the byte count, the segmented-sum kernel's source and compile, the CUB peer's build and its
+reason when nvcc is missing, and the lab's place in the registry."""
+
+import stat
+
+import numpy as np
+import pytest
+
+from cuadv.labs import segreduce_support as G
+from cuadv.labs import spmv_support as S
+from cuadv.labs.peers import cub_segmented_reduce as cubseg
+from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
+
+
+@pytest.mark.parametrize("kind", G.KINDS)
+def test_segments_hold_exactly_the_total_and_repeat_for_a_seed(kind):
+    m = G.generate_segments(kind, 1 << 12, 32, seed=5)
+    assert m.n_rows == 1 << 12 and m.nnz == 32 << 12
+    assert m.offsets.dtype == np.int32 and m.offsets[0] == 0 and np.all(np.diff(m.offsets) >= 0)
+    assert m.vals.dtype == np.float32 and m.vals.size == m.nnz and np.all(np.abs(m.vals) <= 1)
+    again = G.generate_segments(kind, 1 << 12, 32, seed=5)
+    assert np.array_equal(again.offsets, m.offsets) and np.array_equal(again.vals, m.vals)
+
+
+def test_segment_shapes_differ_as_named():
+    stats = {kind: G.generate_segments(kind, 1 << 14, 32, seed=1).stats() for kind in G.KINDS}
+    assert stats["uniform"]["max_row"] <= 40 and stats["uniform"]["gini"] < 0.15
+    assert stats["power-law"]["max_row"] <= (1 << 14) // 8 and stats["power-law"]["gini"] > 0.4
+    assert stats["R-MAT"]["empty_rows"] > 0 and stats["R-MAT"]["gini"] > 0.6
+
+
+def test_bad_segment_requests_raise():
+    with pytest.raises(ValueError, match="power of two"):
+        G.generate_segments("R-MAT", 1000, 32, seed=1)
+    with pytest.raises(ValueError, match="unknown segments 'zipf'"):
+        G.generate_segments("zipf", 1 << 10, 32, seed=1)
+
+
+def test_rmat_out_degrees_sum_to_the_edges():
+    d = S.rmat_out_degrees(10, 20_000, seed=3)
+    assert d.size == 1 << 10 and int(d.sum()) == 20_000 and d.max() > 20 * d.mean()
+
+
+def test_reference_and_bytes():
+    lens = np.array([0, 3, 1, 0, 5])
+    offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int32)
+    vals = np.array([1, -2, 3, 4, 0.5, -0.5, 2, 2, -1], np.float32)
+    m = S.Csr("t", offsets, np.empty(0, np.int32), vals, 0)
+    sums, mags = G.reference(m)
+    assert sums.tolist() == [0.0, 2.0, 4.0, 0.0, 3.0]
+    assert mags.tolist() == [0.0, 6.0, 4.0, 0.0, 6.0]
+    assert G.segment_bytes(m) == 4 * 9 + 4 * 6 + 4 * 5
+    tol = S.tolerance(m.lengths, mags)
+    with pytest.raises(Exception, match="segreduce t: 1 rows out of tolerance"):
+        S.check("t", np.array([0, 2, 4, 1e-3, 3], np.float32), sums, tol, lab="segreduce")
+
+
+def test_the_kernel_is_the_spmv_body_without_the_gather():
+    k = segsum_kernel()
+    spmv = S.spmv_kernel()
+    assert "segsum" in k.name and "segsum" not in spmv.name
+    assert "dynamic_batches" not in k.name
+    for arch in ("sm_90a", "sm_100a"):
+        for policy in ("fixed_work", "fixed_blocks", "steal"):
+            res = k.compile(arch, policy).resources
+            assert all(r.spill_store_bytes == 0 for r in res.values()), (arch, policy, res)
+
+
+def _fake_nvcc(tmp_path):
+    path = tmp_path / "bin" / "nvcc"
+    path.parent.mkdir(parents=True)
+    path.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "release 99.9"; exit 0; fi\n'
+                    'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; printf ELF > "$out"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_the_cub_peer_is_built_once_under_its_own_name(tmp_path, monkeypatch):
+    from cuadv import cache
+    from cuadv.labs.peers import nvcc_build
+
+    nvcc = _fake_nvcc(tmp_path)
+    monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "cache"))
+    lib = nvcc_build.build_library(cubseg.SOURCE, "sm_90", str(nvcc))
+    assert lib.name.startswith("cub_segmented_reduce-sm_90-") and lib.read_bytes() == b"ELF"
+    assert cache.usage().entries >= 1  # counted (and cleared) with the labs' other tool builds
+    cmd = nvcc_build.build_command("nvcc", "sm_90", lib, cubseg.SOURCE)
+    assert cmd[-1].endswith("cub_segmented_reduce.cu") and "-shared" in cmd
+
+
+def test_without_nvcc_the_cub_peer_says_why(monkeypatch):
+    monkeypatch.setattr(cubseg, "find_nvcc", lambda: (None, "nvcc not found (looked in PATH)"))
+    peer, why = cubseg.load_cub_segmented_sum("sm_90")
+    assert peer is None and why == "CUB DeviceSegmentedReduce not measured: nvcc not found (looked in PATH)"
+
+
+def test_lab_is_registered_after_spmv():
+    from cuadv.labs import all_labs, lab_by_name
+
+    names = [lab.name for lab in all_labs()]
+    assert names.index("segreduce") == names.index("spmv") + 1
+    assert lab_by_name("segreduce").title.startswith("Segmented sum")
+
+
+def test_lab_names_the_capability_it_needs():
+    class Caps:
+        compute_capability = (8, 0)
+
+        def cc_string(self):
+            return "8.0"
+
+    assert "compute capability 9.0" in SegReduceLab().supported(Caps())
