@@ -38,7 +38,7 @@ def test_bad_segment_requests_raise():
 
 
 def test_rmat_out_degrees_sum_to_the_edges():
-    d = S.rmat_out_degrees(10, 20_000, seed=3)
+    d = S.rmat_out_degrees(10, 20_000, np.random.default_rng(3))
     assert d.size == 1 << 10 and int(d.sum()) == 20_000 and d.max() > 20 * d.mean()
 
 
@@ -59,8 +59,8 @@ def test_reference_and_bytes():
 def test_the_kernel_is_the_spmv_body_without_the_gather():
     k = segsum_kernel()
     spmv = S.spmv_kernel()
-    assert "segsum" in k.name and "segsum" not in spmv.name
-    assert "dynamic_batches" not in k.name
+    assert k.name.endswith("_segsum") and "segsum" not in spmv.name
+    assert k.gather is False and spmv.gather is True
     for arch in ("sm_90a", "sm_100a"):
         for policy in ("fixed_work", "fixed_blocks", "steal"):
             res = k.compile(arch, policy).resources

@@ -25,6 +25,24 @@ def kernel():
     return segsum_kernel()
 
 
+def test_the_staged_body_sums_segments_too(cp):
+    """The lab runs the register body; the staged one compiles without the gather as well, and sums right."""
+    staged = S.spmv_kernel(short_rows="staged", gather=False)
+    m = G.generate_segments("power-law", 1 << 12, 32, seed=3)
+    sums, mags = G.reference(m)
+    dev = S.DeviceCsr(m, None, slots=4)
+    for policy in policies():
+        dev.y.fill(cp.nan)
+        dev.run(staged, "split_fixed", policy)
+        S.check(f"staged {policy}", S.to_host(dev.y), sums, S.tolerance(m.lengths, mags), lab="segreduce")
+
+
+def test_a_kernel_and_arrays_that_do_not_match_raise_before_launch(cp, kernel):
+    m = G.generate_segments("uniform", 1 << 8, 8, seed=1)
+    with pytest.raises(ValueError, match="gather=True kernel and no x"):
+        S.DeviceCsr(m, None, slots=4).run(S.spmv_kernel(), "split")
+
+
 def run_checked(cp, kernel, m, group=S.GROUP_NNZ, launches=1):
     sums, mags = G.reference(m)
     tol = S.tolerance(m.lengths, mags)

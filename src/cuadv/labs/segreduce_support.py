@@ -28,7 +28,7 @@ def generate_segments(kind: str, segments: int, mean: int, seed: int) -> Csr:
     elif kind == "R-MAT":
         if segments & (segments - 1) or segments < 2:
             raise ValueError(f"R-MAT segments must be a power of two of at least 2, got {segments}")
-        lens = rmat_out_degrees(segments.bit_length() - 1, total, seed)
+        lens = rmat_out_degrees(segments.bit_length() - 1, total, rng)
     else:
         raise ValueError(f"unknown segments {kind!r}; one of {', '.join(KINDS)}")
     offsets = np.zeros(lens.size + 1, np.int64)
@@ -70,7 +70,7 @@ def peers(dev: DeviceCsr, sm: str, progress=lambda message: None) -> tuple[list[
     if cub is None:
         missing["CUB DeviceSegmentedReduce"] = how
     else:
-        sums = cp.empty(n, cp.float32)
+        sums = cp.full(n, cp.nan, cp.float32)  # poisoned: the first check shows a sum CUB did not write
         nbytes = cub.temp_bytes(n)
         temp = cp.empty(max(nbytes, 1), cp.uint8)
         args = (temp.data.ptr, nbytes, dev.vals.data.ptr, sums.data.ptr, n, dev.offsets.data.ptr)

@@ -191,11 +191,10 @@ def _rmat_edges(scale: int, edges: int, rng: np.random.Generator, a: float, b: f
     return src, out
 
 
-def rmat_out_degrees(scale: int, edges: int, seed: int, a: float = 0.57, b: float = 0.19,
+def rmat_out_degrees(scale: int, edges: int, rng: np.random.Generator, a: float = 0.57, b: float = 0.19,
                      c: float = 0.19) -> np.ndarray:
     """The out-degrees of an R-MAT multigraph (rmat's edges, duplicates kept, so they sum to `edges`) of 2**scale
-    vertices, labels permuted as rmat does: the row lengths of an R-MAT matrix without drawing its columns."""
-    rng = np.random.default_rng(seed)
+    vertices, labels permuted as rmat does: row lengths like an R-MAT matrix's without drawing its columns."""
     src, _ = _rmat_edges(scale, edges, rng, a, b, c, dst=False)
     return np.bincount(_label_hash(scale, rng)(src), minlength=1 << scale).astype(np.int64)
 
@@ -439,16 +438,18 @@ def spmv_kernel(policy: str = "auto", threads: int = THREADS, stage: int = STAGE
                       PROLOGUE.format(dynamic=dynamic), policy=policy, block=threads,
                       preamble=kernel_source("spmv.cuh"), name=f"{name}_{threads}_{suffix}",
                       min_blocks_per_sm=min_blocks, quantum_us=quantum_us, min_tiles=min_tiles,
-                      stage=stage if short_rows == "staged" else None)
+                      stage=stage if short_rows == "staged" else None, gather=gather)
 
 
 class SpmvKernel(TileKernel):
     """The SpMV TileKernel, with the stage of its staged short-row body (None: the register body, which takes
-    tiles of any size), which DeviceCsr.run checks a tile list against before the launch."""
+    tiles of any size), which DeviceCsr.run checks a tile list against before the launch, and whether it gathers
+    x (SpMV) or sums the values alone (the segmented sum), which DeviceCsr.run checks against its arrays."""
 
-    def __init__(self, *args, stage: int | None, **kwargs):
+    def __init__(self, *args, stage: int | None, gather: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.stage = stage
+        self.gather = gather
 
 
 class DeviceCsr:
@@ -514,6 +515,11 @@ class DeviceCsr:
         """y = A x with the tile list `tiling` (a key of ``tilings``); launch: TileKernel's (order=, trace=, ...).
         Raises ValueError, before any launch, where the kernel's staged body cannot hold the list's short-row tiles."""
         t, tiles, splits, partials, counts = self.tilings[tiling]
+        gathers = getattr(kernel, "gather", True)
+        if gathers != (self.x is not None):
+            raise ValueError("an SpMV kernel (gather=True) needs a DeviceCsr with x, a segmented sum's kernel "
+                             f"(gather=False) one without (x=None); got a gather={gathers} kernel and "
+                             f"{'no x' if self.x is None else 'an x'}")
         if not self.holds(kernel, tiling):
             stage = kernel.stage
             nnz, rows = self._short_extent[tiling]
