@@ -94,32 +94,21 @@ __device__ __forceinline__ float block_row_sum(int k0, int k1, const int* __rest
 // past the last non-zero the kRowUnroll - 1 elements of padding cols and vals must have: DeviceCsr pads them),
 // x is gathered at column 0 for them, and their products are masked to +0 bitwise: no predicate per element, so
 // ptxas holds no load back behind a multiply-add (with a predicate each it did, short of predicate registers in
-// the steal kernel), and a NaN or infinity read past the row cannot leak into it.
-// Without kGather, the slot's elements are j = k + u * stride (the caller's lanes interleave, slot_step): the sum of
-// vals[j] over j < b, masked the same way. Nothing is gathered, so what bounds the loads is how many sectors each
-// load instruction touches: a group's lanes read consecutive elements, where the gather's layout (4 per lane) has
-// each instruction touch 4 times the sectors and L1 serve every sector 4 times. vals must then be readable
-// (kRowUnroll - 1) * stride elements past the last one.
+// the steal kernel), and a NaN or infinity read past the row cannot leak into it. Without kGather: the sum of
+// vals[j], masked the same way.
 template <bool kGather>
-__device__ __forceinline__ float slot_sum(int k, int b, [[maybe_unused]] int stride, const int* __restrict__ cols,
+__device__ __forceinline__ float slot_sum(int k, int b, const int* __restrict__ cols,
                                           const float* __restrict__ vals, const float* __restrict__ x) {
   [[maybe_unused]] int c[kRowUnroll];
   float v[kRowUnroll], g[kRowUnroll];
-  int keep[kRowUnroll];
-  if constexpr (kGather) {
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) {  // k + u < b + kRowUnroll - 1: in the row, the next ones or the padding
-      c[u] = __ldg(cols + k + u);
-      v[u] = __ldg(vals + k + u);
-    }
-#pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) keep[u] = (u - (b - k)) >> 31;  // arithmetic shift: all ones while k + u < b
-  } else {
-#pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) v[u] = __ldg(vals + k + u * stride);  // in the padding at most
-#pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) keep[u] = (k + u * stride - b) >> 31;
+  for (int u = 0; u < kRowUnroll; ++u) {  // k + u < b + kRowUnroll - 1: in the row, the next ones or the padding
+    if constexpr (kGather) c[u] = __ldg(cols + k + u);
+    v[u] = __ldg(vals + k + u);
   }
+  int keep[kRowUnroll];
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) keep[u] = (u - (b - k)) >> 31;  // arithmetic shift: all ones while k + u < b
   // Past the row the gather reads x[0]: one line that every such lane shares and L1 keeps, where the next row's
   // column would cost a lookup in L2, whose rate of tag lookups bounds this kernel (and cuSPARSE's).
 #pragma unroll
@@ -132,10 +121,6 @@ __device__ __forceinline__ float slot_sum(int k, int b, [[maybe_unused]] int str
   for (int u = 1; u < kRowUnroll; ++u) s += __int_as_float(__float_as_int(v[u] * g[u]) & keep[u]);
   return s;
 }
-
-// Where lane l of a group of slot_sum's callers starts: 4 consecutive elements per lane for the gather, interleaved
-// lanes without it (slot_sum).
-__device__ constexpr int slot_step(bool gather) { return gather ? kRowUnroll : 1; }
 
 // The claim counter of dynamic batches (register_rows), one per block.
 __device__ __forceinline__ unsigned* batch_claims() {
@@ -209,19 +194,17 @@ __device__ __forceinline__ void register_rows(int row0, int rows, int lanes_log2
       const int a = __ldg(offsets + row0 + r);
       b = __ldg(offsets + row0 + r + 1);
       rest = lane == 0 ? a + kOwnRounds * step : b;  // the group's first lane asks for the warp
-      int k = a + lane * slot_step(kGather);
+      int k = a + lane * kRowUnroll;
 #pragma unroll 1
-      for (int round = 0; round < kOwnRounds && k < b; ++round, k += step) {
-        s += slot_sum<kGather>(k, b, lanes, cols, vals, x);
-      }
+      for (int round = 0; round < kOwnRounds && k < b; ++round, k += step) s += slot_sum<kGather>(k, b, cols, vals, x);
     }
     for (unsigned more = __ballot_sync(0xffffffffu, rest < b); more != 0; more &= more - 1) {
       const int owner = __ffs(more) - 1;  // the lane that leads that row's group
       const int begin = __shfl_sync(0xffffffffu, rest, owner), end = __shfl_sync(0xffffffffu, b, owner);
       float t = 0.f;
 #pragma unroll 1
-      for (int k = begin + warp_lane * slot_step(kGather); k < end; k += 32 * kRowUnroll) {
-        t += slot_sum<kGather>(k, end, 32, cols, vals, x);
+      for (int k = begin + warp_lane * kRowUnroll; k < end; k += 32 * kRowUnroll) {
+        t += slot_sum<kGather>(k, end, cols, vals, x);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);

@@ -476,9 +476,8 @@ class DeviceCsr:
             slots = current_device().caps.sm_count * max(1, MIN_BLOCKS * THREADS // threads)
         self.host = m
         self.offsets = cp.asarray(m.offsets)
-        # register_rows reads up to ROW_UNROLL - 1 elements past a row (and masks them), a segmented sum's
-        # interleaved lanes up to (ROW_UNROLL - 1) x 32 (spmv.cuh slot_sum): past the last row, zeros
-        self.vals = _padded(cp, m.vals, (ROW_UNROLL - 1) * (32 if x is None else 1))
+        # register_rows reads up to ROW_UNROLL - 1 elements past a row (and masks them): past the last row, zeros
+        self.vals = _padded(cp, m.vals, ROW_UNROLL - 1)
         self.cols = None if x is None else _padded(cp, m.cols, ROW_UNROLL - 1)
         self.x = None if x is None else cp.asarray(x)
         self.y = cp.empty(m.n_rows, cp.float32)
