@@ -41,6 +41,11 @@ REPEATS = 10
 QUEUE_AHEAD_US = 500.0  # hides the host side of each call (torch's peers allocate their output per call)
 POLICIES = ("fixed_work", "fixed_blocks", "auto")
 TILINGS = {"whole": "whole segments", "split": "split segments"}
+# Why cuadv's sums stay well under the read-only ceiling (the register body is the spmv lab's, built for gathers)
+BELOW_CEILING = ("below the ceiling: Nsight Compute (an H100, 2026-12-05, uniform segments under fixed_work) finds the "
+                 "body latency-bound, DRAM at 60% of its peak and issue at 57%, 60% of the warps' stalls waiting on "
+                 "loads: each batch of rows loads its two offsets, then the values that depend on them, 4 per lane, "
+                 "so few loads are in flight per warp")
 PEER_COLUMNS = {"cub": "x CUB", "torch": "x torch.segment_reduce", "index_add": "x torch index_add_"}
 
 
@@ -141,7 +146,7 @@ class SegReduceLab:
         result.tables.append(Table(
             "cuadv (split segments, auto) against the strongest peer",
             ["segments", "x CUB", "strongest peer", "x strongest peer", "% of read-only ceiling"], best_rows,
-            note="x: the peer's time / cuadv's (above 1: cuadv is faster), same run"))
+            note=f"x: the peer's time / cuadv's (above 1: cuadv is faster), same run; {BELOW_CEILING}"))
         return result
 
     def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
