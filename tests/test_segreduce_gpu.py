@@ -9,15 +9,9 @@ from cuadv import current_device
 from cuadv.labs import segreduce_support as G
 from cuadv.labs import spmv_support as S
 from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
+from test_spmv_gpu import policies  # every policy this GPU runs
 
 pytestmark = pytest.mark.gpu
-
-
-def policies():
-    out = ["fixed_work", "fixed_blocks", "auto"]
-    if current_device().caps.compute_capability >= (9, 0):
-        out.append("steal")
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -31,9 +31,10 @@ import numpy as np
 
 from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import resolve_policy
-from .base import RunContext, gb_per_s, interleaved_rounds
+from .base import RunContext, gb_per_s
 from .segreduce_support import KINDS, generate_segments, peers, reference, segment_bytes
-from .spmv_support import DeviceCsr, check, spmv_kernel, to_host, tolerance
+from .spmv import SpmvLab, figure_slug, smoke_matrix
+from .spmv_support import DeviceCsr, check, checked_timings, spmv_kernel, to_host, tolerance
 
 MEAN = 32  # values per segment
 SEED = 19
@@ -63,19 +64,11 @@ def _label(tiling: str, policy: str, cc) -> str:
     return f"{TILINGS[tiling]}, {name}"
 
 
-def _slug(text: str) -> str:
-    return text.lower().replace("-", "_").replace(" ", "_")
-
-
 class SegReduceLab:
     name = "segreduce"
     title = "Segmented sum over power-law segments through TileKernel against CUB DeviceSegmentedReduce and torch"
 
-    def supported(self, caps) -> str | None:
-        if caps.compute_capability < (9, 0):
-            return (f"needs compute capability 9.0 for policy 'steal' (got {caps.cc_string()}); fallback: "
-                    "fixed_work")
-        return None
+    supported = SpmvLab.supported  # the same needs: policy 'steal'
 
     def build(self, arch: str):
         return [segsum_kernel().compile(arch, p) for p in ("fixed_work", "fixed_blocks", "steal")]
@@ -84,8 +77,6 @@ class SegReduceLab:
         """The spmv lab's smoke rows (an empty one, rows longer than a tile, one split into slices) as segments,
         under every policy and tile list, with small tiles so every path of the body runs; checked against float64
         sums."""
-        from .spmv import smoke_matrix
-
         m, _ = smoke_matrix()
         ref, abs_sum = reference(m)
         tol = tolerance(m.lengths, abs_sum)
@@ -157,10 +148,6 @@ class SegReduceLab:
         """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
         runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy)) or ("peer", kind),
         the peers absent (name -> why) and the largest error over its tolerance."""
-        import cupy as cp
-
-        from ..timing import time_gpu
-
         cc = ctx.caps.compute_capability
         fns, labels = {}, {}
         for tiling in TILINGS:
@@ -173,27 +160,8 @@ class SegReduceLab:
             fns[label], labels[label] = fn, ("peer", peer_kind)
         for name, why in missing.items():
             ctx.progress(f"segreduce: {name} skipped: {why}")
-        worst = 0.0
-
-        def validate(cuadv_only: bool) -> None:
-            nonlocal worst
-            for label, fn in fns.items():
-                if labels[label][0] == "cuadv":
-                    dev.y.fill(cp.nan)
-                    fn()
-                    y = dev.y
-                elif cuadv_only:
-                    continue
-                else:
-                    y = fn()
-                worst = max(worst, check(f"{kind}, {label}", to_host(y), ref, tol, lab=self.name))
-
-        validate(False)
-        times = interleaved_rounds(
-            {label: (lambda f=fn: [time_gpu(f, repeats=REPEATS, queue_ahead_us=QUEUE_AHEAD_US).median_ms])
-             for label, fn in fns.items()}, rounds,
-            lambda r: ctx.progress(f"segreduce {kind}: round {r + 1} of {rounds}, {len(fns)} variants"))
-        validate(True)
+        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, ref, tol, rounds, REPEATS,
+                                       QUEUE_AHEAD_US)
         return times, labels, missing, worst
 
     @staticmethod
@@ -211,7 +179,7 @@ class SegReduceLab:
             fb = fixed[key[0]] / ms if what == "cuadv" else math.nan
             rows.append([kind, label, ms, gb_per_s(ms, nbytes), pct, *versus, fb])
             if what == "cuadv":
-                slug = f"segreduce_{_slug(kind)}_{key[0]}_{key[1]}"
+                slug = f"segreduce_{figure_slug(kind)}_{key[0]}_{key[1]}"
                 result.figures[f"{slug}_pct_read_ceiling"] = pct
                 result.figures[f"{slug}_x_fixed_blocks"] = fb
                 for p, x in zip(PEER_COLUMNS, versus):

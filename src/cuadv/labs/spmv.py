@@ -53,10 +53,10 @@ import numpy as np
 
 from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import TileOrder, resolve_policy
-from .base import RunContext, gb_per_s, interleaved_rounds
+from .base import RunContext, gb_per_s
 from .profile_notes import PROFILED, SPMV
 from .spmv_support import (GROUP_NNZ, LONG_NNZ, MATRICES, SHORT_ROWS, SLICE_NNZ, WIDEST_NNZ, Csr, DeviceCsr, check,
-                           generate, peers, reference, spmv_kernel, to_host, tolerance)
+                           checked_timings, generate, peers, reference, spmv_kernel, to_host, tolerance)
 
 MEAN = 8  # non-zeros per row
 SEED = 18
@@ -85,7 +85,8 @@ def _label(tiling: str, policy: str, heaviest: bool, short: str, cc) -> str:
             + ("" if short == DEFAULT_SHORT else f", {short} short rows"))
 
 
-def _slug(text: str) -> str:
+def figure_slug(text: str) -> str:
+    """A matrix's (or segments') name as it appears in figure names: "R-MAT" -> "r_mat"."""
     return text.lower().replace("-", "_").replace(" ", "_")
 
 
@@ -194,10 +195,6 @@ class SpmvLab:
         """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
         runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy, heaviest first, short-row
         body)) or ("peer", kind), the peers absent (name -> why) and the largest error over its tolerance."""
-        import cupy as cp
-
-        from ..timing import time_gpu
-
         cc = ctx.caps.compute_capability
         order = TileOrder.heaviest_first(dev.tilings["whole"][0].nnz())
         fns, labels = {}, {}
@@ -211,27 +208,8 @@ class SpmvLab:
             fns[label], labels[label] = fn, ("peer", peer_kind)
         for name, why in missing.items():
             ctx.progress(f"spmv: {name} skipped: {why}")
-        worst = 0.0
-
-        def validate(cuadv_only: bool) -> None:
-            nonlocal worst
-            for label, fn in fns.items():
-                if labels[label][0] == "cuadv":
-                    dev.y.fill(cp.nan)
-                    fn()
-                    y = dev.y
-                elif cuadv_only:
-                    continue
-                else:
-                    y = fn()
-                worst = max(worst, check(f"{kind}, {label}", to_host(y), ref, tol))
-
-        validate(False)
-        times = interleaved_rounds(
-            {label: (lambda f=fn: [time_gpu(f, repeats=REPEATS, queue_ahead_us=QUEUE_AHEAD_US).median_ms])
-             for label, fn in fns.items()}, rounds,
-            lambda r: ctx.progress(f"spmv {kind}: round {r + 1} of {rounds}, {len(fns)} variants"))
-        validate(True)
+        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, ref, tol, rounds, REPEATS,
+                                       QUEUE_AHEAD_US)
         return times, labels, missing, worst
 
     @staticmethod
@@ -248,7 +226,7 @@ class SpmvLab:
             pct = spread_map(lambda t: 100 * ideal_ms / t, ms)
             rows.append([kind, label, ms, gb_per_s(ms, nbytes), pct, cus / ms, torch_ms / ms, fb])
             if what == "cuadv":
-                slug = (f"spmv_{_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
+                slug = (f"spmv_{figure_slug(kind)}_{key[0]}_{key[1]}" + ("_heaviest_first" if key[2] else "")
                         + ("" if key[3] == DEFAULT_SHORT else f"_{key[3]}"))
                 result.figures[f"{slug}_x_cusparse"] = cus / ms
                 if not math.isnan(fb):
@@ -262,8 +240,8 @@ class SpmvLab:
         head = ms_of["split", "auto", False, DEFAULT_SHORT]
         fixed_windows = ms_of["split_fixed", "auto", False, DEFAULT_SHORT]
         staged = ms_of["split_fixed", "auto", False, "staged"]
-        result.figures[f"spmv_{_slug(kind)}_split_fixed_auto_x_staged"] = staged / fixed_windows
-        result.figures[f"spmv_{_slug(kind)}_split_auto_x_fixed_windows"] = fixed_windows / head
+        result.figures[f"spmv_{figure_slug(kind)}_split_fixed_auto_x_staged"] = staged / fixed_windows
+        result.figures[f"spmv_{figure_slug(kind)}_split_auto_x_fixed_windows"] = fixed_windows / head
         result.notes.append(f"{kind}, split rows, auto: the register short-row body against the staged one "
                             f"(same tiles, fixed windows): {staged / fixed_windows:.2f}x; guided windows against "
                             f"fixed ones (register body): {fixed_windows / head:.3f}x (their time / its time; above "
@@ -290,7 +268,7 @@ class SpmvLab:
             dur = (rec["end_ns"] - rec["start_ns"]).astype(np.float64)
             ideal = max(dur.sum() / slots, dur.max())
             longest = int(np.argmax(dur))
-            result.figures[f"spmv_{_slug(kind)}_{tiling}_steal_traced_x_ideal"] = trace.makespan_ns / ideal
+            result.figures[f"spmv_{figure_slug(kind)}_{tiling}_steal_traced_x_ideal"] = trace.makespan_ns / ideal
             result.notes.append(
                 f"{kind}, {TILINGS[tiling]}, steal (block traces, {slots} slots): makespan "
                 f"{trace.makespan_ns / 1e3:.1f} us against an ideal of {ideal / 1e3:.1f} us "

@@ -592,6 +592,42 @@ def check(what: str, y: np.ndarray, ref: np.ndarray, tol: np.ndarray, lab: str =
     return float(ratio.max(initial=0.0))
 
 
+def checked_timings(ctx, lab: str, kind: str, dev: DeviceCsr, fns, labels, ref, tol, rounds: int, repeats: int,
+                    queue_ahead_us: float):
+    """What both labs over DeviceCsr measure: validate every variant and peer (fns: label -> a call; labels: label ->
+    ("cuadv", ...) for cuadv's, which write dev.y, poisoned with NaN first, or ("peer", ...) for a call returning its
+    result), time them all in interleaved rounds (each the median of `repeats` CUDA-event timings behind a
+    `queue_ahead_us` spin), and validate cuadv's again (steal then runs the grid it learned). Returns label -> ms and
+    the largest error over its tolerance."""
+    import cupy as cp
+
+    from ..timing import time_gpu
+    from .base import interleaved_rounds
+
+    worst = 0.0
+
+    def validate(cuadv_only: bool) -> None:
+        nonlocal worst
+        for label, fn in fns.items():
+            if labels[label][0] == "cuadv":
+                dev.y.fill(cp.nan)
+                fn()
+                y = dev.y
+            elif cuadv_only:
+                continue
+            else:
+                y = fn()
+            worst = max(worst, check(f"{kind}, {label}", to_host(y), ref, tol, lab=lab))
+
+    validate(False)
+    times = interleaved_rounds(
+        {label: (lambda f=fn: [time_gpu(f, repeats=repeats, queue_ahead_us=queue_ahead_us).median_ms])
+         for label, fn in fns.items()}, rounds,
+        lambda r: ctx.progress(f"{lab} {kind}: round {r + 1} of {rounds}, {len(fns)} variants"))
+    validate(True)
+    return times, worst
+
+
 # -- peers -------------------------------------------------------------------------------------------------
 CUSPARSE_SPMV_ALG_DEFAULT = 0  # cusparseSpMVAlg_t (cusparse.h): the default is CUSPARSE_SPMV_CSR_ALG1 for CSR
 CUDA_R_32F = 0  # cudaDataType_t

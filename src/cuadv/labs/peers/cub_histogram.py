@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import nvcc_build
-from .nvcc_build import PeerUnavailable, cub_version_string, find_nvcc
+from .nvcc_build import PeerUnavailable, cub_version_string, find_nvcc, load_cub_library  # noqa: F401 (cub_version_string: re-exported)
 
 SOURCE = Path(__file__).with_name("cub_histogram.cu")
 DTYPE_CODES = {"int32": 0, "uint8": 1, "float32": 2}
@@ -38,16 +38,10 @@ class CubHistogram:
     how: str = "nvcc"
 
     def __post_init__(self):
-        lib = ctypes.CDLL(str(self.path))
-        lib.cuadv_cub_version.restype = ctypes.c_int
-        lib.cuadv_cub_histogram_even.restype = ctypes.c_int
-        lib.cuadv_cub_histogram_even.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
-                                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_double,
-                                                 ctypes.c_double, ctypes.c_longlong, ctypes.c_void_p]
-        lib.cuadv_cub_error_string.restype = ctypes.c_char_p
-        lib.cuadv_cub_error_string.argtypes = [ctypes.c_int]
-        self._lib = lib
-        self.version = cub_version_string(lib.cuadv_cub_version())
+        self._lib, self.version = load_cub_library(
+            self.path, "cuadv_cub_histogram_even",
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+             ctypes.c_double, ctypes.c_double, ctypes.c_longlong, ctypes.c_void_p])
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .nvcc_build import PeerUnavailable, build_library, cub_version_string, find_nvcc
+from .nvcc_build import PeerUnavailable, build_library, find_nvcc, load_cub_library
 
 SOURCE = Path(__file__).with_name("cub_segmented_reduce.cu")
 
@@ -23,15 +23,10 @@ class CubSegmentedSum:
     path: Path
 
     def __post_init__(self):
-        lib = ctypes.CDLL(str(self.path))
-        lib.cuadv_cub_version.restype = ctypes.c_int
-        lib.cuadv_cub_segmented_sum.restype = ctypes.c_int
-        lib.cuadv_cub_segmented_sum.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
-                                                ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p]
-        lib.cuadv_cub_error_string.restype = ctypes.c_char_p
-        lib.cuadv_cub_error_string.argtypes = [ctypes.c_int]
-        self._lib = lib
-        self.version = cub_version_string(lib.cuadv_cub_version())
+        self._lib, self.version = load_cub_library(
+            self.path, "cuadv_cub_segmented_sum",
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
+             ctypes.c_void_p, ctypes.c_void_p])
 
     @property
     def name(self) -> str:

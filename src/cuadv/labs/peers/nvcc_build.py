@@ -6,6 +6,7 @@ cuadv's compile cache under ``peers/``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -90,3 +91,16 @@ def build_library(source: Path, sm: str, nvcc: str | None = None) -> Path:
 def cub_version_string(code: int) -> str:
     """CUB_VERSION (MMMmmmpp) as 'major.minor.patch'."""
     return f"{code // 100000}.{code // 100 % 1000}.{code % 100}"
+
+
+def load_cub_library(path: Path, entry: str, argtypes: list) -> tuple[ctypes.CDLL, str]:
+    """A peer library built from a source with the cub peers' C interface (``cuadv_cub_version``,
+    ``cuadv_cub_error_string`` and the int-returning ``entry`` taking ``argtypes``), loaded with ctypes, and the
+    CUB version its headers had."""
+    lib = ctypes.CDLL(str(path))
+    lib.cuadv_cub_version.restype = ctypes.c_int
+    getattr(lib, entry).restype = ctypes.c_int
+    getattr(lib, entry).argtypes = argtypes
+    lib.cuadv_cub_error_string.restype = ctypes.c_char_p
+    lib.cuadv_cub_error_string.argtypes = [ctypes.c_int]
+    return lib, cub_version_string(lib.cuadv_cub_version())
