@@ -111,3 +111,16 @@ def test_lab_names_the_capability_it_needs():
             return "8.0"
 
     assert "compute capability 9.0" in SegReduceLab().supported(Caps())
+
+
+def test_the_throughput_figure_draws_every_variant_and_peer(tmp_path):
+    from cuadv.figures import save_figure
+    from cuadv.labs.segreduce import PEER_SHORT, throughput_figure
+
+    rates = {kind: {"split segments, auto (steal)": 2000.0, "split segments, fixed_work": 2100.0,
+                    PEER_SHORT["cub"]: 120.0, PEER_SHORT["index_add"]: 300.0} for kind in G.KINDS}
+    fig = throughput_figure(rates, 3130.0)
+    assert [ax.get_title() for ax in fig.axes] == [f"{k} segments" for k in G.KINDS]
+    assert all(len(ax.patches) == 4 for ax in fig.axes)
+    csv = save_figure(fig, tmp_path / "segreduce_throughput.png")
+    assert (tmp_path / "segreduce_throughput.png").stat().st_size > 0 and "2100" in csv.read_text()

@@ -51,6 +51,31 @@ BELOW_CEILING = ("below the ceiling: Nsight Compute (an H100, 2026-12-05, unifor
 # the latency-bound body streams 12-21% faster with them than at the spmv lab's 6 (H100, 2026-12-05 15:43)
 MIN_BLOCKS = 8
 PEER_COLUMNS = {"cub": "x CUB", "torch": "x torch.segment_reduce", "index_add": "x torch index_add_"}
+PEER_SHORT = {"cub": "CUB DeviceSegmentedReduce", "torch": "torch.segment_reduce", "index_add": "torch index_add_"}
+
+
+def throughput_figure(rates: dict[str, dict[str, float]], ceiling_gbps: float):
+    """One panel per kind of segments: GB/s of every variant and peer (kind -> label -> GB/s), cuadv's bars in one
+    colour and the peers' in another, the read-only ceiling as a line."""
+    from ..figures import pyplot
+
+    plt = pyplot()
+    labels = list(dict.fromkeys(l for by_label in rates.values() for l in by_label))  # one order for every panel
+    peers = set(PEER_SHORT.values())
+    fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(4 + 4 * max(len(rates), 1), 1.5 + 0.35 * len(labels)),
+                             sharey=True, squeeze=False)
+    for ax, (kind, by_label) in zip(axes[0], rates.items()):
+        ax.barh(range(len(labels)), [by_label.get(l, 0.0) for l in labels],
+                color=["tab:gray" if l in peers else "tab:blue" for l in labels])
+        ax.axvline(ceiling_gbps, color="k", lw=0.8, ls=":", label="read-only ceiling")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_xlabel("GB/s (values, offsets and sums)")
+        ax.set_title(f"{kind} segments")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0][0].invert_yaxis()  # shared: the first label on top in every panel
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle("Segmented sum: cuadv (blue) against its peers (gray)")
+    return fig
 
 
 def segsum_kernel():
@@ -102,6 +127,7 @@ class SegReduceLab:
         result.figures["read_ceiling_tb_s"] = read.tb_per_s
         kernels = {tiling: segsum_kernel() for tiling in TILINGS}  # steal learns its grid per tile list
         seg_rows, rows, best_rows = [], [], []
+        rates: dict[str, dict[str, float]] = {}  # kind -> short label -> GB/s, for the figure
         for kind in KINDS:
             ctx.progress(f"segreduce: generating {kind} segments ({segments:,})")
             t0 = time.perf_counter()
@@ -120,8 +146,11 @@ class SegReduceLab:
             result.checks.append(f"{kind}: every segment of every variant and peer within tolerance of float64 "
                                  f"sums (largest error {worst:.2f} of its tolerance), before and after timing")
             self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, best_rows)
+            rates[kind] = {PEER_SHORT.get(labels[l][1], l) if labels[l][0] == "peer" else l:
+                           segment_bytes(m) / (ms * 1e-3) / 1e9 for l, ms in times.items()}
             del dev
             cp.get_default_memory_pool().free_all_blocks()
+        ctx.save_figure(throughput_figure(rates, read.bytes_per_s / 1e9), "segreduce_throughput.png", result)
         result.tables.append(Table(
             "the segments", ["segments", "count", "values", "longest", "max / mean", "Gini", "empty",
                              "tiles, whole segments", "tiles, split segments", "ideal ms", "generated in s"], seg_rows,
