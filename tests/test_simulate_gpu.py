@@ -127,7 +127,7 @@ def test_simulated_makespan_matches_the_trace(cp, name):
                 break
         else:
             pytest.skip(f"{policy}: another process's kernels shared the GPU in 3 launches (pytest -n: tiles "
-                        "stretched, blocks paused or started late), which the model's machine does not have")
+                        "stretched, blocks paused or started late, an SM left idle), which the model's machine does not have")
         slots = occupancy(k, policy)
         machine = Machine(caps.sm_count, slots)
         spec = KernelSpec(durations.astype(np.float64), policy, PROLOGUE_US * 1e3,

@@ -46,9 +46,11 @@ TILINGS = {"whole": "whole segments", "split": "split segments"}
 BELOW_CEILING = ("below the ceiling: Nsight Compute (an H100, 2026-12-05, uniform segments under fixed_work, 6 blocks "
                  "per SM) found the body latency-bound, DRAM at 60% of its peak and issue at 57%, 60% of the warps' "
                  "stalls waiting on loads: each batch of rows loads its two offsets, then the values that depend on "
-                 "them, 4 per lane, so few loads are in flight per warp; 8 blocks per SM (now) gained 12-21%")
+                 "them, 4 per lane, so few loads are in flight per warp; 8 blocks per SM (now) gained 12-22% under "
+                 "fixed_work and steal")
 # Blocks of 256 threads per SM the kernel is compiled for (__launch_bounds__): 8 fit at 32 registers, no spills, and
-# the latency-bound body streams 12-21% faster with them than at the spmv lab's 6 (H100, 2026-12-05 15:43)
+# the latency-bound body streams 12-22% faster with them under fixed_work and steal (10-12% under fixed_blocks) than
+# at the spmv lab's 6 (H100, 2026-12-05 15:43)
 MIN_BLOCKS = 8
 PEER_COLUMNS = {"cub": "x CUB", "torch": "x torch.segment_reduce", "index_add": "x torch index_add_"}
 PEER_SHORT = {"cub": "CUB DeviceSegmentedReduce", "torch": "torch.segment_reduce", "index_add": "torch index_add_"}
@@ -61,12 +63,12 @@ def throughput_figure(rates: dict[str, dict[str, float]], ceiling_gbps: float):
 
     plt = pyplot()
     labels = list(dict.fromkeys(l for by_label in rates.values() for l in by_label))  # one order for every panel
-    peers = set(PEER_SHORT.values())
+    peer_names = set(PEER_SHORT.values())
     fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(4 + 4 * max(len(rates), 1), 1.5 + 0.35 * len(labels)),
                              sharey=True, squeeze=False)
     for ax, (kind, by_label) in zip(axes[0], rates.items()):
         ax.barh(range(len(labels)), [by_label.get(l, 0.0) for l in labels],
-                color=["tab:gray" if l in peers else "tab:blue" for l in labels])
+                color=["tab:gray" if l in peer_names else "tab:blue" for l in labels])
         ax.axvline(ceiling_gbps, color="k", lw=0.8, ls=":", label="read-only ceiling")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.set_xlabel("GB/s (values, offsets and sums)")
@@ -135,6 +137,8 @@ class SegReduceLab:
             gen_s = time.perf_counter() - t0
             ref, abs_sum = reference(m)
             tol = tolerance(m.lengths, abs_sum)
+            # guided windows sized for the spmv lab's 6 blocks per SM (DeviceCsr's default), as measured at 15:43;
+            # sizing them for this kernel's 8 is untested
             dev = DeviceCsr(m, None)
             st = m.stats()
             whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
@@ -147,7 +151,7 @@ class SegReduceLab:
                                  f"sums (largest error {worst:.2f} of its tolerance), before and after timing")
             self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, best_rows)
             rates[kind] = {PEER_SHORT.get(labels[l][1], l) if labels[l][0] == "peer" else l:
-                           segment_bytes(m) / (ms * 1e-3) / 1e9 for l, ms in times.items()}
+                           float(gb_per_s(ms, segment_bytes(m))) for l, ms in times.items()}
             del dev
             cp.get_default_memory_pool().free_all_blocks()
         ctx.save_figure(throughput_figure(rates, read.bytes_per_s / 1e9), "segreduce_throughput.png", result)

@@ -77,7 +77,7 @@ def peers(dev: DeviceCsr, sm: str, progress=lambda message: None) -> tuple[list[
         out.append(("cub", f"{cub.name}, workspace {nbytes:,} B", lambda: (cub.run(*args, stream_handle(None)), sums)[1]))
     torch, why = import_torch()
     if torch is None:
-        missing["torch.segment_reduce"] = why
+        missing["torch.segment_reduce"] = missing["torch index_add_"] = why
         return out, missing
     values = torch.as_tensor(dev.vals, device="cuda")
     offsets = torch.as_tensor(dev.offsets, device="cuda").to(torch.int64)

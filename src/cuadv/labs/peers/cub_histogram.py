@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import nvcc_build
-from .nvcc_build import PeerUnavailable, cub_version_string, find_nvcc, load_cub_library  # noqa: F401 (cub_version_string: re-exported)
+from .nvcc_build import PeerUnavailable, find_nvcc, load_cub_library
 
 SOURCE = Path(__file__).with_name("cub_histogram.cu")
 DTYPE_CODES = {"int32": 0, "uint8": 1, "float32": 2}
