@@ -124,3 +124,52 @@ def test_the_throughput_figure_draws_every_variant_and_peer(tmp_path):
     assert all(len(ax.patches) == 4 for ax in fig.axes)
     csv = save_figure(fig, tmp_path / "segreduce_throughput.png")
     assert (tmp_path / "segreduce_throughput.png").stat().st_size > 0 and "2100" in csv.read_text()
+
+
+class _Ctx:
+    def __init__(self):
+        self.messages = []
+
+    def progress(self, message):
+        self.messages.append(message)
+
+
+def _timed_labs(monkeypatch):
+    """checked_timings on the CPU: NumPy stands in for CuPy (NaN, fill), the timer returns a fixed time per call."""
+    import sys
+    import types
+
+    from cuadv import timing
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(nan=np.nan))
+    monkeypatch.setattr(S, "to_host", lambda y: np.asarray(y))
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, **kw: (fn(), types.SimpleNamespace(median_ms=1.5))[1])
+
+
+def test_checked_timings_validates_poisons_and_times_every_variant(monkeypatch):
+    _timed_labs(monkeypatch)
+    ref = np.array([1.0, 2.0, 3.0])
+    tol = np.full(3, 1e-6)
+    dev = type("Dev", (), {"y": np.zeros(3, np.float32)})()
+    runs = []
+
+    def cuadv_fn():
+        runs.append(bool(np.isnan(dev.y).all()))  # poisoned before every checked launch
+        dev.y[:] = ref
+
+    fns = {"mine": cuadv_fn, "peer": lambda: ref.astype(np.float32)}
+    labels = {"mine": ("cuadv", ("split", "auto")), "peer": ("peer", "cub")}
+    ctx = _Ctx()
+    times, worst = S.checked_timings(ctx, "segreduce", "uniform", dev, fns, labels, ref, tol, 2, 10, 500.0)
+    assert set(times) == {"mine", "peer"} and float(times["mine"]) == 1.5 and worst == 0.0
+    assert runs[0] and runs[-1] and len(runs) == 4  # checked before and after 2 timed rounds
+    assert ctx.messages == ["segreduce uniform: round 1 of 2, 2 variants", "segreduce uniform: round 2 of 2, 2 variants"]
+
+
+def test_checked_timings_names_the_lab_and_variant_that_wrote_nothing(monkeypatch):
+    _timed_labs(monkeypatch)
+    ref = np.array([1.0, 2.0])
+    dev = type("Dev", (), {"y": np.zeros(2, np.float32)})()
+    fns = {"lazy": lambda: None}  # leaves the NaN poison in place
+    with pytest.raises(Exception, match="segreduce R-MAT, lazy: 2 rows out of tolerance"):
+        S.checked_timings(_Ctx(), "segreduce", "R-MAT", dev, fns, {"lazy": ("cuadv", ())}, ref, np.ones(2), 1, 1, 0.0)
