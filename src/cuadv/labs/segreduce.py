@@ -3,8 +3,8 @@ against CUB's ``DeviceSegmentedReduce::Sum``, ``torch.segment_reduce`` and torch
 
 Needs: compute capability 9.0 (policy 'steal', which 'auto' is on Hopper); CuPy; nvcc for the CUB peer and torch
 for the torch peers (each skipped with the reason where absent).
-Key insight: the same ragged work as SpMV without the gather, so it streams at the memory's rate, and the
-scheduling decides the rest. A library that gives each segment a block of its own leaves the longest segment of a
+Key insight: the same ragged work as SpMV without the gather, so the memory's read rate is its ceiling, and the
+scheduling decides how close it gets. A library that gives each segment a block of its own leaves the longest segment of a
 power-law array on one SM; cutting long segments into slices and grouping short ones into tiles by their weight
 gives every tile a bounded cost, and the scheduler balances what is left.
 Run: ``cuadv bench segreduce`` (``--quick``: 2**19 segments, about 16M values; full: 2**22, about 134M: 512 MiB).
