@@ -2,8 +2,6 @@
 float64 reference, the byte count, the segmented-sum kernel's source and compile, the CUB peer's build and its
 reason when nvcc is missing, and the lab's place in the registry."""
 
-import stat
-
 import numpy as np
 import pytest
 
@@ -11,6 +9,7 @@ from cuadv.labs import segreduce_support as G
 from cuadv.labs import spmv_support as S
 from cuadv.labs.peers import cub_segmented_reduce as cubseg
 from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
+from test_histogram_peers_cpu import _fake_nvcc  # a stand-in nvcc that writes its -o file
 
 
 @pytest.mark.parametrize("kind", G.KINDS)
@@ -67,20 +66,11 @@ def test_the_kernel_is_the_spmv_body_without_the_gather():
             assert all(r.spill_store_bytes == 0 for r in res.values()), (arch, policy, res)
 
 
-def _fake_nvcc(tmp_path):
-    path = tmp_path / "bin" / "nvcc"
-    path.parent.mkdir(parents=True)
-    path.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "release 99.9"; exit 0; fi\n'
-                    'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; printf ELF > "$out"\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
 def test_the_cub_peer_is_built_once_under_its_own_name(tmp_path, monkeypatch):
     from cuadv import cache
     from cuadv.labs.peers import nvcc_build
 
-    nvcc = _fake_nvcc(tmp_path)
+    nvcc, _ = _fake_nvcc(tmp_path)
     monkeypatch.setenv("CUADV_CACHE_DIR", str(tmp_path / "cache"))
     lib = nvcc_build.build_library(cubseg.SOURCE, "sm_90", str(nvcc))
     assert lib.name.startswith("cub_segmented_reduce-sm_90-") and lib.read_bytes() == b"ELF"
@@ -163,7 +153,7 @@ def test_checked_timings_validates_poisons_and_times_every_variant(monkeypatch):
     times, worst = S.checked_timings(ctx, "segreduce", "uniform", dev, fns, labels, ref, tol, 2, 10, 500.0)
     assert set(times) == {"mine", "peer"} and float(times["mine"]) == 1.5 and worst == 0.0
     assert runs[0] and runs[-1] and len(runs) == 4  # checked before and after 2 timed rounds
-    assert ctx.messages == ["segreduce uniform: round 1 of 2, 2 variants", "segreduce uniform: round 2 of 2, 2 variants"]
+    assert ctx.messages == [f"segreduce uniform: round {r} of 2, 2 variants" for r in (1, 2)]
 
 
 def test_checked_timings_names_the_lab_and_variant_that_wrote_nothing(monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 from cuadv import current_device
 from cuadv.labs import segreduce_support as G
 from cuadv.labs import spmv_support as S
+from cuadv.labs.peers.cub_segmented_reduce import load_cub_segmented_sum
 from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
 from test_spmv_gpu import policies  # every policy this GPU runs
 
@@ -79,7 +80,7 @@ def test_peers_agree_with_the_reference(cp):
     tol = S.tolerance(m.lengths, mags)
     dev = S.DeviceCsr(m, None, slots=4)
     cc = current_device().caps.compute_capability
-    found, missing = G.peers(dev, f"sm_{cc[0]}{cc[1]}")
+    found, missing = G.peers(dev, load_cub_segmented_sum(f"sm_{cc[0]}{cc[1]}"))
     for kind, label, fn in found:
         S.check(label, S.to_host(fn()), sums, tol, lab="segreduce")
     if not found:

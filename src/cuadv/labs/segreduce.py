@@ -4,8 +4,8 @@ against CUB's ``DeviceSegmentedReduce::Sum``, ``torch.segment_reduce`` and torch
 Needs: compute capability 9.0 (policy 'steal', which 'auto' is on Hopper); CuPy; nvcc for the CUB peer and torch
 for the torch peers (each skipped with the reason where absent).
 Key insight: the same ragged work as SpMV without the gather, so the memory's read rate is its ceiling, and the
-scheduling decides how close it gets. A library that gives each segment a block of its own leaves the longest segment of a
-power-law array on one SM; cutting long segments into slices and grouping short ones into tiles by their weight
+scheduling decides how close it gets. A library that gives each segment a block of its own leaves the longest
+segment of a power-law array on one SM; cutting long segments into slices and grouping short ones into tiles by their weight
 gives every tile a bounded cost, and the scheduler balances what is left.
 Run: ``cuadv bench segreduce`` (``--quick``: 2**19 segments, about 16M values; full: 2**22, about 134M: 512 MiB).
 
@@ -32,6 +32,7 @@ import numpy as np
 from ..report.results import LabResult, Table, spread_map
 from ..work_stealing import resolve_policy
 from .base import RunContext, gb_per_s
+from .peers.cub_segmented_reduce import load_cub_segmented_sum
 from .segreduce_support import KINDS, generate_segments, peers, reference, segment_bytes
 from .spmv import SpmvLab, figure_slug, smoke_matrix
 from .spmv_support import DeviceCsr, check, checked_timings, spmv_kernel, to_host, tolerance
@@ -128,6 +129,9 @@ class SegReduceLab:
         read = read_ceiling()
         result.figures["read_ceiling_tb_s"] = read.tb_per_s
         kernels = {tiling: segsum_kernel() for tiling in TILINGS}  # steal learns its grid per tile list
+        cc = ctx.caps.compute_capability
+        ctx.progress("segreduce: loading CUB's DeviceSegmentedReduce (built with nvcc once, then cached)")
+        cub_peer = load_cub_segmented_sum(f"sm_{cc[0]}{cc[1]}")
         seg_rows, rows, best_rows = [], [], []
         rates: dict[str, dict[str, float]] = {}  # kind -> short label -> GB/s, for the figure
         for kind in KINDS:
@@ -146,7 +150,7 @@ class SegReduceLab:
             seg_rows.append([kind, st["rows"], st["nnz"], st["max_row"], st["max_over_mean"], st["gini"],
                              st["empty_rows"], f"{whole.count:,} ({whole.kinds()['long rows']:,} long)",
                              f"{split.count:,} ({split.kinds()['slices']:,} slices)", ideal_ms, gen_s])
-            times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, ref, tol, rounds)
+            times, labels, missing, worst = self._measure(ctx, kind, dev, kernels, cub_peer, ref, tol, rounds)
             result.checks.append(f"{kind}: every segment of every variant and peer within tolerance of float64 "
                                  f"sums (largest error {worst:.2f} of its tolerance), before and after timing")
             self._rows(result, kind, m, times, labels, missing, ideal_ms, rows, best_rows)
@@ -177,7 +181,7 @@ class SegReduceLab:
             note=f"x: the peer's time / cuadv's (above 1: cuadv is faster), same run; {BELOW_CEILING}"))
         return result
 
-    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):
+    def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, cub_peer, ref, tol, rounds: int):
         """Validate every variant and peer, time them in interleaved rounds, validate cuadv's again (steal then
         runs the grid it learned). Returns label -> ms, label -> ("cuadv", (tiling, policy)) or ("peer", kind),
         the peers absent (name -> why) and the largest error over its tolerance."""
@@ -188,7 +192,7 @@ class SegReduceLab:
                 label = _label(tiling, policy, cc)
                 fns[label] = (lambda t=tiling, p=policy: dev.run(kernels[t], t, p))
                 labels[label] = ("cuadv", (tiling, policy))
-        peer_list, missing = peers(dev, f"sm_{cc[0]}{cc[1]}", ctx.progress)
+        peer_list, missing = peers(dev, cub_peer)
         for peer_kind, label, fn in peer_list:
             fns[label], labels[label] = fn, ("peer", peer_kind)
         for name, why in missing.items():
@@ -221,9 +225,8 @@ class SegReduceLab:
         for name, why in missing.items():
             rows.append([kind, f"{name}: skipped ({why})", *[math.nan] * (4 + len(PEER_COLUMNS))])
         head = next(ms for l, ms in times.items() if labels[l] == ("cuadv", ("split", "auto")))
-        if peer_ms:
-            strongest = min(peer_ms, key=lambda p: peer_ms[p])
-            best_rows.append([kind, peer_ms.get("cub", math.nan) / head, peer_name[strongest],
-                              peer_ms[strongest] / head, spread_map(lambda t: 100 * ideal_ms / t, head)])
-        else:
-            best_rows.append([kind, math.nan, "none measured", math.nan, spread_map(lambda t: 100 * ideal_ms / t, head)])
+        strongest = min(peer_ms, key=lambda p: peer_ms[p], default=None)
+        best_rows.append([kind, peer_ms.get("cub", math.nan) / head,
+                          "none measured" if strongest is None else peer_name[strongest],
+                          math.nan if strongest is None else peer_ms[strongest] / head,
+                          spread_map(lambda t: 100 * ideal_ms / t, head)])

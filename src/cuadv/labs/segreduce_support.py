@@ -46,27 +46,26 @@ def reference(m: Csr) -> tuple[np.ndarray, np.ndarray]:
     """Each segment's sum and sum of magnitudes in float64, from running sums (their rounding, about 1e-16 of the
     running total, is far below a float32 sum's tolerance)."""
     out = []
-    for v in (m.vals.astype(np.float64), np.abs(m.vals.astype(np.float64))):
+    values = m.vals.astype(np.float64)
+    for v in (values, np.abs(values)):
         run = np.zeros(v.size + 1)
         np.cumsum(v, out=run[1:])
         out.append(run[m.offsets[1:]] - run[m.offsets[:-1]])
     return out[0], out[1]
 
 
-def peers(dev: DeviceCsr, sm: str, progress=lambda message: None) -> tuple[list[tuple[str, str, object]], dict[str, str]]:
+def peers(dev: DeviceCsr, cub_peer: tuple) -> tuple[list[tuple[str, str, object]], dict[str, str]]:
     """(kind, label naming the version, callable returning the sums) for each peer present, kind one of "cub",
     "torch" (segment_reduce) and "index_add" (torch's scatter-add of each value into its segment's sum, with
-    atomics); and name -> why absent. Every peer reads the same device values and offsets as cuadv."""
+    atomics); and name -> why absent. ``cub_peer``: what ``load_cub_segmented_sum`` returned (loaded once per run).
+    Every peer reads the same device values and offsets as cuadv."""
     import cupy as cp
 
     from ..interop import stream_handle
-    from .peers.cub_segmented_reduce import load_cub_segmented_sum
 
-    m = dev.host
-    n = m.n_rows
+    n = dev.host.n_rows
     out, missing = [], {}
-    progress("segreduce: loading CUB's DeviceSegmentedReduce (built with nvcc once, then cached)")
-    cub, how = load_cub_segmented_sum(sm)
+    cub, how = cub_peer
     if cub is None:
         missing["CUB DeviceSegmentedReduce"] = how
     else:
@@ -74,7 +73,8 @@ def peers(dev: DeviceCsr, sm: str, progress=lambda message: None) -> tuple[list[
         nbytes = cub.temp_bytes(n)
         temp = cp.empty(max(nbytes, 1), cp.uint8)
         args = (temp.data.ptr, nbytes, dev.vals.data.ptr, sums.data.ptr, n, dev.offsets.data.ptr)
-        out.append(("cub", f"{cub.name}, workspace {nbytes:,} B", lambda: (cub.run(*args, stream_handle(None)), sums)[1]))
+        out.append(("cub", f"{cub.name}, workspace {nbytes:,} B",
+                    lambda: (cub.run(*args, stream_handle(None)), sums)[1]))
     torch, why = import_torch()
     if torch is None:
         missing["torch.segment_reduce"] = missing["torch index_add_"] = why

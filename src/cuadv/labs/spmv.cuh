@@ -300,8 +300,11 @@ __device__ __forceinline__ void run_tile(unsigned long long index, const int4* _
       const int rows = d.y >> 5, lanes_log2 = d.y & kLanesMask;
       // Only a kernel with dynamic batches instantiates the claimed copy.
       if constexpr (kDynamicBatches) {
-        if (d.y & kDynamicFlag) register_rows<kThreads, true, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
-        else register_rows<kThreads, false, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        if (d.y & kDynamicFlag) {
+          register_rows<kThreads, true, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        } else {
+          register_rows<kThreads, false, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
+        }
       } else {
         register_rows<kThreads, false, kGather>(d.x, rows, lanes_log2, offsets, cols, vals, x, y);
       }

@@ -40,8 +40,8 @@ class CubHistogram:
     def __post_init__(self):
         self._lib, self.version = load_cub_library(
             self.path, "cuadv_cub_histogram_even",
-            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-             ctypes.c_double, ctypes.c_double, ctypes.c_longlong, ctypes.c_void_p])
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+             ctypes.c_int, ctypes.c_double, ctypes.c_double, ctypes.c_longlong, ctypes.c_void_p])
 
     @property
     def name(self) -> str:
