@@ -141,8 +141,8 @@ class SegReduceLab:
             gen_s = time.perf_counter() - t0
             ref, abs_sum = reference(m)
             tol = tolerance(m.lengths, abs_sum)
-            # guided windows sized for the spmv lab's 6 blocks per SM (DeviceCsr's default), as measured at 15:43;
-            # sizing them for this kernel's 8 is untested
+            # guided windows sized for the spmv lab's 6 blocks per SM (DeviceCsr's default): sized for this kernel's
+            # 8 they read the same or up to 0.5% slower (H100, 2026-12-05, scripts/segreduce_probe.py)
             dev = DeviceCsr(m, None)
             st = m.stats()
             whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
