@@ -1,13 +1,12 @@
 """The segmented sum's own times, without its peers: the segreduce lab's kernel under fixed_work, steal and
-fixed_blocks on split segments of each kind, with the guided windows narrowed for the spmv lab's 6 blocks per SM
-(DeviceCsr's default) and for the kernel's own MIN_BLOCKS, or for the blocks per SM given. Every variant's sums are
-checked against float64 sums before it is timed. Run it on each source tree of an A/B (scripts/tree_ab.sh), or with
-another block size (--threads, --min-blocks: the kernel's __launch_bounds__, and the tiles built for that block);
-the rounds alternate the variants.
+fixed_blocks on split segments of each kind, with the guided windows narrowed for the blocks per SM the kernel keeps
+resident, or for those given. Every variant's sums are checked against float64 sums before it is timed. Run it on
+each source tree of an A/B (scripts/tree_ab.sh), or with another block size (--threads, --min-blocks: the kernel's
+__launch_bounds__, the tiles built for that block; default: the lab's); the rounds alternate the variants.
 
     PYTHONPATH=src python3 scripts/segreduce_probe.py                 2**22 segments of mean 32, 2 rounds
     PYTHONPATH=src python3 scripts/segreduce_probe.py --segments-log2 19 --kinds uniform
-    PYTHONPATH=src python3 scripts/segreduce_probe.py --threads 128 --min-blocks 16 --windows-per-sm 16
+    PYTHONPATH=src python3 scripts/segreduce_probe.py --threads 256 --min-blocks 8 --windows-per-sm 6 8
 """
 
 from __future__ import annotations
@@ -23,28 +22,30 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="+", default=None, help="power-law, R-MAT, uniform (default: all)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=None, help="threads per block (default: the lab's kernel)")
-    ap.add_argument("--min-blocks", type=int, default=None, help="blocks per SM to compile for (default: MIN_BLOCKS)")
+    ap.add_argument("--threads", type=int, default=None, help="threads per block (default: the lab's, THREADS)")
+    ap.add_argument("--min-blocks", type=int, default=None,
+                    help="blocks per SM to compile for (default: the lab's MIN_BLOCKS, or 2048 / threads)")
     ap.add_argument("--windows-per-sm", type=int, nargs="+", default=None,
-                    help="blocks per SM the guided windows narrow for, one DeviceCsr each (default: 6 and MIN_BLOCKS)")
+                    help="blocks per SM the guided windows narrow for, one DeviceCsr each (default: --min-blocks)")
     args = ap.parse_args()
 
     import cupy as cp
 
     from cuadv.device import current_device
-    from cuadv.labs.segreduce import MEAN, MIN_BLOCKS, SEED, segsum_kernel
+    from cuadv.labs.segreduce import MEAN, MIN_BLOCKS, SEED, THREADS, segsum_kernel
     from cuadv.labs.segreduce_support import KINDS, generate_segments, reference, segment_bytes
-    from cuadv.labs.spmv_support import THREADS, DeviceCsr, check, spmv_kernel, to_host, tolerance
+    from cuadv.labs.spmv_support import DeviceCsr, check, spmv_kernel, to_host, tolerance
     from cuadv.timing import read_ceiling, time_gpu
 
     sms = current_device().caps.sm_count
     ceiling = read_ceiling().tb_per_s * 1e12
     threads = args.threads or THREADS
-    if args.threads is None and args.min_blocks is None:
+    min_blocks = args.min_blocks or (MIN_BLOCKS if threads == THREADS else max(1, 2048 // threads))
+    if (threads, min_blocks) == (THREADS, MIN_BLOCKS):
         kernel = segsum_kernel()
     else:
-        kernel = spmv_kernel(name="segreduce", gather=False, threads=threads, min_blocks=args.min_blocks or MIN_BLOCKS)
-    windows = args.windows_per_sm or (6, MIN_BLOCKS)
+        kernel = spmv_kernel(name="segreduce", gather=False, threads=threads, min_blocks=min_blocks)
+    windows = args.windows_per_sm or (min_blocks,)
     print(f"{current_device().caps.name}, read-only ceiling {ceiling / 1e12:.2f} TB/s; {threads} threads per block, "
           f"compiled for {kernel.min_blocks_per_sm} blocks per SM", flush=True)
     for kind in args.kinds or KINDS:

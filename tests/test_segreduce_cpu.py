@@ -8,7 +8,7 @@ import pytest
 from cuadv.labs import segreduce_support as G
 from cuadv.labs import spmv_support as S
 from cuadv.labs.peers import cub_segmented_reduce as cubseg
-from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
+from cuadv.labs.segreduce import MIN_BLOCKS, THREADS, SegReduceLab, segsum_kernel
 from test_histogram_peers_cpu import _fake_nvcc  # a stand-in nvcc that writes its -o file
 
 
@@ -60,10 +60,12 @@ def test_the_kernel_is_the_spmv_body_without_the_gather():
     spmv = S.spmv_kernel()
     assert k.name.endswith("_segsum") and "segsum" not in spmv.name
     assert k.gather is False and spmv.gather is True
+    # The whole SM's 2048 threads resident (MIN_BLOCKS blocks of THREADS), so at most 65536 / 2048 = 32 registers
+    assert k.block == (THREADS, 1, 1) and k.min_blocks_per_sm == MIN_BLOCKS and THREADS * MIN_BLOCKS == 2048
     for arch in ("sm_90a", "sm_100a"):
         for policy in ("fixed_work", "fixed_blocks", "steal"):
             res = k.compile(arch, policy).resources
-            assert all(r.spill_store_bytes == 0 for r in res.values()), (arch, policy, res)
+            assert all(r.spill_store_bytes == 0 and r.registers <= 32 for r in res.values()), (arch, policy, res)
 
 
 def test_the_cub_peer_is_built_once_under_its_own_name(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from cuadv import current_device
 from cuadv.labs import segreduce_support as G
 from cuadv.labs import spmv_support as S
 from cuadv.labs.peers.cub_segmented_reduce import load_cub_segmented_sum
-from cuadv.labs.segreduce import SegReduceLab, segsum_kernel
+from cuadv.labs.segreduce import SegReduceLab, segment_tiles, segsum_kernel
 from test_spmv_gpu import policies  # every policy this GPU runs
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +41,7 @@ def test_a_kernel_and_arrays_that_do_not_match_raise_before_launch(cp, kernel):
 def run_checked(cp, kernel, m, group=S.GROUP_NNZ, launches=1):
     sums, mags = G.reference(m)
     tol = S.tolerance(m.lengths, mags)
-    dev = S.DeviceCsr(m, None, group, slots=4)  # slots=4: guided windows widen even on these small arrays
+    dev = segment_tiles(m, group, slots=4)  # slots=4: guided windows widen even on these small arrays
     assert dev.cols is None and dev.x is None  # a segmented sum uploads no columns and no x
     for tiling in dev.tilings:
         for policy in policies():
@@ -78,7 +78,7 @@ def test_peers_agree_with_the_reference(cp):
     m = G.generate_segments("power-law", 1 << 12, 32, seed=4)
     sums, mags = G.reference(m)
     tol = S.tolerance(m.lengths, mags)
-    dev = S.DeviceCsr(m, None, slots=4)
+    dev = segment_tiles(m, slots=4)
     cc = current_device().caps.compute_capability
     found, missing = G.peers(dev, load_cub_segmented_sum(f"sm_{cc[0]}{cc[1]}"))
     for kind, label, fn in found:

@@ -14,7 +14,7 @@ the out-degrees of an R-MAT multigraph and uniform lengths (the mean +- 25%), al
 [-1, 1]. The kernel is the spmv lab's tile body compiled without the gather (``spmv.cuh``, kGather = false) on the
 spmv lab's tile lists (short segments grouped by weight, a segment longer than 512 its own tile, "split": longer
 than 8192 cut into slices summed by the last slice, so nothing is zeroed, no float atomics are used and the result
-is the same every run), under each policy.
+is the same every run), in blocks of 128 threads, 16 per SM, under each policy.
 
 Checks: every result, cuadv's under every policy and tiling and every peer's, against float64 sums, segment by
 segment within 4 float32 epsilons x (log2(length) + 2) x the sum of magnitudes; cuadv's sums are poisoned (NaN)
@@ -35,7 +35,7 @@ from .base import RunContext, gb_per_s
 from .peers.cub_segmented_reduce import load_cub_segmented_sum
 from .segreduce_support import KINDS, generate_segments, peers, reference, segment_bytes
 from .spmv import SpmvLab, figure_slug, smoke_matrix
-from .spmv_support import DeviceCsr, check, checked_timings, spmv_kernel, to_host, tolerance
+from .spmv_support import GROUP_NNZ, DeviceCsr, check, checked_timings, spmv_kernel, to_host, tolerance
 
 MEAN = 32  # values per segment
 SEED = 19
@@ -45,14 +45,18 @@ POLICIES = ("fixed_work", "fixed_blocks", "auto")
 TILINGS = {"whole": "whole segments", "split": "split segments"}
 # Why cuadv's sums stay well under the read-only ceiling (the register body is the spmv lab's, built for gathers)
 BELOW_CEILING = ("below the ceiling: Nsight Compute (an H100, 2026-12-05, uniform segments under fixed_work, 6 blocks "
-                 "per SM) found the body latency-bound, DRAM at 60% of its peak and issue at 57%, 60% of the warps' "
-                 "stalls waiting on loads: each batch of rows loads its two offsets, then the values that depend on "
-                 "them, 4 per lane, so few loads are in flight per warp; 8 blocks per SM (now) gained 12-22% under "
-                 "fixed_work and steal")
-# Blocks of 256 threads per SM the kernel is compiled for (__launch_bounds__): 8 fit at 32 registers, no spills, and
-# the latency-bound body streams 12-22% faster with them under fixed_work and steal (10-12% under fixed_blocks) than
-# at the spmv lab's 6 (H100, 2026-12-05 15:43)
-MIN_BLOCKS = 8
+                 "of 256 threads per SM) found the body latency-bound, DRAM at 60% of its peak and issue at 57%, 60% "
+                 "of the warps' stalls waiting on loads: each batch of rows loads its two offsets, then the values "
+                 "that depend on them, 4 per lane, so few loads are in flight per warp; the whole SM's threads (8 "
+                 "blocks of 256) gained 12-22% under fixed_work and steal, blocks of 128 (now, 16 per SM) 8-19% more "
+                 "on the skewed kinds; not profiled since")
+# Blocks of THREADS threads and MIN_BLOCKS of them per SM, the kernel's __launch_bounds__: the whole SM's 2048
+# threads at 32 registers, no spills. With 256 threads, 8 blocks per SM streamed 12-22% faster than the spmv lab's 6
+# under fixed_work and steal (the body is latency-bound); 16 blocks of 128 threads then took another 11% off steal's
+# time on power-law segments and 19% on R-MAT (8% and 14% off fixed_work's), uniform segments unchanged (H100,
+# 2026-12-05 15:43 and 22:39, scripts/segreduce_probe.py)
+THREADS = 128
+MIN_BLOCKS = 16
 PEER_COLUMNS = {"cub": "x CUB", "torch": "x torch.segment_reduce", "index_add": "x torch index_add_"}
 PEER_SHORT = {"cub": "CUB DeviceSegmentedReduce", "torch": "torch.segment_reduce", "index_add": "torch index_add_"}
 
@@ -82,9 +86,20 @@ def throughput_figure(rates: dict[str, dict[str, float]], ceiling_gbps: float):
 
 
 def segsum_kernel():
-    """The segmented-sum TileKernel: the spmv lab's register body without the gather, at MIN_BLOCKS blocks per SM;
-    any policy at launch."""
-    return spmv_kernel(name="segreduce", gather=False, min_blocks=MIN_BLOCKS)
+    """The segmented-sum TileKernel: the spmv lab's register body without the gather, in blocks of THREADS threads,
+    MIN_BLOCKS per SM; any policy at launch."""
+    return spmv_kernel(name="segreduce", gather=False, threads=THREADS, min_blocks=MIN_BLOCKS)
+
+
+def segment_tiles(m, group: int = GROUP_NNZ, slots: int | None = None, **tiling) -> DeviceCsr:
+    """The segments ``m`` (a Csr with no columns) and their tile lists on the GPU, for segsum_kernel: the tiles'
+    model counts its block's warps, and the guided windows narrow for the blocks it keeps resident (``slots``, default
+    this GPU's SMs x MIN_BLOCKS). ``tiling``: DeviceCsr's other options (lanes_log2, dynamic, guided)."""
+    if slots is None:
+        from ..device import current_device
+
+        slots = current_device().caps.sm_count * MIN_BLOCKS
+    return DeviceCsr(m, None, group, threads=THREADS, slots=slots, **tiling)
 
 
 def _label(tiling: str, policy: str, cc) -> str:
@@ -110,7 +125,7 @@ class SegReduceLab:
         tol = tolerance(m.lengths, abs_sum)
         k = segsum_kernel()
         for group in (32, 256, 2048):
-            dev = DeviceCsr(m, None, group, slots=1)
+            dev = segment_tiles(m, group, slots=1)
             for tiling in dev.tilings:
                 for policy in ("fixed_work", "fixed_blocks", "steal"):
                     dev.y.fill(np.nan)
@@ -141,9 +156,7 @@ class SegReduceLab:
             gen_s = time.perf_counter() - t0
             ref, abs_sum = reference(m)
             tol = tolerance(m.lengths, abs_sum)
-            # guided windows sized for the spmv lab's 6 blocks per SM (DeviceCsr's default): sized for this kernel's
-            # 8 they read the same or up to 0.5% slower (H100, 2026-12-05, scripts/segreduce_probe.py)
-            dev = DeviceCsr(m, None)
+            dev = segment_tiles(m)
             st = m.stats()
             whole, split = dev.tilings["whole"][0], dev.tilings["split"][0]
             ideal_ms = segment_bytes(m) / (read.tb_per_s * 1e12) * 1e3
