@@ -48,3 +48,14 @@ def test_every_mechanism_page_and_example_is_linked_from_the_index():
     examples = [p.name for p in sorted((ROOT / "examples").glob("*.py"))]
     assert not [p for p in pages if f"]({p})" not in text]
     assert not [e for e in examples if f"](../examples/{e})" not in text]
+
+
+def test_every_error_the_readme_tabulates_is_exported_and_a_cuadv_error():
+    """The README's error table names what a user catches: each is importable from cuadv, a CuadvError."""
+    import cuadv
+
+    table = (ROOT / "README.md").read_text().split("| error | example call | message |", 1)[1].split("\n\n", 1)[0]
+    names = re.findall(r"^\| `(\w+Error)`", table, flags=re.M)
+    assert len(names) >= 8, names
+    for name in names:
+        assert name in cuadv.__all__ and issubclass(getattr(cuadv, name), cuadv.CuadvError), name

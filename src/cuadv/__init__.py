@@ -6,7 +6,8 @@ any array with ``__cuda_array_interface__`` or DLPack, returns arrays of the cal
 
     histogram, bincount (+ prepare_*)          cuadv.histograms: CUB-beating histograms (clusters, DSM)
     TileKernel, TileOrder, Trace, Schedule     cuadv.work_stealing: one tile body under fixed_work /
-                                               fixed_blocks / clc (Blackwell) / steal (software CLC)
+                                               fixed_blocks / clc (Blackwell) / steal (software CLC) /
+                                               atomic_counter (a global counter zeroed before each launch)
     tma                                        tensor maps from any array, 2-D copy and transpose
     pipeline                                   multi-stage async pipeline header, the stencil op
     cooperative                                block_sum, grid-synchronised launch, clusters, DSM header
@@ -25,8 +26,8 @@ from . import cooperative, domains, features, l2, pdl, persistent, pipeline, tma
 from .compiler import CompiledModule, compile_source
 from .cooperative import block_sum, grid_sync_launch, max_cooperative_grid, prepare_block_sum
 from .device import Device, DeviceCaps, current_device
-from .errors import (CompileError, CuadvError, GpuTimeoutError, KernelArgumentError, LaunchConfigError, NoGpuError,
-                     UnsupportedFeatureError, ValidationError)
+from .errors import (CompileError, CuadvError, CudaDriverError, GpuTimeoutError, KernelArgumentError,
+                     LaunchConfigError, NoGpuError, UnsupportedFeatureError, ValidationError)
 from .histograms import bincount, histogram, prepare_bincount, prepare_histogram
 from .kernel import Kernel
 from .launching import AccessPolicyWindow, LaunchConfig, Launcher, launch, prepare
@@ -39,8 +40,8 @@ from .work_stealing import Schedule, TileKernel, TileOrder, Trace
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "Device", "DeviceCaps", "GpuTimeoutError",
-    "Kernel", "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "PersistentKernel",
+    "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "CudaDriverError", "Device", "DeviceCaps",
+    "GpuTimeoutError", "Kernel", "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "PersistentKernel",
     "Schedule", "TileKernel", "TileOrder", "Timing", "Trace", "UnsupportedFeatureError", "ValidationError",
     "bincount", "block_sum", "compile_source", "cooperative", "copy_ceiling", "current_device", "domains",
     "features", "grid_sync_launch", "histogram", "l2", "launch", "launch_chain", "max_cooperative_grid", "pdl",
