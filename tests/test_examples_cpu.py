@@ -74,3 +74,17 @@ def test_domains_example_compiles_its_writer_and_its_fenced_sum(arch):
     for name in ("fill", "block_total"):
         assert module.resources_for(name).spill_store_bytes == 0
     assert "membar.gl" in module.ptx or "fence.sc.gpu" in module.ptx  # __threadfence() survives into the PTX
+
+
+@pytest.mark.parametrize("arch, policies", [("sm_90a", ["fixed_blocks", "steal"]),
+                                            ("sm_100a", ["fixed_blocks", "steal", "clc"])])
+def test_work_stealing_trace_example_compiles(arch, policies):
+    example = load("work_stealing_trace")
+    k = example.tile_kernel()
+    for policy in policies:
+        assert k.compile(arch, policy).resources_for("uneven_tiles").spill_store_bytes == 0
+
+
+def test_work_stealing_trace_example_tiles_cost_like_a_causal_block():
+    units = load("work_stealing_trace").tile_units(130)
+    assert units[0] == 1 and units[63] == 64 and units[64] == 1 and units[129] == 2 and units.dtype == np.uint32
