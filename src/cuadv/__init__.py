@@ -41,10 +41,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessPolicyWindow", "CompileError", "CompiledModule", "CuadvError", "CudaDriverError", "Device", "DeviceCaps",
-    "GpuTimeoutError", "Kernel", "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher", "NoGpuError", "PersistentKernel",
-    "Schedule", "TileKernel", "TileOrder", "Timing", "Trace", "UnsupportedFeatureError", "ValidationError",
-    "bincount", "block_sum", "compile_source", "cooperative", "copy_ceiling", "current_device", "domains",
-    "features", "grid_sync_launch", "histogram", "l2", "launch", "launch_chain", "max_cooperative_grid", "pdl",
-    "persistent", "pipeline", "prepare", "prepare_bincount", "prepare_block_sum", "prepare_chain",
-    "prepare_histogram", "prepare_persistent", "time_gpu", "tma", "wait",
+    "GpuTimeoutError", "Kernel", "KernelArgumentError", "LaunchConfig", "LaunchConfigError", "Launcher",
+    "NoGpuError", "PersistentKernel", "Schedule", "TileKernel", "TileOrder", "Timing", "Trace",
+    "UnsupportedFeatureError", "ValidationError", "bincount", "block_sum", "compile_source", "cooperative",
+    "copy_ceiling", "current_device", "domains", "features", "grid_sync_launch", "histogram", "l2", "launch",
+    "launch_chain", "max_cooperative_grid", "pdl", "persistent", "pipeline", "prepare", "prepare_bincount",
+    "prepare_block_sum", "prepare_chain", "prepare_histogram", "prepare_persistent", "time_gpu", "tma", "wait",
 ]

@@ -1,7 +1,8 @@
 """Lab-private pieces of the ``segreduce`` lab: seeded segments (the spmv lab's row-length distributions, float32
 values uniform in [-1, 1]), the float64 reference, and the peers (CUB's ``DeviceSegmentedReduce::Sum`` built with
 nvcc, ``torch.segment_reduce`` and torch's scatter-add ``index_add_``). The kernel is the spmv lab's tile body
-compiled as a segmented sum (``spmv_kernel(gather=False)``) on the spmv lab's tile lists (``DeviceCsr(m, None)``).
+compiled as a segmented sum (``spmv_kernel(gather=False)``) on the spmv lab's tile lists, built for the lab's block
+(``segreduce.segment_tiles``).
 """
 
 from __future__ import annotations
