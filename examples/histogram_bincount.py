@@ -51,6 +51,14 @@ def main() -> None:
     assert np.array_equal(cp.asnumpy(count()), np.bincount(first, minlength=1000))
     assert np.array_equal(cp.asnumpy(count(cp.asarray(second))), np.bincount(second, minlength=1000))
 
+    # Below the drop-ins: which kernel a case gets (plan_histogram, no GPU needed) and a count with a variant named.
+    plan = cuadv.histograms.plan_histogram(1 << 16, "int32")
+    print(f"65,536 int32 bins: {plan.label} ({plan.threads} threads, {plan.shared_bytes:,} B of shared memory)")
+    small = rng.integers(0, 1 << 16, size=4_000_037).astype(np.int32)
+    for variant in ("auto", "global", "dsm"):
+        got = cuadv.histograms.count_bins(cp.asarray(small), 1 << 16, variant=variant)
+        assert np.array_equal(cp.asnumpy(got), np.bincount(small, minlength=1 << 16)), variant
+
     # torch in, torch out (when torch is installed).
     try:
         import torch
