@@ -32,19 +32,16 @@ def main() -> None:
     import cupy as cp
 
     from cuadv.device import current_device
-    from cuadv.labs.segreduce import MEAN, MIN_BLOCKS, SEED, THREADS, segsum_kernel
+    from cuadv.labs.segreduce import MEAN, MIN_BLOCKS, SEED, THREADS, segment_tiles, segsum_kernel
     from cuadv.labs.segreduce_support import KINDS, generate_segments, reference, segment_bytes
-    from cuadv.labs.spmv_support import DeviceCsr, check, spmv_kernel, to_host, tolerance
+    from cuadv.labs.spmv_support import check, to_host, tolerance
     from cuadv.timing import read_ceiling, time_gpu
 
     sms = current_device().caps.sm_count
     ceiling = read_ceiling().tb_per_s * 1e12
     threads = args.threads or THREADS
     min_blocks = args.min_blocks or (MIN_BLOCKS if threads == THREADS else max(1, 2048 // threads))
-    if (threads, min_blocks) == (THREADS, MIN_BLOCKS):
-        kernel = segsum_kernel()
-    else:
-        kernel = spmv_kernel(name="segreduce", gather=False, threads=threads, min_blocks=min_blocks)
+    kernel = segsum_kernel(threads, min_blocks)
     windows = args.windows_per_sm or (min_blocks,)
     print(f"{current_device().caps.name}, read-only ceiling {ceiling / 1e12:.2f} TB/s; {threads} threads per block, "
           f"compiled for {kernel.min_blocks_per_sm} blocks per SM", flush=True)
@@ -52,7 +49,7 @@ def main() -> None:
         m = generate_segments(kind, 1 << args.segments_log2, MEAN, SEED)
         ref, magnitude = reference(m)
         tol = tolerance(m.lengths, magnitude)
-        devs = {per_sm: DeviceCsr(m, None, threads=threads, slots=sms * per_sm) for per_sm in windows}
+        devs = {per_sm: segment_tiles(m, slots=sms * per_sm, threads=threads) for per_sm in windows}
         for r in range(args.rounds):
             for per_sm, dev in devs.items():
                 for policy in ("fixed_work", "steal", "fixed_blocks"):

@@ -85,21 +85,23 @@ def throughput_figure(rates: dict[str, dict[str, float]], ceiling_gbps: float):
     return fig
 
 
-def segsum_kernel():
-    """The segmented-sum TileKernel: the spmv lab's register body without the gather, in blocks of THREADS threads,
-    MIN_BLOCKS per SM; any policy at launch."""
-    return spmv_kernel(name="segreduce", gather=False, threads=THREADS, min_blocks=MIN_BLOCKS)
+def segsum_kernel(threads: int = THREADS, min_blocks: int = MIN_BLOCKS):
+    """The segmented-sum TileKernel: the spmv lab's register body without the gather, in blocks of ``threads``
+    threads, ``min_blocks`` per SM (the lab's: THREADS, MIN_BLOCKS); any policy at launch."""
+    return spmv_kernel(name="segreduce", gather=False, threads=threads, min_blocks=min_blocks)
 
 
-def segment_tiles(m, group: int = GROUP_NNZ, slots: int | None = None, **tiling) -> DeviceCsr:
-    """The segments ``m`` (a Csr with no columns) and their tile lists on the GPU, for segsum_kernel: the tiles'
-    model counts its block's warps, and the guided windows narrow for the blocks it keeps resident (``slots``, default
-    this GPU's SMs x MIN_BLOCKS). ``tiling``: DeviceCsr's other options (lanes_log2, dynamic, guided)."""
+def segment_tiles(m, group: int = GROUP_NNZ, slots: int | None = None, threads: int = THREADS,
+                  **tiling) -> DeviceCsr:
+    """The segments ``m`` (a Csr with no columns) and their tile lists on the GPU, for segsum_kernel of blocks of
+    ``threads``: the tiles' model counts its block's warps, and the guided windows narrow for the blocks it keeps
+    resident (``slots``, default this GPU's SMs x MIN_BLOCKS). ``tiling``: DeviceCsr's other options (lanes_log2,
+    dynamic, guided)."""
     if slots is None:
         from ..device import current_device
 
         slots = current_device().caps.sm_count * MIN_BLOCKS
-    return DeviceCsr(m, None, group, threads=THREADS, slots=slots, **tiling)
+    return DeviceCsr(m, None, group, threads=threads, slots=slots, **tiling)
 
 
 def _label(tiling: str, policy: str, cc) -> str:
