@@ -1,5 +1,5 @@
 """Blocks that exchange data mid-kernel: grid.sync() under a checked cooperative launch, with the
-two-launch fallback, plus cuadv's block_sum op. Public API only; checks itself against NumPy.
+two-launch fallback, plus cuadv's block_sum and two_phase ops. Public API only; checks itself against NumPy.
 
 The user kernel below has two phases: every block sums its grid-stride share of x with
 ``cuadv::groups::block_sum`` (phase 1), then every block reads all the partial sums and writes
@@ -104,6 +104,20 @@ def main(n: int = 1_000_003) -> None:
     assert np.array_equal(cp.asnumpy(sums), padded.reshape(-1, 256).sum(axis=1))
     assert int(total.get()[0]) == int(host.astype(np.int64).sum())
     print(f"block_sum: {sums.size} block sums and the total {int(total.get()[0])} match NumPy")
+
+    # cuadv's own two-phase op, both ways: each round x += sum(x) (mod 2^32), in place on uint32
+    start = cp.asarray(host.view(np.uint32))
+    want_rounds = cooperative.two_phase_reference(cp.asnumpy(start), 3)
+    for mode in ("grid_sync", "two_kernels"):
+        try:
+            op = cooperative.prepare_two_phase(start, 3, mode=mode)  # launch checked once, partials kept
+        except cuadv.UnsupportedFeatureError as exc:
+            print(f"two_phase {mode}: {exc}")
+            continue
+        v = start.copy()
+        op(v)
+        assert np.array_equal(cp.asnumpy(v), want_rounds), f"two_phase {mode} differs from NumPy"
+        print(f"two_phase, mode {mode!r}: 3 rounds on a grid of {op.grid} blocks match NumPy")
 
 
 if __name__ == "__main__":

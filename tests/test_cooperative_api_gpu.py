@@ -166,6 +166,13 @@ def test_example_runs():
     load_example("cooperative_grid_sync").main(100_003)
 
 
+@pytest.mark.parametrize("n", [1, 255, 257, 100_003])
+def test_cluster_halo_example_runs(n):
+    """Its own checks against NumPy at every cluster size, on sizes with a partial last block and cluster."""
+    pytest.importorskip("cupy")
+    load_example("cluster_halo_stencil").main(n)
+
+
 def test_launch_config_is_what_cuadv_launch_takes(cp):
     k = co.kernel("sync_loop")
     done = cp.zeros(1, dtype=cp.uint32)

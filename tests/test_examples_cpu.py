@@ -88,3 +88,18 @@ def test_work_stealing_trace_example_compiles(arch, policies):
 def test_work_stealing_trace_example_tiles_cost_like_a_causal_block():
     units = load("work_stealing_trace").tile_units(130)
     assert units[0] == 1 and units[63] == 64 and units[64] == 1 and units[129] == 2 and units.dtype == np.uint32
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_cluster_halo_example_reads_its_neighbours_through_dsm_between_cluster_barriers(arch):
+    module = load("cluster_halo_stencil").build(arch)
+    assert module.resources_for("blur3").spill_store_bytes == 0
+    ptx = module.ptx
+    first_barrier = ptx.index("barrier.cluster.arrive.release")
+    assert first_barrier < ptx.index("mapa") < ptx.rindex("barrier.cluster.wait")  # remote reads inside the barriers
+
+
+def test_cluster_halo_example_reference_pads_with_zeros():
+    example = load("cluster_halo_stencil")
+    out = example.reference(np.array([3, 6, 9], dtype=np.float32))
+    assert np.array_equal(out, np.array([9, 18, 15], dtype=np.float32) * np.float32(1 / 3))
