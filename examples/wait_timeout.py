@@ -7,7 +7,9 @@ end of the process) picks it up. Every wait inside cuadv works this way, bounded
 ``CUADV_TIMEOUT_S`` (seconds, default 60, ``inf``: no limit).
 
 Here a kernel busy for about half a second is waited for twice: first with a deadline it cannot
-meet (the error is printed), then with one it can (the result is checked). Needs a CUDA GPU and CuPy.
+meet (the error is printed), then with one it can (the result is checked). Then again under
+``cuadv.waiting.scope`` (a default timeout and an activity for every wait inside it), with
+``wait_device``, ``event_done``, ``timed_out`` and ``wait_until``. Needs a CUDA GPU and CuPy.
 """
 
 from __future__ import annotations
@@ -62,6 +64,26 @@ def main(busy_s: float = 0.5, n: int = 1 << 16) -> None:
     if not np.array_equal(cp.asnumpy(out), np.arange(n, dtype=np.uint32)):
         sys.exit("wrong result")
     print(f"{n} elements match their index")
+
+    # The same waits without a timeout of their own: a scope sets the default for every wait inside it (cuadv's
+    # too) and names what the process is doing in a timeout's message; an event is polled, not waited for.
+    from cuadv import waiting
+
+    done = cp.cuda.Event(disable_timing=True)
+    with stream:
+        cuadv.launch(kernel, config, out, np.uint32(n), np.uint64(int(busy_s * 1e9)))
+        done.record()
+    with waiting.scope(timeout_s=busy_s / 10, activity="the example's second launch") as current:
+        assert waiting.resolve_timeout() == current.timeout_s
+        print(f"just after the launch, event_done: {waiting.event_done(done)}")
+        try:
+            waiting.wait_device()  # every stream of this context, at most the scope's timeout
+            sys.exit("wait_device returned before the kernel could have finished")
+        except cuadv.GpuTimeoutError as error:
+            print(f"wait_device in the scope: {str(error).split('. ')[0]}")
+    print(f"a wait of this process has timed out: {waiting.timed_out()}")  # so skip frees that would block
+    waiting.wait_until(lambda: waiting.event_done(done), "busy_fill's event", timeout_s=busy_s * 20 + 5)
+    print("the event's work is done (wait_until polled event_done)")
 
 
 if __name__ == "__main__":

@@ -248,6 +248,34 @@ def test_a_torch_event_is_an_event_and_another_event_class_is_refused():
         waiting.wait(threading.Event())
 
 
+def test_event_done_takes_what_wait_takes_and_refuses_a_stream(monkeypatch):
+    """Every library's event and a bare handle reach one cuEventQuery; a never-recorded torch Event is done; a
+    stream or a threading.Event is refused with TypeError before any query."""
+    import threading
+
+    from cuda.bindings import driver as drv
+
+    queried = []
+    fake = type("driver", (), {"CUevent": drv.CUevent, "CUresult": drv.CUresult,
+                               "cuEventQuery": staticmethod(lambda e: queried.append(int(e)) or
+                                                            (drv.CUresult.CUDA_SUCCESS,))})
+    monkeypatch.setattr(waiting, "driver", lambda: fake)
+
+    class Event:  # as cuda.core (handle), CuPy (ptr) and torch (cuda_event) name their handles
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    assert waiting.event_done(Event(handle=0x10)) and waiting.event_done(Event(ptr=0x20))
+    assert waiting.event_done(Event(cuda_event=0x30)) and waiting.event_done(0x40)
+    assert waiting.event_done(Event(cuda_event=0))  # never recorded: nothing to wait for
+    assert queried == [0x10, 0x20, 0x30, 0x40]
+    with pytest.raises(TypeError, match="event_done takes a CUevent"):
+        waiting.event_done(None)
+    with pytest.raises(TypeError, match="names no CUDA event"):
+        waiting.event_done(threading.Event())
+    assert queried == [0x10, 0x20, 0x30, 0x40]
+
+
 def test_a_device_generic_torch_event_is_an_event_on_cuda_only():
     """torch.Event (device-generic, torch >= 2.4) names its handle event_id (0 until its first record); one made for
     another device than CUDA names no CUDA event: TypeError saying so."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ._cuda import check, driver, init_driver
+from .dims import is_int
 from .errors import GpuTimeoutError, UnsupportedFeatureError
 from .interop import capturing, stream_handle
 
@@ -180,8 +181,15 @@ def _event(target: Any) -> Any:
 
 def event_done(event: Any) -> bool:
     """Whether the work before ``event``'s latest record has finished, without waiting (a failed kernel's error
-    raises here)."""
-    return _ready(lambda: driver().cuEventQuery(event), "cuEventQuery")()
+    raises here). ``event``: what ``wait`` takes as an event (a ``CUevent``, a cuda.core, CuPy or torch Event) or an
+    event handle as an int; a torch Event never recorded is done (as its ``query``)."""
+    handle = driver().CUevent(event) if is_int(event) else _event(event)
+    if handle is _NEVER_RECORDED:
+        return True
+    if handle is None:
+        raise TypeError(f"event_done takes a CUevent, a cuda.core, CuPy or torch Event or an event handle, got "
+                        f"{type(event).__name__} {event!r}")
+    return _ready(lambda: driver().cuEventQuery(handle), "cuEventQuery")()
 
 
 def _ready(query: Callable[[], tuple], call: str) -> Callable[[], bool]:
