@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 import cuadv
-from cuadv.pdl import launch_chain, prepare_chain
+from cuadv.pdl import Step, launch_chain, prepare_chain
 
 TABLE = 1024  # coefficients per layer (scale, then shift)
 THREADS = 256
@@ -82,7 +82,8 @@ def main(layers: int = 64) -> None:
     table = cp.asarray(coeffs)
     cp.cuda.Device().synchronize()  # the copies above ran on the default stream, which ours does not wait for
     cfg = cuadv.LaunchConfig(grid=caps.sm_count, block=THREADS)
-    steps = [(kernel, cfg, (bufs[k % 2], bufs[(k + 1) % 2], table[k], np.uint32(n))) for k in range(layers)]
+    # a chain's links: Step(kernel, config, args), or the same as a plain (kernel, config, args) tuple
+    steps = [Step(kernel, cfg, (bufs[k % 2], bufs[(k + 1) % 2], table[k], np.uint32(n))) for k in range(layers)]
 
     want = reference(x0, coeffs)
     per_kernel = {}
