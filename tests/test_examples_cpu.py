@@ -103,3 +103,20 @@ def test_cluster_halo_example_reference_pads_with_zeros():
     example = load("cluster_halo_stencil")
     out = example.reference(np.array([3, 6, 9], dtype=np.float32))
     assert np.array_equal(out, np.array([9, 18, 15], dtype=np.float32) * np.float32(1 / 3))
+
+
+@pytest.mark.parametrize("arch, scheduler", [("sm_90a", "Steal"), ("sm_100a", "ClusterLaunchControl")])
+def test_schedule_example_compiles_the_scheduler_auto_takes(arch, scheduler):
+    from cuadv.work_stealing import policy_for_arch
+
+    module = load("schedule_own_kernel").build(arch)
+    assert module.resources_for("row_sums").spill_store_bytes == 0
+    assert policy_for_arch("auto", arch) == {"Steal": "steal", "ClusterLaunchControl": "clc"}[scheduler]
+    if scheduler == "ClusterLaunchControl":
+        assert "clusterlaunchcontrol.try_cancel" in module.ptx
+
+
+def test_schedule_example_rows_sum_exactly_in_float32():
+    x, offsets = load("schedule_own_kernel").ragged(50)
+    assert offsets[0] == 0 and offsets[-1] == x.size and np.all(np.diff(offsets.astype(np.int64)) >= 1)
+    assert np.all(x == np.round(x)) and x.max() * 4000 < 2**24  # every partial sum an exact float32

@@ -498,3 +498,20 @@ def test_a_captured_traced_launch_keeps_its_order_and_trace_for_the_graph(cp):
         assert trace.written.all() and trace.makespan_ns > 0, replay
     assert (cp.asnumpy(count) == 1 + 2).all()  # every tile once per launch: the order was read intact
     graph.close()
+
+
+
+def test_the_own_kernel_example_runs_every_row_five_times():
+    """Its own checks: 3 stream launches and 2 graph replays, each row run exactly 5 times, sums equal to NumPy's."""
+    from repo_files import load_example
+
+    pytest.importorskip("cupy")
+    load_example("schedule_own_kernel").main(3_000)
+
+
+def test_the_trace_example_runs_every_tile_once(tmp_path):
+    from repo_files import load_example
+
+    pytest.importorskip("cupy")
+    load_example("work_stealing_trace").main(str(tmp_path))
+    assert list(tmp_path.iterdir())  # its timelines and Perfetto trace
