@@ -7,9 +7,11 @@ boxes with ``#include <cuadv/tma.cuh>``, from Python. Needs compute capability 9
    boxes in both directions), of float16, and of bfloat16 bits held in uint16 (``dtype="bfloat16"``);
    each result is checked against CuPy element for element.
 2. ``prepare_copy``: the checks, tensor maps and kernel once, then many launches; timed against
-   ``cupy.copyto`` on a larger array. ``prepare_transpose``: the same for a transpose, called twice.
+   ``cupy.copyto`` on a larger array, and against a ring set by hand (``TmaCopyConfig``).
+   ``prepare_transpose``: the same for a transpose, called twice.
 3. A kernel of your own: ``TensorMap.tiled`` builds the map in Python, the kernel takes it as a
-   ``const __grid_constant__`` parameter and loads one box per block with ``cuadv::tma::load_2d``.
+   ``const __grid_constant__`` parameter and loads one box per block with ``cuadv::tma::load_2d``; then
+   the same map from a raw device address (``TensorMap.from_pointer``).
 """
 
 from __future__ import annotations
@@ -97,9 +99,16 @@ def main(rows: int = 1000, cols: int = 999) -> None:
         check("prepared copy", out, big)
         tma_ms = cuadv.time_gpu(op, repeats=20, stream=stream).median_ms
         cupy_ms = cuadv.time_gpu(lambda: cp.copyto(out, big), repeats=20, stream=stream).median_ms
+        # the ring spelled out: 2 slots instead of the default's deeper one, and a grid of one block per unit
+        shallow = cuadv.tma.prepare_copy(big, out, config=cuadv.tma.TmaCopyConfig(stages=2, persistent=False))
+        out.fill(cp.nan)
+        shallow()
+        check("copy with TmaCopyConfig(stages=2, persistent=False)", out, big)
+        shallow_ms = cuadv.time_gpu(shallow, repeats=20, stream=stream).median_ms
     gbs = 2 * big.nbytes / (tma_ms * 1e-3) / 1e9
     print(f"copy of {big.shape[0]} x {big.shape[1]} float32: TMA {tma_ms:.3f} ms ({gbs:.0f} GB/s), "
-          f"cupy.copyto {cupy_ms:.3f} ms ({cupy_ms / tma_ms:.2f}x)")
+          f"cupy.copyto {cupy_ms:.3f} ms ({cupy_ms / tma_ms:.2f}x), 2 slots and no persistent grid "
+          f"{shallow_ms:.3f} ms ({shallow_ms / tma_ms:.2f}x the default's time)")
 
     # prepare_transpose: dst = src.T, checked once; each call launches and returns dst (bound to these arrays).
     src = pitched_random(cp, rows, cols, cp.float32)
@@ -118,6 +127,14 @@ def main(rows: int = 1000, cols: int = 999) -> None:
     cuadv.launch(kernel, cuadv.LaunchConfig(grid=grid, block=256), tmap, y, rows, cols, y.strides[0] // 4,
                  np.float32(2.0))
     check("user kernel (2 * x through load_2d)", y, 2 * x)
+
+    # The same map from a raw device address (memory cuadv did not see allocated): shape, byte strides and
+    # dtype given by hand, in NumPy order; the caller keeps the memory alive while the map is used.
+    raw = TensorMap.from_pointer(x.data.ptr, "float32", x.shape, x.strides, box=(BOX_ROWS, BOX_COLS))
+    y.fill(cp.nan)
+    cuadv.launch(kernel, cuadv.LaunchConfig(grid=grid, block=256), raw, y, rows, cols, y.strides[0] // 4,
+                 np.float32(2.0))
+    check("user kernel, map from a pointer", y, 2 * x)
 
 
 if __name__ == "__main__":
