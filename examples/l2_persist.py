@@ -12,9 +12,9 @@ your own kernel with and without the window, as this example does.
 
     PYTHONPATH=src python examples/l2_persist.py [table_mib] [stream_mib]
 
-Then the same by hand, with the pieces persist() is made of (``cuadv.l2.SetAside``, ``hit_ratio_for``,
-``set_stream_window``, ``get_stream_window``, ``reset_persisting_lines``, ``get_set_aside``), for code that
-sets windows per launch or per stream itself. Checks the outputs with and without the window against each
+Then the same by hand, with the pieces persist() is made of (``cuadv.l2.SetAside``,
+``hit_ratio_for``, ``set_stream_window``, ``get_stream_window``, ``reset_persisting_lines``,
+``get_set_aside``), for code that sets windows per launch or per stream itself. Checks the outputs with and without the window against each
 other and a sample against NumPy, then prints the three times. Where the GPU has no persisting L2 (MIG, before compute capability 8.0)
 persist() raises UnsupportedFeatureError naming the fallback: the same code without it.
 """
@@ -106,12 +106,14 @@ def main(table_mib: int = 32, stream_mib: int = 1024) -> None:
     with cuadv.l2.SetAside(caps.persisting_l2_max_bytes) as granted_by_hand:
         window = cuadv.AccessPolicyWindow(table.data.ptr, table.nbytes,
                                           cuadv.l2.hit_ratio_for(granted_by_hand, table.nbytes))
-        cuadv.l2.set_stream_window(stream, window)
-        got = cuadv.l2.get_stream_window(stream)  # the driver keeps the hit ratio as a float32
-        assert (got.base_ptr, got.num_bytes, got.hit) == (window.base_ptr, window.num_bytes, "persisting")
         out["by hand"] = cp.empty_like(x)
-        by_hand_ms = timed(out["by hand"])
-        cuadv.l2.set_stream_window(stream, None)  # later launches on the stream: no window
+        cuadv.l2.set_stream_window(stream, window)
+        try:
+            got = cuadv.l2.get_stream_window(stream)  # the driver keeps the hit ratio as a float32
+            assert (got.base_ptr, got.num_bytes, got.hit) == (window.base_ptr, window.num_bytes, "persisting")
+            by_hand_ms = timed(out["by hand"])
+        finally:
+            cuadv.l2.set_stream_window(stream, None)  # later launches on the stream: no window, even after an error
         stream.synchronize()
         cuadv.l2.reset_persisting_lines()  # between phases: the table's lines stop taking the set-aside
     assert cuadv.l2.get_stream_window(stream) is None and cuadv.l2.get_set_aside() == before

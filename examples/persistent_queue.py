@@ -58,7 +58,7 @@ def main(rows: int = 100_000) -> None:
         t = cuadv.time_gpu(run, stream=stream, repeats=20)
     # at most every block that fits at once (SMs x the kernel's own blocks per SM), fewer where the tickets
     # would not give each warp one
-    resident = resident_grid(NORMALISE.kernel(), NORMALISE.block)
+    resident = resident_grid(NORMALISE.kernel(), NORMALISE.block, NORMALISE.shared_mem)
     assert run.grid <= resident
     print(f"{rows:,} ragged rows in one launch of {run.grid} blocks (at most {resident} fit at once): "
           f"{t.median_ms * 1e3 / rows:.4f} us per row ({t.median_ms:.3f} ms)")

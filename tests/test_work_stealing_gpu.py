@@ -500,7 +500,6 @@ def test_a_captured_traced_launch_keeps_its_order_and_trace_for_the_graph(cp):
     graph.close()
 
 
-
 def test_the_own_kernel_example_runs_every_row_five_times():
     """Its own checks: 3 stream launches and 2 graph replays, each row run exactly 5 times, sums equal to NumPy's."""
     from repo_files import load_example
