@@ -12,11 +12,12 @@ your own kernel with and without the window, as this example does.
 
     PYTHONPATH=src python examples/l2_persist.py [table_mib] [stream_mib]
 
-Then the same by hand, with the pieces persist() is made of (``cuadv.l2.SetAside``,
-``hit_ratio_for``, ``set_stream_window``, ``get_stream_window``, ``reset_persisting_lines``,
-``get_set_aside``), for code that sets windows per launch or per stream itself. Checks the outputs with and without the window against each
-other and a sample against NumPy, then prints the three times. Where the GPU has no persisting L2 (MIG, before compute capability 8.0)
-persist() raises UnsupportedFeatureError naming the fallback: the same code without it.
+Then the same by hand, with the pieces persist() is made of (``cuadv.l2.SetAside``, ``hit_ratio_for``,
+``set_stream_window``, ``get_stream_window``, ``reset_persisting_lines``, ``get_set_aside``), for code that
+sets windows per launch or per stream itself. Checks the outputs with and without the window against each
+other and a sample against NumPy, then prints the three times. Where the GPU has no persisting L2 (MIG, before
+compute capability 8.0) persist() raises UnsupportedFeatureError naming the fallback: the same code without
+it.
 """
 
 from __future__ import annotations
