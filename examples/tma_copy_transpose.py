@@ -94,7 +94,8 @@ def main(rows: int = 1000, cols: int = 999) -> None:
     big = pitched_random(cp, 8192 + 77, 8192 + 45, cp.float32)
     op = cuadv.tma.prepare_copy(big)
     out = op.dst
-    # the ring set by hand: 2 slots, one box at a time, against the default (4 slots, boxes in chunks of 4)
+    # a ring set by hand: 2 slots, one box at a time, a persistent grid (TmaCopyConfig's other defaults), against
+    # the default ring (4 slots, boxes in chunks of 4, one block per unit)
     shallow = cuadv.tma.prepare_copy(big, config=cuadv.tma.TmaCopyConfig(stages=2))
     cp.cuda.Device().synchronize()  # big was written on CuPy's default stream, which ours does not wait for
     stream = cp.cuda.Stream(non_blocking=True)

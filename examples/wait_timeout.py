@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import cuadv
+from cuadv import waiting
 
 SOURCE = r"""
 // One thread per element, each busy until the GPU's global timer has advanced by `busy_ns`,
@@ -67,8 +68,6 @@ def main(busy_s: float = 0.5, n: int = 1 << 16) -> None:
 
     # The same waits without a timeout of their own: a scope sets the default for every wait inside it (cuadv's
     # too) and names what the process is doing in a timeout's message; an event is polled, not waited for.
-    from cuadv import waiting
-
     done = cp.cuda.Event(disable_timing=True)
     with stream:
         cuadv.launch(kernel, config, out, np.uint32(n), np.uint64(int(busy_s * 1e9)))
