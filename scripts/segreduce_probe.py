@@ -24,7 +24,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=None, help="threads per block (default: the lab's, THREADS)")
     ap.add_argument("--min-blocks", type=int, default=None,
-                    help="blocks per SM to compile for (default: the lab's MIN_BLOCKS, or 2048 / threads)")
+                    help="blocks per SM to compile for (default: 2048 / threads, the whole SM, as the lab's "
+                         "MIN_BLOCKS)")
     ap.add_argument("--windows-per-sm", type=int, nargs="+", default=None,
                     help="blocks per SM the guided windows narrow for, one DeviceCsr each (default: --min-blocks)")
     args = ap.parse_args()
@@ -32,7 +33,7 @@ def main() -> None:
     import cupy as cp
 
     from cuadv.device import current_device
-    from cuadv.labs.segreduce import MEAN, MIN_BLOCKS, SEED, THREADS, segment_tiles, segsum_kernel
+    from cuadv.labs.segreduce import MEAN, SEED, THREADS, segment_tiles, segsum_kernel
     from cuadv.labs.segreduce_support import KINDS, generate_segments, reference, segment_bytes
     from cuadv.labs.spmv_support import check, to_host, tolerance
     from cuadv.timing import read_ceiling, time_gpu
@@ -40,7 +41,7 @@ def main() -> None:
     sms = current_device().caps.sm_count
     ceiling = read_ceiling().tb_per_s * 1e12
     threads = args.threads or THREADS
-    min_blocks = args.min_blocks or (MIN_BLOCKS if threads == THREADS else max(1, 2048 // threads))
+    min_blocks = args.min_blocks or max(1, 2048 // threads)  # the whole SM's threads, as the lab's MIN_BLOCKS
     kernel = segsum_kernel(threads, min_blocks)
     windows = args.windows_per_sm or (min_blocks,)
     print(f"{current_device().caps.name}, read-only ceiling {ceiling / 1e12:.2f} TB/s; {threads} threads per block, "
