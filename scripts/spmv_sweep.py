@@ -1,14 +1,16 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
-non-zeros per row on average, seed 18): blocks per SM (the __launch_bounds__ register cap: 5, 6, 8 give 48, 40,
-32 registers), short-row body, how the register body's warps share a tile's batches of rows, tile list, group
-(non-zeros per short-row tile; long rows and slices scale with it), policy and, for steal, its time slice. Every
-result is checked against SciPy in float64 first. Every tile list lies on one copy of the arrays, cuSPARSE's too
+non-zeros per row on average, seed 18): threads per block and blocks per SM (the __launch_bounds__ register cap: at
+256 threads 5, 6, 8 give 48, 40, 32 registers; pairs over 2048 threads per SM are skipped), short-row body, how
+the register body's warps share a tile's batches of rows, tile list, group (non-zeros per short-row tile; long
+rows and slices scale with it), policy and, for steal, its time slice. Every result is checked against SciPy in
+float64 first. Every tile list lies on one copy of the arrays, cuSPARSE's too
 (copies alone moved R-MAT by up to 1.3%, docs/spmv.md); guided windows are sized for each --blocks-per-sm.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole --windows fixed
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
     python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
     python3 scripts/spmv_sweep.py --widest 8192 16384 --windows-per-slot 1 2 --policy steal
+    python3 scripts/spmv_sweep.py --threads 256 128 --blocks-per-sm 6 12 16 --policy steal fixed_work
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -25,8 +27,8 @@ import numpy as np
 
 from cuadv.device import current_device
 from cuadv.labs.spmv import MATRICES, MEAN, SEED
-from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, WIDEST_NNZ, DeviceCsr, build_tiles, generate,
-                                     reference, spmv_kernel, tolerance)
+from cuadv.labs.spmv_support import (BATCHES, GROUP_NNZ, MIN_BLOCKS, THREADS, WIDEST_NNZ, DeviceCsr, build_tiles,
+                                     generate, reference, spmv_kernel, tolerance)
 from spmv_probes import print_against_cusparse, warmed_and_checked
 
 
@@ -39,6 +41,7 @@ def quantum(text: str) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, nargs="+", default=[THREADS], help="threads per block")
     p.add_argument("--blocks-per-sm", type=int, nargs="+", default=[MIN_BLOCKS])
     p.add_argument("--short", nargs="+", default=["registers"], choices=["registers", "staged"])
     p.add_argument("--tiling", nargs="+", default=["split"], choices=["split", "whole"])
@@ -65,21 +68,26 @@ def main() -> None:
     shapes = list(dict.fromkeys(itertools.product(a.widest, a.windows_per_slot))) if guided else [(None, 2.0)]
     # One TileKernel per setting and tile list (window shape included), so steal's learned grid comes from launches
     # over the same tiles.
+    blocks = [(t, mb) for t in a.threads for mb in a.blocks_per_sm if t * mb <= 2048]  # a Hopper SM's threads
+    if not blocks:
+        p.error("no --threads x --blocks-per-sm pair fits an SM's 2048 threads")
     kernels = {}
-    for mb, short, batches, tiling, group, q, flags, shape in itertools.product(
-            a.blocks_per_sm, a.short, a.batches, a.tiling, a.group, a.quantum_us, a.flag_tiles, shapes):
+    for (threads, mb), short, batches, tiling, group, q, flags, shape in itertools.product(
+            blocks, a.short, a.batches, a.tiling, a.group, a.quantum_us, a.flag_tiles, shapes):
         if short == "staged" and batches != a.batches[0]:
             continue  # batches are the register body's
         if flags != a.flag_tiles[0] and (short, batches) != ("registers", "dynamic"):
             continue  # the flags matter only to the register body with dynamic batches
-        name = f"spmv_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}_{flags}"
-        kernels[mb, short, batches, tiling, group, q, flags, shape] = spmv_kernel(
-            min_blocks=mb, short_rows=short, name=name, quantum_us=q, batches=batches, stage=2 * group)
+        name = f"spmv_t{threads}_mb{mb}_{tiling}_g{group}_q{'inf' if math.isinf(q) else int(q)}_{flags}"
+        kernels[(threads, mb), short, batches, tiling, group, q, flags, shape] = spmv_kernel(
+            threads=threads, min_blocks=mb, short_rows=short, name=name, quantum_us=q, batches=batches,
+            stage=2 * group)
 
-    def list_name(tiling: str, group: int, flags: str, mb: int, widest: int | None, per_slot: float) -> str:
-        if not guided:  # fixed windows: one list for every mb
-            return f"{tiling} {group} {flags} any"
-        return f"{tiling} {group} {flags} {mb} w{widest or WIDEST_NNZ * group // GROUP_NNZ}/{per_slot:g}"
+    def list_name(tiling: str, group: int, flags: str, threads: int, mb: int, widest: int | None,
+                  per_slot: float) -> str:
+        if not guided:  # fixed windows: one list for every mb (the lane widths' model still counts warps)
+            return f"{tiling} {group} {flags} t{threads} any"
+        return f"{tiling} {group} {flags} t{threads} {mb} w{widest or WIDEST_NNZ * group // GROUP_NNZ}/{per_slot:g}"
 
     for kind in a.matrix:
         m = generate(kind, 1 << 22, MEAN, SEED)
@@ -90,17 +98,17 @@ def main() -> None:
         # SM of the kernels that run it
         dev = DeviceCsr(m, x)
         slots = current_device().caps.sm_count
-        for group, flags, mb, tiling, (wide, per_slot) in itertools.product(a.group, a.flag_tiles, a.blocks_per_sm,
-                                                                           a.tiling, shapes):
-            name = list_name(tiling, group, flags, mb, wide, per_slot)
+        for group, flags, (threads, mb), tiling, (wide, per_slot) in itertools.product(a.group, a.flag_tiles,
+                                                                                        blocks, a.tiling, shapes):
+            name = list_name(tiling, group, flags, threads, mb, wide, per_slot)
             if name not in dev.tilings:
                 widest = (wide or WIDEST_NNZ * group // GROUP_NNZ) if guided else None
                 dev.add_tiling(name, build_tiles(
-                    m.offsets, tiling == "split", group, 4 * group, dynamic=FLAGS[flags], widest=widest,
-                    slots=slots * mb, windows_per_slot=per_slot))
+                    m.offsets, tiling == "split", group, 4 * group, threads=threads, dynamic=FLAGS[flags],
+                    widest=widest, slots=slots * mb, windows_per_slot=per_slot))
         calls = {}
-        for (mb, short, batches, tiling, group, q, flags, (wide, per_slot)), k in kernels.items():
-            tiles = list_name(tiling, group, flags, mb, wide, per_slot)
+        for ((threads, mb), short, batches, tiling, group, q, flags, (wide, per_slot)), k in kernels.items():
+            tiles = list_name(tiling, group, flags, threads, mb, wide, per_slot)
             if not dev.holds(k, tiles):
                 print(f"{kind}: the staged body skipped on {tiling} rows in guided windows (its stage holds fixed "
                       "ones: --windows fixed)", flush=True)
@@ -110,13 +118,13 @@ def main() -> None:
                 if policy != "steal" and q != a.quantum_us[0]:
                     continue  # a time slice is steal's alone
                 run = lambda k=k, dev=dev, tiles=tiles, policy=policy: dev.run(k, tiles, policy)
-                warmed_and_checked(dev, run, ref, tol, f"{kind}: {mb} blocks/SM, {short}, {batches}, {tiling}, "
-                                                       f"group {group}, windows {window}, {policy}")
+                warmed_and_checked(dev, run, ref, tol, f"{kind}: {threads} x {mb} blocks/SM, {short}, {batches}, "
+                                                       f"{tiling}, group {group}, windows {window}, {policy}")
                 slice_ = f", Q={q:g} us" if policy == "steal" else ""
                 flagged = f", {flags}" if batches == "dynamic" else ""
                 body = short if short == "staged" else f"{short} ({batches}{flagged})"
                 windows = f", windows {window}" if len(shapes) > 1 else ""
-                calls[f"{mb}/SM, {body}, {tiling}, group {group}{windows}, {policy}{slice_}"] = run
+                calls[f"{threads}x{mb}/SM, {body}, {tiling}, group {group}{windows}, {policy}{slice_}"] = run
         print_against_cusparse(kind, dev, calls, 3, width=76)
         del dev
         cp.get_default_memory_pool().free_all_blocks()
