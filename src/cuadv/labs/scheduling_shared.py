@@ -41,8 +41,10 @@ COUNTER_POLICIES = [("atomic_counter", "atomic_counter", None), ("steal", "steal
                     ("steal Q=inf", "steal", math.inf), ("fixed_blocks", "fixed_blocks", None)]
 LAUNCHES = 10  # launches per timed stream sequence and per captured graph
 # Rounds of table d per repeat of the lab: its ratios are within a few percent of 1.0, and a Pareto launch's time
-# moves by that much between rounds (which tiles end last), so its medians take more rounds than the other tables'.
-COUNTER_ROUNDS_PER_REPEAT = 3
+# moves by that much between rounds (which tiles end last: 689-718 us for the same tiles, 10th to 90th percentile,
+# H100 2026-12-06), so its medians take more rounds than the other tables'. A round launches about 80 ms of
+# kernels; 105 rounds (the bench's 7 repeats) put a ratio's standard error near 0.3% where 21 left it near 0.6%.
+COUNTER_ROUNDS_PER_REPEAT = 15
 SHORT = Regime("short", "short launches", 8, 10_000, 20.0, 24.0)  # 8 tiles of 10 us per slot: ~80 us a launch
 MIXED = Regime("mixed", "Pareto tiles", 50, 10_000, 20.0, 24.0)  # 50 per slot: ~0.5 ms a launch
 VECSCALE_ELEMS = 1 << 26  # 256 MiB of float32: ~0.13 ms a launch at the copy ceiling
