@@ -1,4 +1,5 @@
-"""labs.base's import_torch: a torch peer left out with the reason, whichever way torch's import fails."""
+"""labs.base: import_torch (a torch peer left out with the reason, whichever way torch's import fails), the
+measuring helpers (interleaved rounds, a ratio's interval, how a target is missed) and the lab registry."""
 
 import builtins
 import sys
@@ -59,6 +60,48 @@ def test_missed_by_is_relative_or_in_points_and_never_zero():
     assert missed_by(0.9996, 1.0) == "missed by 0.04%"  # not "0.0%"
     assert missed_by(94.96, 95.0, points=True) == "missed by 0.04 points"
     assert missed_by(0.99999, 1.0) == "missed by less than 0.01%"
+
+
+def test_interleaved_samples_keep_each_variants_rounds_in_order():
+    from cuadv.labs.base import interleaved_samples
+
+    calls, seen = iter(range(100)), []
+    variants = {"a": lambda: [next(calls)], "b": lambda: [next(calls)]}
+    samples = interleaved_samples(variants, 3, on_round=seen.append)
+    assert samples == {"a": [0, 2, 4], "b": [1, 3, 5]} and seen == [0, 1, 2]  # a, b in every round, in order
+
+
+def test_ratio_interval_holds_the_ratio_and_keeps_rounds_paired():
+    import numpy as np
+
+    from cuadv.labs.base import ratio_interval
+
+    assert ratio_interval([2.0] * 5, [1.0] * 5) == (2.0, 2.0)  # no spread: the ratio itself
+    # A drift both variants saw in the same rounds cancels: each round's pair moves together.
+    drift = np.linspace(1.0, 1.5, 40)
+    low, high = ratio_interval(1.01 * drift, drift)
+    assert 1.0099 < low <= high < 1.0101
+    rng = np.random.default_rng(1)
+    base, other = rng.normal(100, 3, 200), rng.normal(101, 3, 200)
+    low, high = ratio_interval(base, other)
+    assert low < np.median(base) / np.median(other) < high and high - low < 0.02
+    assert ratio_interval(base, other) == (low, high)  # seeded
+    wide = ratio_interval(base[:20], other[:20])
+    assert wide[1] - wide[0] > high - low  # fewer rounds, a wider interval
+    with pytest.raises(ValueError, match="same number of rounds"):
+        ratio_interval([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="level"):
+        ratio_interval([1.0], [1.0], level=1.0)
+
+
+def test_ratio_target_says_when_the_rounds_do_not_resolve_it():
+    from cuadv.labs.base import ratio_target
+
+    assert ratio_target(0.988, (0.975, 1.003)) == ("missed by 1.2%; 90% interval 0.975-1.003x: the rounds do not "
+                                                    "resolve it")
+    assert ratio_target(0.978, (0.965, 0.990)) == "missed by 2.2%; 90% interval 0.965-0.990x"
+    assert ratio_target(1.004, (0.998, 1.010)) == "met (1.00x); 90% interval 0.998-1.010x: the rounds do not resolve it"
+    assert ratio_target(1.02, (1.01, 1.03)) == "met (1.02x); 90% interval 1.010-1.030x"
 
 
 def test_rates_are_of_the_same_bytes_and_ceiling():

@@ -55,24 +55,50 @@ class Lab(Protocol):
         """Launch every kernel of the lab once at a small size and validate (for `cuadv check`)."""
 
 
-def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], rounds: int,
-                       on_round: Callable[[int], None] | None = None) -> dict[K, "Spread"]:
-    """Median per variant over `rounds` rounds that each run every variant once, in the mapping's order, so a
-    drift of clocks or temperature during a lab falls on all variants alike instead of on whichever ran last.
+def interleaved_samples(variants: Mapping[K, Callable[[], Sequence[float]]], rounds: int,
+                        on_round: Callable[[int], None] | None = None) -> dict[K, list[float]]:
+    """The samples of `rounds` rounds that each run every variant once, in the mapping's order, so a drift of
+    clocks or temperature during a lab falls on all variants alike instead of on whichever ran last.
 
     variants: key -> a callable that measures one round of that variant and returns its samples (any unit);
-    the median is taken over the samples of all rounds together. on_round(r) is called before round r (0-based),
-    e.g. to report progress. Each median is a ``Spread``: a float that also carries the 10th and 90th
-    percentiles of those samples, which tables show beside it and results.json records."""
-    from ..report.results import Spread
-
+    each variant's list holds them round after round. on_round(r) is called before round r (0-based), e.g. to
+    report progress."""
     samples: dict[K, list[float]] = {key: [] for key in variants}
     for r in range(rounds):
         if on_round is not None:
             on_round(r)
         for key, measure in variants.items():
             samples[key] += measure()
-    return {key: Spread.of(s) for key, s in samples.items()}
+    return samples
+
+
+def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], rounds: int,
+                       on_round: Callable[[int], None] | None = None) -> dict[K, "Spread"]:
+    """Median per variant over the samples of ``interleaved_samples`` (all rounds together). Each median is a
+    ``Spread``: a float that also carries the 10th and 90th percentiles of those samples, which tables show
+    beside it and results.json records."""
+    from ..report.results import Spread
+
+    return {key: Spread.of(s) for key, s in interleaved_samples(variants, rounds, on_round).items()}
+
+
+def ratio_interval(base: Sequence[float], other: Sequence[float], level: float = 0.9, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float, float]:
+    """How precisely median(base) / median(other) is known from paired rounds (one sample of each per round, as
+    ``interleaved_samples`` gives with one sample per call): the central `level` interval of that ratio over
+    `resamples` bootstrap resamples of the rounds (each resample draws rounds with replacement and keeps each
+    round's pair together, so a drift both saw cancels). Seeded: the same samples give the same interval."""
+    import numpy as np
+
+    b, o = np.asarray(base, np.float64), np.asarray(other, np.float64)
+    if b.size != o.size or b.size == 0:
+        raise ValueError(f"need the same number of rounds (at least 1) for both; got {b.size} and {o.size}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+    picks = np.random.default_rng(seed).integers(0, b.size, size=(resamples, b.size))
+    ratios = np.median(b[picks], axis=1) / np.median(o[picks], axis=1)
+    tail = 100 * (1 - level) / 2
+    return float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
 
 
 def gb_per_s(ms: float, nbytes: float) -> float:
@@ -101,6 +127,16 @@ def missed_by(value: float, least: float, points: bool = False) -> str:
     if float(text) == 0:
         text = f"{gap:.2g}" if gap >= 0.01 else "less than 0.01"
     return f"missed by {text}" + (" points" if points else "%")
+
+
+def ratio_target(ratio: float, interval: tuple[float, float], least: float = 1.0) -> str:
+    """A target's cell for a ratio (``ratio`` against at least ``least``) known to within ``interval``
+    (``ratio_interval``): met or missed by how much, the interval, and, where the interval holds the target on
+    both sides, that the rounds do not resolve the difference."""
+    lo, hi = interval
+    verdict = f"met ({ratio:.2f}x)" if ratio >= least else missed_by(ratio, least)
+    unresolved = ": the rounds do not resolve it" if lo < least <= hi else ""
+    return f"{verdict}; 90% interval {lo:.3f}-{hi:.3f}x{unresolved}"
 
 
 def readback(array):
