@@ -1,4 +1,4 @@
-"""The scheduling lab without a GPU: workloads, kernels for both targets."""
+"""The scheduling lab without a GPU: workloads, kernels for both targets, table d from given samples."""
 
 import numpy as np
 import pytest
@@ -76,3 +76,34 @@ def test_scheduling_lab_compares_atomic_counter():
     assert POLICIES[-1][1] == "atomic_counter" and [p[0] for p in POLICIES[:3]] == ["fixed_work", "fixed_blocks", "steal"]
     assert COUNTER_POLICIES[0][1] == "atomic_counter" and {"steal", "fixed_blocks"} <= {p for _, p, _ in COUNTER_POLICIES}
     assert {"fixed_work", "fixed_blocks", "steal", "atomic_counter"} <= {p for _, p, _ in SHARED_POLICIES}
+
+
+def test_counter_table_judges_steal_on_its_slower_mode_with_the_interval():
+    import numpy as np
+
+    from cuadv.labs.scheduling_shared import COUNTER_POLICIES, counter_report
+    from cuadv.report.results import LabResult
+
+    rng = np.random.default_rng(3)
+    rounds = 60
+    labels = {"short": "short launches", "mixed": "Pareto tiles"}
+    # us per launch, one sample per round; steal 2% slower than the counter in a graph on Pareto tiles, equal else
+    slower = {("mixed", "steal", "graph"): 1.02}
+    samples = {((case, name), mode): list(100 * slower.get((case, name, mode), 1.0) * rng.normal(1, 0.002, rounds))
+               for case in labels for name, _, _ in COUNTER_POLICIES for mode in ("stream", "graph")}
+    samples.update({("memset", mode): [0.9] * rounds for mode in ("stream", "graph")})
+    result = LabResult("scheduling", "Scheduling")
+    counter_report(result, labels, samples)
+
+    (table,) = result.tables
+    assert len(table.rows) == len(labels) * len(COUNTER_POLICIES) and f"medians of {rounds} " in table.note
+    rows = {(row[0], row[1]): row for row in table.rows}
+    assert rows["Pareto tiles", "atomic_counter"][3] == 1.0 and rows["Pareto tiles", "atomic_counter"][6] == "-"
+    steal = rows["Pareto tiles", "steal"]
+    assert steal[6].startswith("graph: missed by 1.") and "; 90% interval 0.9" in steal[6]  # 1 / 1.02 = 0.980x
+    assert "do not resolve" not in steal[6] and "Why steal misses" in table.note
+    low, high = (result.figures[f"counter_mixed_steal_graph_x_atomic_counter_{end}"] for end in ("low", "high"))
+    assert low < result.figures["counter_mixed_steal_graph_x_atomic_counter"] < high < 1.0
+    # equal in both modes: met or missed by a hair, and the interval holds 1.0
+    assert "do not resolve" in rows["short launches", "steal"][6]
+    assert result.figures["counter_memset_graph_us"] == 0.9

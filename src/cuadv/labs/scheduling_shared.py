@@ -148,13 +148,25 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
     rounds = COUNTER_ROUNDS_PER_REPEAT * repeats
     samples = interleaved_samples(variants, rounds, on_round=lambda r: ctx.progress(
         f"atomic counter vs steal: round {r + 1} of {rounds}"))
-    us = {key: Spread.of(s) for key, s in samples.items()}
     synchronize(stream.ptr)
     for (key, name), done in done_of.items():
         if not bool((done == runs[(key, name)]).all()):
             raise ValidationError(f"{labels[key]} / {name}: a tile was skipped or run twice in {runs[(key, name)]} "
                                   "launches")
+    counter_report(result, labels, samples)
+    result.checks.append("atomic_counter, steal and fixed_blocks ran every tile exactly once per launch, in streams "
+                         "and in graph replays (per-tile counters); vecscale under each matched NumPy")
+    for g in graphs.values():
+        g.close()
+    memset_graph.close()
 
+
+def counter_report(result: LabResult, labels: dict[str, str], samples: dict) -> None:
+    """Table d and its figures from the rounds' samples (us per launch, one per round): samples[((case, policy
+    label), mode)] for every case of ``labels`` (case -> what the table calls it), every COUNTER_POLICIES label
+    and mode "stream" / "graph", and samples[("memset", mode)]."""
+    us = {key: Spread.of(s) for key, s in samples.items()}
+    rounds = len(samples[("memset", "stream")])
     rows, missed = [], False
     for key, label in labels.items():
         base = {mode: us[((key, "atomic_counter"), mode)] for mode in ("stream", "graph")}
@@ -192,11 +204,6 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
              + (f". Why steal misses: {COUNTER}" if missed else "")))
     result.figures["counter_memset_stream_us"] = us[("memset", "stream")]
     result.figures["counter_memset_graph_us"] = us[("memset", "graph")]
-    result.checks.append("atomic_counter, steal and fixed_blocks ran every tile exactly once per launch, in streams "
-                         "and in graph replays (per-tile counters); vecscale under each matched NumPy")
-    for g in graphs.values():
-        g.close()
-    memset_graph.close()
 
 
 def _key(label: str) -> str:
