@@ -1,16 +1,20 @@
 """The spmv lab's tile body over a grid of settings against cuSPARSE, on the lab's three matrices (4M rows, 8
 non-zeros per row on average, seed 18): threads per block and blocks per SM (the __launch_bounds__ register cap: at
-256 threads 5, 6, 8 give 48, 40, 32 registers; pairs over 2048 threads per SM are skipped), short-row body, how
+256 threads 5, 6, 8 give 48, 40, 32 registers; pairs over the SM's threads are skipped), short-row body, how
 the register body's warps share a tile's batches of rows, tile list, group (non-zeros per short-row tile; long
 rows and slices scale with it), policy and, for steal, its time slice. Every result is checked against SciPy in
-float64 first. Every tile list lies on one copy of the arrays, cuSPARSE's too
-(copies alone moved R-MAT by up to 1.3%, docs/spmv.md); guided windows are sized for each --blocks-per-sm.
+float64 first. Every tile list lies on one copy of the arrays, cuSPARSE's too (copies alone moved R-MAT by up to
+1.3%, docs/spmv.md); guided windows are sized for each --blocks-per-sm.
 
     python3 scripts/spmv_sweep.py --blocks-per-sm 5 6 8 --short registers staged --tiling split whole --windows fixed
     python3 scripts/spmv_sweep.py --group 2048 4096 --quantum-us 50 200 inf --policy steal fixed_work
     python3 scripts/spmv_sweep.py --batches dynamic static --flag-tiles model every --policy steal fixed_work
     python3 scripts/spmv_sweep.py --widest 8192 16384 --windows-per-slot 1 2 --policy steal
     python3 scripts/spmv_sweep.py --threads 256 128 --blocks-per-sm 6 12 16 --policy steal fixed_work
+
+--threads and --blocks-per-sm give every pair of the two lists (256 x 6, 128 x 6, 128 x 12, 128 x 16 above) whose
+threads fit the SM; --blocks-per-sm is the __launch_bounds__ hint, so a kernel whose shared memory allows fewer
+blocks (the staged body's stage at 128 threads) runs fewer than its label says.
 
 One line per variant, fastest first: its median time (3 interleaved rounds of 10 CUDA-event timings) and its
 ratio to cuSPARSE's prepared SpMV measured in the same rounds.
@@ -68,9 +72,16 @@ def main() -> None:
     shapes = list(dict.fromkeys(itertools.product(a.widest, a.windows_per_slot))) if guided else [(None, 2.0)]
     # One TileKernel per setting and tile list (window shape included), so steal's learned grid comes from launches
     # over the same tiles.
-    blocks = [(t, mb) for t in a.threads for mb in a.blocks_per_sm if t * mb <= 2048]  # a Hopper SM's threads
+    for t in a.threads:
+        if t % 32 or not 32 <= t <= 1024:
+            p.error(f"--threads must be whole warps, 32 to 1024; got {t}")
+    max_threads = current_device().caps.max_threads_per_sm
+    blocks = [(t, mb) for t in a.threads for mb in a.blocks_per_sm if t * mb <= max_threads]
+    skipped = [f"{t} x {mb}" for t in a.threads for mb in a.blocks_per_sm if t * mb > max_threads]
+    if skipped:
+        print(f"skipped (over the SM's {max_threads} threads): {', '.join(skipped)}", flush=True)
     if not blocks:
-        p.error("no --threads x --blocks-per-sm pair fits an SM's 2048 threads")
+        p.error(f"no --threads x --blocks-per-sm pair fits an SM's {max_threads} threads")
     kernels = {}
     for (threads, mb), short, batches, tiling, group, q, flags, shape in itertools.product(
             blocks, a.short, a.batches, a.tiling, a.group, a.quantum_us, a.flag_tiles, shapes):

@@ -88,7 +88,7 @@ def test_ratio_interval_holds_the_ratio_and_keeps_rounds_paired():
     assert ratio_interval(base, other) == (low, high)  # seeded
     wide = ratio_interval(base[:20], other[:20])
     assert wide[1] - wide[0] > high - low  # fewer rounds, a wider interval
-    with pytest.raises(ValueError, match="same number of rounds"):
+    with pytest.raises(ValueError, match="one sample per round"):
         ratio_interval([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="level"):
         ratio_interval([1.0], [1.0], level=1.0)

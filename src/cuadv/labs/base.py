@@ -84,15 +84,18 @@ def interleaved_rounds(variants: Mapping[K, Callable[[], Sequence[float]]], roun
 
 def ratio_interval(base: Sequence[float], other: Sequence[float], level: float = 0.9, resamples: int = 2000,
                    seed: int = 0) -> tuple[float, float]:
-    """How precisely median(base) / median(other) is known from paired rounds (one sample of each per round, as
-    ``interleaved_samples`` gives with one sample per call): the central `level` interval of that ratio over
-    `resamples` bootstrap resamples of the rounds (each resample draws rounds with replacement and keeps each
-    round's pair together, so a drift both saw cancels). Seeded: the same samples give the same interval."""
+    """How precisely median(base) / median(other) is known from paired rounds: base[i] and other[i] are round i's
+    one sample of each (``interleaved_samples`` with measures that return one sample per call; a round of several
+    samples would be resampled as several rounds, too narrow an interval). The central `level` interval of that
+    ratio over `resamples` bootstrap resamples of the rounds (each resample draws rounds with replacement and keeps
+    each round's pair together, so a drift both saw largely cancels). Seeded: the same samples give the same
+    interval."""
     import numpy as np
 
     b, o = np.asarray(base, np.float64), np.asarray(other, np.float64)
     if b.size != o.size or b.size == 0:
-        raise ValueError(f"need the same number of rounds (at least 1) for both; got {b.size} and {o.size}")
+        raise ValueError(f"need one sample per round of each, the same number of rounds (at least 1) for both; got "
+                         f"{b.size} and {o.size} samples")
     if not 0 < level < 1:
         raise ValueError(f"level must be between 0 and 1, got {level!r}")
     picks = np.random.default_rng(seed).integers(0, b.size, size=(resamples, b.size))

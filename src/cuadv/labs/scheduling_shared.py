@@ -164,9 +164,13 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
 def counter_report(result: LabResult, labels: dict[str, str], samples: dict) -> None:
     """Table d and its figures from the rounds' samples (us per launch, one per round): samples[((case, policy
     label), mode)] for every case of ``labels`` (case -> what the table calls it), every COUNTER_POLICIES label
-    and mode "stream" / "graph", and samples[("memset", mode)]."""
-    us = {key: Spread.of(s) for key, s in samples.items()}
+    and mode "stream" / "graph", and samples[("memset", mode)]. Raises ValueError where the lists differ in
+    length (the intervals pair the variants' samples round by round)."""
     rounds = len(samples[("memset", "stream")])
+    if any(len(s) != rounds for s in samples.values()):
+        raise ValueError(f"table d needs one sample per round of every variant; got lists of "
+                         f"{sorted({len(s) for s in samples.values()})} samples")
+    us = {key: Spread.of(s) for key, s in samples.items()}
     rows, missed = [], False
     for key, label in labels.items():
         base = {mode: us[((key, "atomic_counter"), mode)] for mode in ("stream", "graph")}
@@ -197,8 +201,9 @@ def counter_report(result: LabResult, labels: dict[str, str], samples: dict) -> 
              f"(no memset). stream: {LAUNCHES} launches enqueued behind a device-side gate, then timed together "
              f"(CUDA events), so the host's launch time is not in it; graph: a graph of the same {LAUNCHES} launches "
              f"replayed. Per launch, medians of {rounds} interleaved rounds; x atomic_counter = its time / this "
-             f"policy's (above 1: faster); the target is judged on the slower of stream and graph, with the 90% "
-             f"interval of that ratio from resampling the rounds (each round's pair kept together). The memset alone: "
+             f"policy's (above 1: faster); the target is judged on the lower of the two ratios (stream, graph), with "
+             f"the 90% interval of that ratio from resampling the rounds (each round's pair kept together; the "
+             f"choice of the lower one is not in it). The memset alone: "
              f"{us[('memset', 'stream')]:.2f} us per launch in a stream, {us[('memset', 'graph')]:.2f} us in a "
              f"graph. Every tile checked to run exactly once per launch"
              + (f". Why steal misses: {COUNTER}" if missed else "")))
