@@ -76,8 +76,9 @@ def main() -> None:
         if t % 32 or not 32 <= t <= 1024:
             p.error(f"--threads must be whole warps, 32 to 1024; got {t}")
     max_threads = current_device().caps.max_threads_per_sm
-    blocks = [(t, mb) for t in a.threads for mb in a.blocks_per_sm if t * mb <= max_threads]
-    skipped = [f"{t} x {mb}" for t in a.threads for mb in a.blocks_per_sm if t * mb > max_threads]
+    pairs = [(t, mb) for t in a.threads for mb in a.blocks_per_sm]
+    blocks = [(t, mb) for t, mb in pairs if t * mb <= max_threads]
+    skipped = [f"{t} x {mb}" for t, mb in pairs if t * mb > max_threads]
     if skipped:
         print(f"skipped (over the SM's {max_threads} threads): {', '.join(skipped)}", flush=True)
     if not blocks:
