@@ -132,14 +132,14 @@ def missed_by(value: float, least: float, points: bool = False) -> str:
     return f"missed by {text}" + (" points" if points else "%")
 
 
-def ratio_target(ratio: float, interval: tuple[float, float], least: float = 1.0) -> str:
+def ratio_target(ratio: float, interval: tuple[float, float], least: float = 1.0, level: float = 0.9) -> str:
     """A target's cell for a ratio (``ratio`` against at least ``least``) known to within ``interval``
-    (``ratio_interval``): met or missed by how much, the interval, and, where the interval holds the target on
-    both sides, that the rounds do not resolve the difference."""
+    (``ratio_interval`` at the same ``level``): met or missed by how much, the interval, and, where the interval
+    holds the target on both sides, that the rounds do not resolve the difference."""
     lo, hi = interval
     verdict = f"met ({ratio:.2f}x)" if ratio >= least else missed_by(ratio, least)
     unresolved = ": the rounds do not resolve it" if lo < least <= hi else ""
-    return f"{verdict}; 90% interval {lo:.3f}-{hi:.3f}x{unresolved}"
+    return f"{verdict}; {level:.0%} interval {lo:.3f}-{hi:.3f}x{unresolved}"
 
 
 def readback(array):
