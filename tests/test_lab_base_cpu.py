@@ -102,6 +102,9 @@ def test_ratio_target_says_when_the_rounds_do_not_resolve_it():
     assert ratio_target(0.978, (0.965, 0.990)) == "missed by 2.2%; 90% interval 0.965-0.990x"
     assert ratio_target(1.004, (0.998, 1.010)) == "met (1.00x); 90% interval 0.998-1.010x: the rounds do not resolve it"
     assert ratio_target(1.02, (1.01, 1.03)) == "met (1.02x); 90% interval 1.010-1.030x"
+    # a narrow interval keeps the digits that tell its bounds apart (H200 2026-12-06: 1.000-1.000x for a 0.03% miss)
+    assert ratio_target(0.99968, (0.99961, 0.99974)) == "missed by 0.032%; 90% interval 0.9996-0.9997x"
+    assert ratio_target(1.0, (1.0, 1.0)) == "met (1.00x); 90% interval 1.00000-1.00000x"
 
 
 def test_rates_are_of_the_same_bytes_and_ceiling():

@@ -139,7 +139,9 @@ def ratio_target(ratio: float, interval: tuple[float, float], least: float = 1.0
     lo, hi = interval
     verdict = f"met ({ratio:.2f}x)" if ratio >= least else missed_by(ratio, least)
     unresolved = ": the rounds do not resolve it" if lo < least <= hi else ""
-    return f"{verdict}; {level:.0%} interval {lo:.3f}-{hi:.3f}x{unresolved}"
+    # Enough decimals to tell the bounds apart (up to 5): a narrow interval shown as 1.000-1.000x says nothing
+    digits = next((d for d in range(3, 6) if f"{lo:.{d}f}" != f"{hi:.{d}f}"), 5)
+    return f"{verdict}; {level:.0%} interval {lo:.{digits}f}-{hi:.{digits}f}x{unresolved}"
 
 
 def readback(array):
