@@ -8,7 +8,7 @@ import pytest
 
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.state_pool import StatePool
-from cuadv.work_stealing import Schedule, SliceReport, TileKernel, resolve_policy
+from cuadv.work_stealing import DEFAULT_QUANTUM_US, Schedule, SliceReport, TileKernel, resolve_policy
 from cuadv.work_stealing.policies import check_quantum, check_tiles
 from cuadv.work_stealing.schedule import COUNT_EXITS, PHASE1, learned_min_units, steal_grid_units
 
@@ -699,7 +699,7 @@ def _launch_recorder(monkeypatch, kernels):
 @pytest.mark.parametrize("called", ["steal", "auto"])
 def test_a_call_time_steal_on_a_kernel_built_for_another_policy_gets_the_default_quantum(fake_occupancy, monkeypatch,
                                                                                         built, called):
-    """Such a kernel could not be given a quantum, so its steal launches take the documented default (50 us), and
+    """Such a kernel could not be given a quantum, so its steal launches take the documented default, and
     the full tile grid until a slice is reported; they ran with quantum 0 (never yielding) on the resident grid."""
     from types import SimpleNamespace
 
@@ -710,7 +710,8 @@ def test_a_call_time_steal_on_a_kernel_built_for_another_policy_gets_the_default
         kernel=lambda name: kernels["steal" if policy == "steal" else "fixed_blocks"]))
     k(100_000, 0x2000, stream=3, policy=called)  # auto: steal on the stand-in 9.0
     config, schedule = launched[-1]
-    assert k.last_launch.policy == "steal" and schedule.quantum_ns == 50_000 and schedule.report_ptr == 0x5000
+    assert k.last_launch.policy == "steal" and schedule.quantum_ns == int(DEFAULT_QUANTUM_US * 1000)
+    assert schedule.report_ptr == 0x5000
     assert config.grid == (100_000, 1, 1)
     k(100_000, 0x2000, stream=3)  # the kernel's own policy: no quantum
     assert launched[-1][1].quantum_ns == 0 and k.last_launch.policy == built
