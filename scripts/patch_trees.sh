@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Source trees of experiments, made on the development machine (from the repository root) before a device call:
-# for each NAME=PATCH[+PATCH...], ab_NAME/ holds `git archive REV src tests` (REV: HEAD unless set) with those
+# for each NAME=PATCH[+PATCH...], ab_NAME/ holds `git archive REV src tests examples` (REV: HEAD unless set) with those
 # patches applied in order; a tree whose patches do not all apply is not left behind. The trees are untracked and
 # not ignored, so they travel with the next device call (the device needs no git); remove them after it
 # (rm -rf ab_*). Then: scripts/patch_trial.sh (their GPU tests and sanitizers) and scripts/tree_ab.sh (their
@@ -13,7 +13,7 @@ rev=${REV:-HEAD}
 for spec in "$@"; do
   dir=ab_${spec%%=*}
   rm -rf "$dir" "$dir.tmp" && mkdir -p "$dir.tmp"
-  git archive "$rev" src tests | tar -x -C "$dir.tmp"
+  git archive "$rev" src tests examples | tar -x -C "$dir.tmp"
   IFS=+ read -ra patches <<< "${spec#*=}"
   for patch in "${patches[@]}"; do
     git apply --directory="$dir.tmp" "$patch" || { rm -rf "$dir.tmp"; echo "$dir: $patch does not apply" >&2; exit 1; }

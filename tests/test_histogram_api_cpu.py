@@ -2,6 +2,8 @@
 fakes below carry only ``__cuda_array_interface__``: reaching the GPU would raise something else),
 the plan classes, and the binning rule of binning.cu mirrored in NumPy against numpy.histogram."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -406,3 +408,34 @@ def test_count_bins_orders_the_producers_of_x_and_out(monkeypatch):
     x.__cuda_array_interface__["stream"], out.__cuda_array_interface__["stream"] = 5, 9
     assert count_bins(x, 10, out=out, stream=3) is out
     assert events == [("wait", 3, 5), ("wait", 3, 9), ("memset", 3), ("launch", 3)]
+
+
+def test_float32_input_is_binned_as_read_where_one_block_holds_the_bins_behind_a_tma_ring(monkeypatch):
+    """float32 over bins one block's shared histogram holds behind a TMA ring: the counter's plan binned as it reads
+    (hist_block_tma_float, one pass); anything else keeps the binning pass (a named other variant, other input,
+    bins past one block)."""
+    from test_histogram_cpu import FakeCaps
+
+    eng = api.HistogramEngine(FakeCaps())  # plans only
+    monkeypatch.setattr(api, "engine", lambda: eng)
+    p = api.PreparedHistogram(FakeCupy((4_000_000,), typestr="<f4"), 4096, range=(0.0, 1.0), keep=False)
+    binned = p._binned_plan(p.src, np.float32(0.0))
+    assert isinstance(binned, SharedPlan) and binned.binned and binned.stages
+    assert binned == replace(eng.plan(4096, "int32"), binned=True)
+    assert binned.kernel_expr == f"hist_block_tma_float<{binned.stages}, {binned.vectors}, false>"
+    assert binned.label.endswith("binned as read)")
+    assert p._binned_plan(p.src, np.float32(0.0)) is binned  # asked once
+    assert p._binned_plan(p.src, np.float64(0.0)) is None  # float64 edges: the pass
+    for x, bins, variant in [(FakeCupy((1000,), typestr="<f8"), 4096, "auto"), (FakeCupy((1000,)), 4096, "auto"),
+                             (FakeCupy((1000,), typestr="<f4"), 4096, "global"),
+                             (FakeCupy((1000,), typestr="<f4"), 1 << 20, "auto")]:
+        q = api.PreparedHistogram(x, bins, range=(0.0, 1.0), variant=variant, keep=False)
+        assert q._binned_plan(q.src, np.float32(0.0)) is None, (x.__cuda_array_interface__["typestr"], bins, variant)
+
+
+def test_the_binned_kernels_are_built_on_tma_targets_only():
+    from cuadv.histograms.plans import TMA_RINGS, kernel_expressions
+
+    hopper = kernel_expressions("sm_90a")
+    assert all(f"hist_block_tma_float<{s}, {v}, false>" in hopper for s, v in TMA_RINGS)
+    assert not any("hist_block_tma_float" in e for e in kernel_expressions("sm_80"))

@@ -339,8 +339,8 @@ def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, 
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(api, "_aux_launch", widening_fails)
-    # binned or narrowed first: an index buffer beside the counts
-    x = (cp.arange(10_000) % 300).astype(cp.float32 if call == "histogram" else cp.int64)
+    # binned or narrowed first: an index buffer beside the counts (float64: float32 is binned as it is read)
+    x = (cp.arange(10_000) % 300).astype(cp.float64 if call == "histogram" else cp.int64)
     cp.cuda.Device().synchronize()
     fn = (lambda: histogram(x, 300, range=(0, 300))) if call == "histogram" else (lambda: bincount(x))
     s = cp.cuda.Stream(non_blocking=True)
@@ -353,6 +353,40 @@ def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, 
     got = fn()
     got = got[0] if call == "histogram" else got
     assert np.array_equal(cp.asnumpy(got), np.full(300, 10_000 // 300) + (np.arange(300) < 100))
+
+
+@pytest.mark.parametrize("bins, lo, hi", [(4096, 0.0, 1.0), (65_536, -50.5, 75.25), (256, 0.1, 0.9)])
+def test_float32_is_binned_as_read_exactly(cp, monkeypatch, bins, lo, hi):
+    """float32 over bins one block holds behind a TMA ring takes the one-pass kernel (hist_block_tma_float): exact
+    against numpy over several chunks, a misaligned view (the ring's scalar head), NaN and infinities, edges the
+    GPU computes and edges numpy computes (no range), repeated prepared calls and a graph replay; one scratch
+    buffer (the counts), no index buffer."""
+    from cuadv.graphs import Graph
+    from cuadv.histograms import api
+
+    monkeypatch.setattr(api, "DIRECT_CHUNK", 1 << 19)  # several chunks, each counted and widened (accumulating)
+    rng = np.random.default_rng(bins)
+    host = (rng.random(2_000_003) * (hi - lo) * 1.1 + lo - 0.05 * (hi - lo)).astype(np.float32)
+    host[:7] = [np.nan, np.inf, -np.inf, lo, hi, np.nextafter(np.float32(hi), np.float32(0)), (lo + hi) / 2]
+    x = cp.asarray(host)
+    p = prepare_histogram(x, bins, range=(lo, hi))
+    for view, ref in ((x, host), (x[1:], host[1:]), (x[3:-2], host[3:-2])):
+        for r in ((lo, hi), None):
+            want, want_edges = np.histogram(ref[np.isfinite(ref)] if r is None else ref, bins, range=r)
+            hist, edges = histogram(view[cp.isfinite(view)] if r is None else view, bins, range=r)
+            assert np.array_equal(cp.asnumpy(hist), want) and np.array_equal(cp.asnumpy(edges), want_edges), (r,)
+        if view is x:
+            for _ in range(2):
+                hist, edges = p(view)
+                assert np.array_equal(cp.asnumpy(hist), np.histogram(host, bins, range=(lo, hi))[0])
+    assert p.plan.binned and p._index is None
+    s = cp.cuda.Stream(non_blocking=True)
+    captured = []
+    graph = Graph.capture(s, lambda: captured.append(histogram(x, bins, range=(lo, hi), stream=s)))
+    graph.launch(s.ptr)
+    s.synchronize()
+    assert np.array_equal(cp.asnumpy(captured[0][0]), np.histogram(host, bins, range=(lo, hi))[0])
+    graph.close()
 
 
 def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):

@@ -369,12 +369,13 @@ class _Counter:
                     self.eng.caps.arch, self.eng.caps.sm_count, grid=1)
 
     def count(self, idx_ptr: int, n: int, out_ptr: int, out_len: int, accumulate: bool, stream: int,
-              edges: EdgeSpec | None = None) -> None:
+              edges: EdgeSpec | None = None, binned: tuple[HistogramPlan, tuple] | None = None) -> None:
         """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins); ``edges``: also write those bin
-        edges (in the widening pass, one launch fewer)."""
+        edges (in the widening pass, one launch fewer). ``binned``: idx_ptr is float32 input, counted by that plan
+        (hist_block_tma_float) with those binning parameters (edges, lo, span, start, step, stop)."""
         from ..launching import launch
 
-        plan = self.choose(idx_ptr, n, stream)
+        plan = self.choose(idx_ptr, n, stream) if binned is None else binned[0]
         captured = capturing(stream)  # asked once: the kept-buffer pool and the zeros after the call both depend on it
         if self._counts is None or self._counts.ptr == 0:
             nbytes = Scratch.size(4 * self.bins + 4)  # the counts, then the sample's verdict
@@ -388,7 +389,10 @@ class _Counter:
         if not self._zeroed:  # a new buffer (a prepared call's later counts find the zeros hist_widen left)
             check(driver().cuMemsetD32Async(counts, 0, self.bins, stream), "cuMemsetD32Async")
         self._zeroed = False
-        if n and self.skewed is not None:
+        if n and binned is not None:
+            kernel, config = self.eng.launch_config(plan, n)
+            launch(kernel, config, *plan.kernel_args(idx_ptr, n, counts), *binned[1], stream=stream)
+        elif n and self.skewed is not None:
             verdict = counts + 4 * self.bins
             self._sample(idx_ptr, n, self.skewed.hot, verdict, stream)
             for want, gated in enumerate((plan, self.skewed)):  # verdict 0: plan counts; 1: the skew-aware one
@@ -503,6 +507,7 @@ class PreparedHistogram:
         self.unit = self._unit_counter() if unit and self.src.type_name == "int32" else None
         self._unit_ok: bool | None = None if self.unit is not None else False
         self._index: Scratch | None = None
+        self._binned: HistogramPlan | bool | None = None  # _binned_plan's answer (False: none), once asked
         self._stream_of = interop.stream_handle
 
     def _unit_counter(self) -> _Counter | None:
@@ -594,8 +599,10 @@ class PreparedHistogram:
         caps = self.eng.caps
         in_place = src.size > 0 and (self.direct or (
             self.unit is not None and self._counts_in_place(src.ptr, min(src.size, DIRECT_CHUNK), h)))
-        # In place no kernel reads the edges: the widening pass writes them (one launch fewer).
-        bin_edges, edges_ptr, first, last, deferred = self._bin_edges(src, x, h, defer=in_place)
+        # In place no kernel reads the edges, nor does the binning pass where it computes even edges itself: the
+        # widening pass writes them (one launch fewer).
+        defer = in_place or (src.size > 0 and self._edge_spec is not None)
+        bin_edges, edges_ptr, first, last, deferred = self._bin_edges(src, x, h, defer=defer)
         hist = out if out is not None else _new_output(src, x, self.bins, np.int64, h)
         hist_ptr = dst.ptr if dst is not None else data_ptr(hist)
         if src.size == 0:
@@ -607,6 +614,14 @@ class PreparedHistogram:
                 m = min(DIRECT_CHUNK, src.size - start)
                 counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
                               edges=deferred if i == 0 else None)
+        elif (binned := self._binned_plan(src, first)) is not None:
+            # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
+            lo, span = first, first.dtype.type(last - first)
+            table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
+            for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
+                m = min(DIRECT_CHUNK, src.size - start)
+                self.counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
+                                   edges=deferred if i == 0 else None, binned=(binned, (table, lo, span, *even)))
         else:
             chunk = min(CHUNK, src.size)
             if self._index is None or self._index.ptr == 0:
@@ -615,11 +630,14 @@ class PreparedHistogram:
             ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
             lo, span = first, first.dtype.type(last - first)
+            # Even edges the GPU computes: the binning pass computes each edge it compares against (no table read)
+            table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
                 m = min(chunk, src.size - start)
-                _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, edges_ptr,
-                                      self.bins, lo, span), h, caps.arch, caps.sm_count)
-                self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h)
+                _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, table,
+                                      self.bins, lo, span, *even), h, caps.arch, caps.sm_count)
+                self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h,
+                                   edges=deferred if i == 0 else None)
             if not self.keep:
                 self._index.release(h)
                 self._index = None
@@ -628,6 +646,16 @@ class PreparedHistogram:
             if self.unit is not None:
                 self.unit.release(h)
         return hist, bin_edges
+
+    def _binned_plan(self, src: DeviceArray, first: np.floating) -> HistogramPlan | None:
+        """The plan that counts float32 input as it reads it (hist_block_tma_float): the counter's own where that is
+        one block's shared histogram behind a TMA ring; else None (a binning pass, then the count)."""
+        if src.type_name != "float32" or first.dtype != np.float32 or self.variant not in ("auto", "shared"):
+            return None
+        if self._binned is None:
+            plan = self.counter.plan or self.eng.plan(self.bins, "int32", self.variant)
+            self._binned = replace(plan, binned=True) if plan.variant == "shared" and plan.stages else False
+        return self._binned or None
 
     def _bin_edges(self, src: DeviceArray, x: Any, h: int,
                    defer: bool = False) -> tuple[Any, int, np.floating, np.floating, EdgeSpec | None]:
@@ -662,9 +690,12 @@ class PreparedHistogram:
         that counts chooses it (from a sample of the data where the bins do not fit one block). Where int32 input
         over range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins),
         or the exchange over bins with a closed last bin. A one-shot object (what ``histogram`` makes) gates the
-        skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other)."""
+        skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other). float32 input
+        that one block's shared histogram counts behind a TMA ring: that plan, ``binned`` (hist_block_tma_float)."""
         if self.unit is not None and self._unit_ok is not False:  # in place, or (before the first count) will be
             return self.unit.plan
+        if self._binned:  # float input binned as read (_binned_plan)
+            return self._binned
         return self.counter.plan
 
 

@@ -6,7 +6,8 @@
 // Kernels (templates, reached through name expressions; any target, no cluster features):
 //   hist_minmax<T>             per-block min and max (NaN propagates, as numpy's min/max).
 //   hist_bin_index<T, E>       bin index of each element against the edges E[bins + 1] (numpy's rule:
-//                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside.
+//                              edges[i] <= v < edges[i + 1], the last bin closed), -1 outside; even edges
+//                              may be computed in place instead of read.
 //   hist_narrow<T>             bincount: v where 0 <= v < bins, else -1, as int32.
 //   hist_sample                the skew verdict of a strided sample: its share in [0, hot) of those in [0, bins).
 //   hist_widen<E>              out[i] (+)= counts[i] as int64 (0 past the counted bins), a slot folded into the
@@ -15,6 +16,7 @@
 
 #include <cuda/std/cstdint>
 
+#include "cuadv/histogram_bins.cuh"
 #include "cuadv/pdl.cuh"
 
 namespace cuadv_binning {
@@ -67,30 +69,26 @@ __global__ void __launch_bounds__(256) hist_minmax(const T* __restrict__ in, u64
   }
 }
 
-// numpy.histogram's index for even bins: an estimate from (v - lo) / span * bins, then one step down
-// or up so that edges[i] <= v < edges[i + 1] (the last bin closed on the right), exactly as numpy
-// corrects its estimate against the edges it returns. Values outside [edges[0], edges[bins]] and NaN: -1.
+// The bin index of every element (cuadv::bins::EvenBins) against `edges`, or, where edges is null, the even
+// edges of (start, step, stop) computed in place.
 template <typename T, typename E>
 __global__ void __launch_bounds__(256) hist_bin_index(const T* __restrict__ in, u64 n, int* __restrict__ idx,
-                                                      const E* __restrict__ edges, u32 bins, E lo, E span) {
-  const E first = edges[0];
-  const E last = edges[bins];
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const E v = static_cast<E>(in[i]);
-    int b = -1;
-    if (v >= first && v <= last) {
-      const E f = (v - lo) / span * static_cast<E>(bins);
-      u32 k = f >= static_cast<E>(bins) ? bins - 1u : (f > E(0) ? static_cast<u32>(f) : 0u);
-      if (k > 0u && v < edges[k]) {
-        --k;
-      } else if (k + 1u < bins && v >= edges[k + 1u]) {
-        ++k;
-      }
-      b = static_cast<int>(k);
-    }
-    idx[i] = b;
+                                                      const E* __restrict__ edges, u32 bins, E lo, E span,
+                                                      double start, double step, double stop) {
+  const cuadv::bins::EvenBins<E> rule(edges, bins, lo, span, start, step, stop);
+  const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
+  u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Four elements a stride apart per pass, all four loads issued before the first is binned: one load in
+  // flight per thread leaves the SM too few bytes in flight to stream at the memory's rate.
+  constexpr int kBatch = 4;
+  for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
+    T v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) v[k] = in[i + k * stride];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) idx[i + k * stride] = rule.index(static_cast<E>(v[k]));
   }
+  for (; i < n; i += stride) idx[i] = rule.index(static_cast<E>(in[i]));
 }
 
 // bincount of wider or narrower integers: the value as an int32 index where 0 <= v < bins, else -1.
@@ -128,16 +126,6 @@ extern "C" __global__ void __launch_bounds__(256) hist_sample(const int* __restr
   }
 }
 
-// Edge i of numpy.histogram_bin_edges for even bins, without a host array: numpy.linspace computes
-// edges[i] = i * step + start in float64 (a product and a sum, each rounded: no FMA here) and sets the last
-// edge to stop exactly; E = float: the float64 value rounded once to float (numpy's astype). The host
-// chooses when this applies (step > 0 and far above the edges' spacing; else it asks numpy).
-template <typename E>
-static __device__ __forceinline__ E edge_value(u64 i, u32 bins, double start, double step, double stop) {
-  const double v = i == bins ? stop : __dadd_rn(__dmul_rn(static_cast<double>(i), step), start);
-  return static_cast<E>(v);
-}
-
 // out[i] = (accumulate ? out[i] : 0) + (i < m ? counts[i] : 0) for i < len, as int64; the last output also
 // takes counts[fold] where fold != ~0u (fold >= m: the slot that counted v == bins, numpy's closed last
 // bin). Then every one of the `slots` counters is zero again (each by the thread that read it), so the next
@@ -165,7 +153,7 @@ __global__ void __launch_bounds__(256) hist_widen(u32* __restrict__ counts, u32 
       out[i] = accumulate ? out[i] + add : add;
     }
     if (i < slots && i != fold) counts[i] = 0;  // read above by this thread only (i < m), or never
-    if (edges && i <= bins) edges[i] = edge_value<E>(i, bins, start, step, stop);
+    if (edges && i <= bins) edges[i] = cuadv::bins::edge_value<E>(i, bins, start, step, stop);
   }
 }
 
@@ -176,5 +164,5 @@ __global__ void __launch_bounds__(256) hist_edges(E* __restrict__ edges, u32 bin
                                                   double stop) {
   for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i <= bins;
        i += static_cast<u64>(gridDim.x) * blockDim.x)
-    edges[i] = edge_value<E>(i, bins, start, step, stop);
+    edges[i] = cuadv::bins::edge_value<E>(i, bins, start, step, stop);
 }

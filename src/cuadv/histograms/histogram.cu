@@ -13,6 +13,8 @@
 //                                     as in hist_cluster), flushed once.
 //   hist_block_tma<T, Stages, V, Packed>  hist_block with its input copied by the TMA unit into a ring of
 //                                     Stages chunks of V vectors per thread (sm_90).
+//   hist_block_tma_float<Stages, V, Packed>  the same over float input, each value binned by numpy's rule for
+//                                     even bins as it is read (one pass, no index buffer).
 //   hist_cluster<T, Packed, Agg>      the bins sharded over the cluster's blocks: bin b lives in
 //                                     block (b % C), local slot b / C; remote atomics through
 //                                     cluster.map_shared_rank. Packed: two 16-bit counters per
@@ -48,6 +50,7 @@
 #include <cooperative_groups.h>
 #include <cuda/std/cstdint>
 
+#include "cuadv/histogram_bins.cuh"
 #include "cuadv/pdl.cuh"
 #include "cuadv/ptx.cuh"
 
@@ -275,6 +278,30 @@ struct GlobalSink {
       for (int j = 0; j < Layout<T>::kPerVec; ++j) scalar(element<T>(v[k], j));
   }
 };
+
+// float input binned where it is counted (hist_block_tma_float): the stream reads the floats' bits as int32, and
+// each 32-bit lane becomes its bin index, or 0xffffffff outside the range, before `Inner`, the counters' own sink,
+// takes it (the lanes of an int32 vector are its elements, element<int>).
+template <class Inner>
+struct BinningSink {
+  Inner& inner;
+  const cuadv::bins::EvenBins<float>& rule;
+
+  __device__ __forceinline__ u32 bin(u32 bits) const { return static_cast<u32>(rule.index(__uint_as_float(bits))); }
+  __device__ __forceinline__ void scalar(u32 bits) { inner.scalar(bin(bits)); }
+  template <int U>
+  __device__ __forceinline__ void batch(const uint4 (&v)[U]) {
+    uint4 b[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) b[k] = make_uint4(bin(v[k].x), bin(v[k].y), bin(v[k].z), bin(v[k].w));
+    inner.template batch<U>(b);
+  }
+};
+
+template <class Inner>
+static __device__ __forceinline__ BinningSink<Inner> binning_sink(Inner& inner, const cuadv::bins::EvenBins<float>& rule) {
+  return BinningSink<Inner>{inner, rule};
+}
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers for this block's shared-memory atomics on 32-bit shared::cta addresses.
@@ -931,11 +958,11 @@ __global__ void __launch_bounds__(1024) hist_block(const T* __restrict__ in, u64
 
 // hist_block fed by the TMA unit (sm_90): Stages chunks of V * 16 * blockDim.x bytes in flight per block, into
 // 32-bit or (Packed) 16-bit counters. Dynamic shared memory: the counters, rounded up to 128 B, then the ring
-// (Stages chunks), then Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does.
-template <typename T, int Stages, int V, bool Packed>
-__global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
-                                                       u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
-  if (cuadv_hist::gated_off(gate, want)) return;
+// (Stages chunks), then Stages mbarriers; the host sizes it as tma_ring_bytes in plans.py does. `feed(sink)`: the
+// sink the stream feeds, made from the counters' own (itself, or hist_block_tma_float's binning in front of it).
+template <typename T, int Stages, int V, bool Packed, class Feed>
+static __device__ __forceinline__ void block_histogram_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
+                                                           u32 bins, u32 log2r, const Feed& feed) {
   extern __shared__ __align__(128) unsigned char tma_smem[];
   const u32 counter_bytes = (4u * cuadv_hist::counter_words<Packed>(bins, 0, log2r) + 127u) & ~127u;
   const u32 ring_bytes = Stages * V * 16u * blockDim.x;
@@ -956,8 +983,34 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
   block_histogram<T, Packed>(out, bins, log2r, counters, [&](auto& sink) {
     if constexpr (!Packed)
       if (threadIdx.x == 0) cuadv_hist::start_ring<T, Stages, V>(in, n, ring, full);
-    cuadv_hist::stream_values_tma<T, Stages, V>(in, n, sink, ring, full);
+    auto&& fed = feed(sink);
+    cuadv_hist::stream_values_tma<T, Stages, V>(in, n, fed, ring, full);
   });
+}
+
+template <typename T, int Stages, int V, bool Packed>
+__global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in, u64 n, u32* __restrict__ out,
+                                                       u32 bins, u32 log2r, const u32* __restrict__ gate, u32 want) {
+  if (cuadv_hist::gated_off(gate, want)) return;
+  block_histogram_tma<T, Stages, V, Packed>(in, n, out, bins, log2r, [](auto& sink) -> auto& { return sink; });
+}
+
+// float input counted in one pass: hist_block_tma over the floats' bits, each turned into its bin by numpy's
+// rule for even bins (cuadv/histogram_bins.cuh: against `edges`, or where that is null the edges of (start, step,
+// stop) computed where compared) before the counters' own sink takes it; outside the range 0xffffffff, which the
+// sink counts in its trash slot. The binning pass and its 4-byte index per element are gone. One block per SM may
+// take 64 registers: at the 32 that two blocks of 1,024 threads allow, ptxas spilled the 2-vector rings' binning
+// (40 bytes); the ring, not the registers, keeps the bytes in flight.
+template <int Stages, int V, bool Packed>
+__global__ void __launch_bounds__(1024, 1) hist_block_tma_float(const float* __restrict__ in, u64 n,
+                                                             u32* __restrict__ out, u32 bins, u32 log2r,
+                                                             const u32* __restrict__ gate, u32 want,
+                                                             const float* __restrict__ edges, float lo, float span,
+                                                             double start, double step, double stop) {
+  if (cuadv_hist::gated_off(gate, want)) return;
+  const cuadv::bins::EvenBins<float> rule(edges, bins, lo, span, start, step, stop);
+  block_histogram_tma<int, Stages, V, Packed>(reinterpret_cast<const int*>(in), n, out, bins, log2r,
+                                              [&](auto& sink) { return cuadv_hist::binning_sink(sink, rule); });
 }
 
 // DSM: the bins sharded over the cluster (runtime cluster dims of 2^log2c blocks along x).

@@ -92,6 +92,7 @@ class HistogramPlan:
     sort: str = ""  # exchange: "ballot" (one shared atomic per warp and owner) or "atomic" (one per element)
     closed: bool = False  # exchange: v == bins counts in bin bins - 1 (int32 over range (0, bins), counted in place)
     stages: int = 0  # shared: 0 loads the input into registers; > 0 the TMA unit feeds a ring of that many chunks
+    binned: bool = False  # shared with a TMA ring: float input binned as it is read (hist_block_tma_float)
 
     def __new__(cls, variant: str = "", *args, **kwargs):
         if cls is HistogramPlan:
@@ -163,6 +164,8 @@ class SharedPlan(HistogramPlan):
 
     @property
     def kernel_expr(self) -> str:
+        if self.binned:
+            return f"hist_block_tma_float<{self.stages}, {self.vectors}, {self.packed}>"
         if self.stages:
             return f"hist_block_tma<{self.ctype}, {self.stages}, {self.vectors}, {self.packed}>"
         return f"hist_block<{self.ctype}, {self.packed}>"
@@ -171,7 +174,7 @@ class SharedPlan(HistogramPlan):
     def label(self) -> str:
         bits = ", 16-bit" if self.counter_bits == 16 else ""
         ring = f", TMA ring of {self.stages} x {16 * self.vectors * self.threads // 1024} KB" if self.stages else ""
-        return f"shared (1 block{bits}, x{self.replicas}{ring})"
+        return f"shared (1 block{bits}, x{self.replicas}{ring}{', binned as read' if self.binned else ''})"
 
     def scalar_args(self) -> tuple[int, ...]:
         return (self.log2r,)
@@ -292,8 +295,10 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
         if parse_arch(arch) < (9, 0):
             continue
         exprs += [f"hist_block_tma<{ctype}, {s}, {v}, false>" for s, v in TMA_RINGS]
-        if dtype == "int32":  # 16-bit counters behind 2-vector rings
+        if dtype == "int32":  # 16-bit counters behind 2-vector rings; float input binned as read, on the same rings
             exprs += [f"hist_block_tma<{ctype}, {s}, {PACKED_RING_VECTORS}, true>" for s in TMA_WIDE_STAGES]
+            exprs += [f"hist_block_tma_float<{s}, {v}, false>" for s, v in TMA_RINGS]
+            exprs += [f"hist_block_tma_float<{s}, {PACKED_RING_VECTORS}, true>" for s in TMA_WIDE_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")

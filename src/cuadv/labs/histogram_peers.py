@@ -325,7 +325,8 @@ def measure_case(cp, case: Case, n_bytes: int, cub, rounds: int, repeats: int, s
     plan = prepared.plan.label if prepared.plan else "?"
     scratch = sum(s.nbytes for s in (prepared.counter._counts, getattr(prepared.unit, "_counts", None),
                                      prepared._index) if s is not None and s.ptr)
-    path = "in place" if prepared._index is None else "binning pass + count"
+    path = ("binned as read" if getattr(prepared.plan, "binned", False) else
+            "in place" if prepared._index is None else "binning pass + count")
     workspace.append([case.group, case.bins, facts.get("cub_temp_bytes", "-"), scratch, plan, path])
     rows = [Row(case, label, ms[label], gb_per_s(ms[label], n_bytes), kind,
                 plan if kind == "cuadv" else "") for label, (_, kind) in calls.items()]

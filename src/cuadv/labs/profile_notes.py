@@ -105,8 +105,8 @@ SPMV = (
     "(2026-12-03 13:06-14:37, scripts/spmv_residency_probe.py) locate part of the gap: the warps of a fixed_work "
     "block leave as each finishes its rows and the SM starts the next block on what they held, so it runs up to "
     "10 blocks per SM where the occupancy calculator fits 6; a loop over tiles keeps every warp to the block's last "
-    "tile and holds 6, and fixed_work with a barrier after each tile loses 4-7% on R-MAT. Steal's 50 us time slice "
-    "costs 0.7-1.0 points (kept: it lets other kernels take the SMs). Tried and not kept, each with its figures in "
+    "tile and holds 6, and fixed_work with a barrier after each tile loses 4-7% on R-MAT. Steal's time slice (then "
+    "50 us, 200 us since 2026-12-06) cost 0.7-1.0 points (kept: it lets other kernels take the SMs). Tried and not kept, each with its figures in "
     "docs/spmv.md: warps that do not wait for each other between tiles, blocks that start on their own tile, "
     "a first claim without its counter read, wider guided windows, listed-row tiles of one warp per row, one "
     "barrier fewer per long row, cache hints that keep the streamed columns and values out of L1 (8-20% slower). "
@@ -140,7 +140,9 @@ COUNTER = (
     "2026-12-06 03:36) two misses are resolved: Pareto tiles 0.985x in graph replays (0.980-0.994x) and v := a v "
     "0.995x in a stream (0.994-0.995x), while the same kernel without slices (steal Q=inf) reads 0.993x "
     "(0.989-1.003x, not resolved) and 0.998x (0.997-0.998x): on Pareto tiles the slices' relaunches are what the "
-    "rounds resolve, on v := a v 0.3 of the 0.5 points; the other 0.2 points are not located (not traced since)")
+    "rounds resolve, on v := a v 0.3 of the 0.5 points; the other 0.2 points are not located (not traced since). "
+    "Those ran 50 us slices; with the 200 us default since (an H100, 2026-12-06 05:23, one run of each) Pareto "
+    "tiles read 0.995x / 0.997x (0.990-1.002x, not resolved) where 50 us read 0.985x / 0.991x (0.980-0.990x)")
 
 
 def histogram_note(dtype: str, dist: str, bins: int) -> str | None:

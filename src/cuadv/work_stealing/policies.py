@@ -19,7 +19,7 @@ _POLICY_TYPE = {"fixed_work": "FixedWork", "fixed_blocks": "FixedBlocks", "atomi
 # Policies that launch only the blocks (clusters) that fit at once; steal does too when it never yields.
 RESIDENT_GRID = ("fixed_blocks", "atomic_counter")
 TAKES_QUANTUM = ("steal", "auto")  # the policies a TileKernel may be given quantum_us and min_tiles for
-DEFAULT_QUANTUM_US = 50.0
+DEFAULT_QUANTUM_US = 200.0
 DEFAULT_PROLOGUE_FACTOR = 19  # a block's prologue costs at most 1/20 of its life
 MAX_TILES = MAX_GRID  # fixed_work launches one block per tile, so a tile grid has a launch grid's limits
 MAX_STEAL_UNITS = 2**31 - 1  # tickets (at most units + grid) fit the low 32 bits of the state word (work_stealing.cuh)

@@ -76,7 +76,7 @@ class TileKernel:
     ``min_blocks_per_sm``: the second __launch_bounds__ argument; raising it caps registers so more
     blocks stay resident (more memory requests in flight for a long-lived block).
     ``quantum_us`` (steal): a block stops taking tiles after this long and gives its SM back, so
-    higher-priority work gets in within about one quantum plus one tile; math.inf: never. None: 50 us (also
+    higher-priority work gets in within about one quantum plus one tile; math.inf: never. None: 200 us (also
     for a call with ``policy="steal"`` on a kernel built for another policy, which takes no quantum).
     ``prologue_factor`` (steal): the slice is stretched to this many times the block's own prologue
     when that is longer, so the prologue costs at most 1/(factor+1) of the block's time; 0: off; at most 2**32 - 1.
@@ -281,7 +281,7 @@ class TileKernel:
         ``stream=None``: the current stream of the arguments' library (torch's for tensors, else CuPy's).
         ``policy``: this launch's policy, any of POLICIES (None: the kernel's), resolved for the current GPU as the
         kernel's is; each compiles to its own kernel. A launch that runs steal takes the kernel's ``quantum_us``
-        and ``min_tiles`` (a kernel built for a policy without them: the 50 us default and a learned min_tiles);
+        and ``min_tiles`` (a kernel built for a policy without them: the 200 us default and a learned min_tiles);
         launches of other policies ignore them, as ``auto`` does where it runs fixed_work or clc.
         With no tiles nothing is launched, after the same checks of the stream, priority and arguments."""
         t = check_tiles(tiles, self.cluster)
