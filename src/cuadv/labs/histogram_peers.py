@@ -361,7 +361,8 @@ def run_peer_comparison(result: LabResult, ctx, cub_future: Future | None = None
                                        "cuadv path"], workspace,
         note="CUB's temp storage from its size query (HistogramEven with no workspace); cuadv's scratch: the "
              "uint32 counters and, where the input is not the bin index, the int32 index buffer of one pass "
-             "(allocated stream-ordered per call, kept by the prepared form); cuadv supports up to 2^30 bins, "
+             "(allocated stream-ordered per call, kept by the prepared form), none where the path is 'binned as "
+             "read' (float32 counted in one pass); cuadv supports up to 2^30 bins, "
              "so 16M bins run (global atomics or the skew-aware plan)"))
     result.figures.update(figures)
     result.notes.append("peer comparison against the issue's targets: " + "; ".join(lines))
