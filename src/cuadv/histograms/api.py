@@ -616,12 +616,11 @@ class PreparedHistogram:
                               edges=deferred if i == 0 else None)
         elif (binned := self._binned_plan(src, first)) is not None:
             # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
-            lo, span = first, first.dtype.type(last - first)
-            table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
+            table, rule = _rule_args(first, last, edges_ptr, deferred)
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
                 self.counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
-                                   edges=deferred if i == 0 else None, binned=(binned, (table, lo, span, *even)))
+                                   edges=deferred if i == 0 else None, binned=(binned, (table, *rule)))
         else:
             chunk = min(CHUNK, src.size)
             if self._index is None or self._index.ptr == 0:
@@ -629,13 +628,11 @@ class PreparedHistogram:
             etype = "float" if first.dtype == np.float32 else "double"
             ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
-            lo, span = first, first.dtype.type(last - first)
-            # Even edges the GPU computes: the binning pass computes each edge it compares against (no table read)
-            table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
+            table, rule = _rule_args(first, last, edges_ptr, deferred)
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
                 m = min(chunk, src.size - start)
                 _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, table,
-                                      self.bins, lo, span, *even), h, caps.arch, caps.sm_count)
+                                      self.bins, *rule), h, caps.arch, caps.sm_count)
                 self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h,
                                    edges=deferred if i == 0 else None)
             if not self.keep:
@@ -697,6 +694,15 @@ class PreparedHistogram:
         if self._binned:  # float input binned as read (_binned_plan)
             return self._binned
         return self.counter.plan
+
+
+def _rule_args(first: np.floating, last: np.floating, edges_ptr: int,
+               deferred: EdgeSpec | None) -> tuple[int, tuple]:
+    """The binning rule's parameters (cuadv::bins::EvenBins), as both binning launches pass them: the edges' table,
+    0 where the GPU computes even edges (each edge compared against is computed, not read), and (lo, span, start,
+    step, stop)."""
+    table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
+    return table, (first, first.dtype.type(last - first), *even)
 
 
 def device_edge_spec(dtype: np.dtype, bins: int, lo: Any, hi: Any) -> tuple[float, float, float, np.dtype] | None:

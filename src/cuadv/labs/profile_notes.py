@@ -106,11 +106,11 @@ SPMV = (
     "block leave as each finishes its rows and the SM starts the next block on what they held, so it runs up to "
     "10 blocks per SM where the occupancy calculator fits 6; a loop over tiles keeps every warp to the block's last "
     "tile and holds 6, and fixed_work with a barrier after each tile loses 4-7% on R-MAT. Steal's time slice (then "
-    "50 us, 200 us since 2026-12-06) cost 0.7-1.0 points (kept: it lets other kernels take the SMs). Tried and not kept, each with its figures in "
-    "docs/spmv.md: warps that do not wait for each other between tiles, blocks that start on their own tile, "
-    "a first claim without its counter read, wider guided windows, listed-row tiles of one warp per row, one "
-    "barrier fewer per long row, cache hints that keep the streamed columns and values out of L1 (8-20% slower). "
-    "The rest of the gap is not located")
+    "50 us, 200 us since 2026-12-06) cost 0.7-1.0 points (kept: it lets other kernels take the SMs). Tried and not "
+    "kept, each with its figures in docs/spmv.md: warps that do not wait for each other between tiles, blocks that "
+    "start on their own tile, a first claim without its counter read, wider guided windows, listed-row tiles of "
+    "one warp per row, one barrier fewer per long row, cache hints that keep the streamed columns and values out "
+    "of L1 (8-20% slower). The rest of the gap is not located")
 
 VECSCALE = (
     "the tile shape, not the scheduler: with the earlier default (256 threads x 8 float4, 5 blocks/SM, 160 KB in "
