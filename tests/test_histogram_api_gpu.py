@@ -389,6 +389,35 @@ def test_float32_is_binned_as_read_exactly(cp, monkeypatch, bins, lo, hi):
     graph.close()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bins", [7, 4096, 65536, 1 << 20])
+@pytest.mark.parametrize("lo, hi", [(0.0, 1.0), (-3.5, 1000.25), (997.0, 1003.0)])
+def test_values_on_and_beside_every_edge_are_binned_as_numpy_bins_them(cp, dtype, bins, lo, hi):
+    """Every edge and the 4 values of the type either side of it, among uniform values: the quick estimate
+    decides the values far from an edge and the step against the edges the rest (histogram_bins.cuh), in the
+    one pass (float32 up to 65,536 bins) and the binning pass; exact against numpy, with the range (Python floats:
+    edges the GPU computes; float32 scalars: numpy's, computed in float32) and without (numpy's edges of the data's
+    min and max)."""
+    for r in ((lo, hi), (np.float32(lo), np.float32(hi)), None):
+        try:
+            edges = np.histogram_bin_edges(np.array([lo, hi], dtype=dtype), bins, range=r)
+        except ValueError:
+            continue  # numpy: too many bins for this range (float32 near 1000 at 1M bins)
+        near = [edges.astype(dtype)]
+        for toward in (np.inf, -np.inf):
+            w = near[0]
+            for _ in range(4):
+                w = np.nextafter(w, np.array(toward, dtype))
+                near.append(w)
+        rng = np.random.default_rng(bins)
+        host = np.concatenate([rng.uniform(lo, hi, 300_001).astype(dtype), *near])
+        host = np.clip(host, np.array(lo, dtype), np.array(hi, dtype)) if r is None else host
+        want, want_edges = np.histogram(host, bins, range=r)
+        hist, got_edges = histogram(cp.asarray(host), bins, range=r)
+        assert np.array_equal(cp.asnumpy(got_edges), want_edges), r
+        assert np.array_equal(cp.asnumpy(hist), want), r
+
+
 def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     """A one-shot call's counts outlive it, zeroed by its widening pass: the next one-shot call on the same stream
     takes them without a memset, another stream has its own; a call being captured into a graph takes none (a

@@ -372,7 +372,7 @@ class _Counter:
               edges: EdgeSpec | None = None, binned: tuple[HistogramPlan, tuple] | None = None) -> None:
         """out[0:out_len] (+)= counts of idx[0:n] in [0, bins) (0 past bins); ``edges``: also write those bin
         edges (in the widening pass, one launch fewer). ``binned``: idx_ptr is float32 input, counted by that plan
-        (hist_block_tma_float) with those binning parameters (edges, lo, span, start, step, stop)."""
+        (hist_block_tma_float) with those binning parameters (edges, lo, span, inv, margin, start, step, stop)."""
         from ..launching import launch
 
         plan = self.choose(idx_ptr, n, stream) if binned is None else binned[0]
@@ -616,7 +616,7 @@ class PreparedHistogram:
                               edges=deferred if i == 0 else None)
         elif (binned := self._binned_plan(src, first)) is not None:
             # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
-            table, rule = _rule_args(first, last, edges_ptr, deferred)
+            table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
                 self.counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
@@ -628,7 +628,7 @@ class PreparedHistogram:
             etype = "float" if first.dtype == np.float32 else "double"
             ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
-            table, rule = _rule_args(first, last, edges_ptr, deferred)
+            table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
                 m = min(chunk, src.size - start)
                 _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, table,
@@ -696,13 +696,40 @@ class PreparedHistogram:
         return self.counter.plan
 
 
-def _rule_args(first: np.floating, last: np.floating, edges_ptr: int,
+def _rule_args(first: np.floating, last: np.floating, bins: int, edges_ptr: int,
                deferred: EdgeSpec | None) -> tuple[int, tuple]:
     """The binning rule's parameters (cuadv::bins::EvenBins), as both binning launches pass them: the edges' table,
-    0 where the GPU computes even edges (each edge compared against is computed, not read), and (lo, span, start,
-    step, stop)."""
+    0 where the GPU computes even edges (each edge compared against is computed, not read), and (lo, span, inv,
+    margin, start, step, stop)."""
     table, even = (0, deferred.args()[2:]) if deferred is not None else (edges_ptr, (0.0, 0.0, 0.0))
-    return table, (first, first.dtype.type(last - first), *even)
+    quick = quick_estimate(first, last, bins, computed=deferred is not None)
+    return table, (first, first.dtype.type(last - first), *quick, *even)
+
+
+def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: bool) -> tuple[np.floating, np.floating]:
+    """(inv, margin) of the binning rule's quick estimate (v - first) * inv of v's place among the edges, in the
+    edges' type: a value whose estimate lies more than ``margin`` bins from both ends of its bin takes that bin with
+    no edge read. With u the unit roundoff and M the larger magnitude of the ends, the estimate's roundings (the
+    subtraction, inv, the product) and the edges' own (numpy.linspace's, then the cast to the edges' type) stay
+    below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's where the GPU computes
+    them (``computed``: linspace in float64, device_edge_spec); at least float32's for numpy's own, which linspace
+    computes in float32 where the range or the data is float32, whatever the edges' type. (0, 1) where the margin
+    reaches 0.25 bins, or bins are narrower than the smallest normal number of the type they were computed in
+    (bins / span could overflow, and rounding below it is absolute): the rule then takes numpy's estimate, a
+    division, for every value."""
+    e = first.dtype.type
+    info = np.finfo(first.dtype)
+    # numpy's own edges may have been computed in float32 (see above), so its roundoff and its smallest normal
+    # number (below which its rounding error is absolute, not relative) bound them too.
+    u, tiny = (float(info.epsneg), float(info.tiny)) if computed else (
+        max(float(info.epsneg), 2.0**-24), max(float(info.tiny), 2.0**-126))
+    span = float(e(last - first))
+    if not (math.isfinite(span) and span / bins >= tiny):
+        return e(0), e(1)
+    margin = 16 * u * (bins + 1) * (1 + max(abs(float(first)), abs(float(last))) / span)
+    if margin >= 0.25:
+        return e(0), e(1)
+    return e(bins / span), e(margin)
 
 
 def device_edge_spec(dtype: np.dtype, bins: int, lo: Any, hi: Any) -> tuple[float, float, float, np.dtype] | None:

@@ -70,12 +70,12 @@ __global__ void __launch_bounds__(256) hist_minmax(const T* __restrict__ in, u64
 }
 
 // The bin index of every element (cuadv::bins::EvenBins) against `edges`, or, where edges is null, the even
-// edges of (start, step, stop) computed in place.
+// edges of (start, step, stop) computed in place; (inv, margin): the quick estimate's, from the host.
 template <typename T, typename E>
 __global__ void __launch_bounds__(256) hist_bin_index(const T* __restrict__ in, u64 n, int* __restrict__ idx,
-                                                      const E* __restrict__ edges, u32 bins, E lo, E span,
-                                                      double start, double step, double stop) {
-  const cuadv::bins::EvenBins<E> rule(edges, bins, lo, span, start, step, stop);
+                                                      const E* __restrict__ edges, u32 bins, E lo, E span, E inv,
+                                                      E margin, double start, double step, double stop) {
+  const cuadv::bins::EvenBins<E> rule(edges, bins, lo, span, inv, margin, start, step, stop);
   const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
   u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   // Four elements a stride apart per pass, all four loads issued before the first is binned: one load in
