@@ -11,7 +11,7 @@ from cuadv.errors import KernelArgumentError
 from cuadv.histograms import (ClusterPlan, ExchangePlan, GlobalPlan, HistogramPlan, HotPlan, SharedPlan, bincount,
                               histogram, plan_histogram)
 from cuadv.histograms import api
-from cuadv.histograms.api import quick_estimate
+from cuadv.histograms.api import keep_window, quick_estimate
 
 
 class Fake:
@@ -170,6 +170,34 @@ def test_the_binning_rule_is_numpys(dtype, bins):
         idx = bin_index_model(x, mine)
         got = np.bincount(idx[idx >= 0], minlength=bins)
         assert np.array_equal(got, want), (dtype, bins, r)
+
+
+@pytest.mark.parametrize("bins", [1, 7, 100_000])
+def test_int64_beyond_2_53_is_kept_by_the_window_numpy_compares_in(bins):
+    """numpy keeps int64 input by comparing it with integer range ends exactly, with float ends as float64s, then
+    bins it as float64: keep_window's integer window before the rule (hist_bin_index) counts as numpy does, and
+    without it values just past an integer end, which round onto it, would be counted."""
+    top = np.iinfo(np.int64).max
+    around = np.arange(-3000, 3001, dtype=np.int64)
+    for lo, hi, x in ((-3062579159392472241, -2215994921906757937,
+                       np.concatenate([-3062579159392472241 + around, -2215994921906757937 + around])),
+                      (2**62, top - 1000, np.concatenate([2**62 + around, top - np.arange(6001, dtype=np.int64)]))):
+        for r in ((lo, hi), (np.int64(lo), np.int64(hi)), (np.uint64(lo), np.uint64(hi)) if lo > 0 else (lo, hi),
+                  (float(lo), float(hi)), (lo, float(hi)), (float(lo), hi)):
+            want, edges = np.histogram(x, bins, range=r)
+            keep_lo, keep_hi = keep_window(x.dtype, r)
+            assert keep_lo.dtype == keep_hi.dtype == np.int64
+            inside = (x >= keep_lo) & (x <= keep_hi)
+            idx = np.where(inside, bin_index_model(x, edges), -1)
+            assert np.array_equal(np.bincount(idx[idx >= 0], minlength=bins), want), (lo, r)
+            rule_alone = bin_index_model(x, edges)
+            if isinstance(r[1], (int, np.integer)):  # the window is what leaves out those past the end
+                assert np.count_nonzero(rule_alone >= 0) > want.sum(), r
+    assert keep_window(np.dtype(np.int64), (2**64, 2**65))[0] > keep_window(np.dtype(np.int64), (2**64, 2**65))[1]
+    for dtype in ("int32", "uint8", "uint16", "float32", "float64"):  # values exact in the edges' type: no window
+        info = np.finfo(dtype) if dtype.startswith("float") else np.iinfo(dtype)
+        lo, hi = keep_window(np.dtype(dtype), (0, 5))
+        assert lo.dtype == hi.dtype == dtype and lo <= info.min and hi >= info.max
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16"])

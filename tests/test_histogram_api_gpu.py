@@ -418,6 +418,25 @@ def test_values_on_and_beside_every_edge_are_binned_as_numpy_bins_them(cp, dtype
         assert np.array_equal(cp.asnumpy(hist), want), r
 
 
+@pytest.mark.parametrize("bins", [7, 100_000])
+def test_int64_beyond_2_53_is_kept_as_numpy_compares_it(cp, bins):
+    """int64 values within 3,000 of the range's ends, far beyond 2**53: numpy compares them with integer ends
+    exactly (a value just past an end is left out, though it rounds onto the end as a float64) and with float
+    ends as float64s; cuadv counts what numpy counts for either kind of end, and for a range of each kind."""
+    top = np.iinfo(np.int64).max
+    around = np.arange(-3000, 3001, dtype=np.int64)
+    cases = []
+    for lo, hi, host in ((-3062579159392472241, -2215994921906757937,
+                          np.concatenate([-3062579159392472241 + around, -2215994921906757937 + around])),
+                         (2**62, top - 1000, np.concatenate([2**62 + around, top - np.arange(6001, dtype=np.int64)]))):
+        cases += [(host, r) for r in ((lo, hi), (np.int64(lo), np.int64(hi)), (float(lo), float(hi)), (lo, float(hi)))]
+    for host, r in cases:
+        want, want_edges = np.histogram(host, bins, range=r)
+        hist, got_edges = histogram(cp.asarray(host), bins, range=r)
+        assert np.array_equal(cp.asnumpy(got_edges), want_edges), r
+        assert np.array_equal(cp.asnumpy(hist), want), r
+
+
 def test_one_shot_calls_take_zeroed_counts_from_their_stream(cp, monkeypatch):
     """A one-shot call's counts outlive it, zeroed by its widening pass: the next one-shot call on the same stream
     takes them without a memset, another stream has its own; a call being captured into a graph takes none (a

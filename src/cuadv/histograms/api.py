@@ -629,10 +629,11 @@ class PreparedHistogram:
             ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
             table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
+            window = keep_window(src.dtype, self.range)
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
                 m = min(chunk, src.size - start)
                 _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, table,
-                                      self.bins, *rule), h, caps.arch, caps.sm_count)
+                                      self.bins, *window, *rule), h, caps.arch, caps.sm_count)
                 self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h,
                                    edges=deferred if i == 0 else None)
             if not self.keep:
@@ -730,6 +731,27 @@ def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: b
     if margin >= 0.25:
         return e(0), e(1)
     return e(bins / span), e(margin)
+
+
+def keep_window(dtype: np.dtype, range: tuple[Any, Any] | None) -> tuple[np.generic, np.generic]:
+    """hist_bin_index's (keep_lo, keep_hi), scalars of the input's ``dtype``: the values numpy.histogram keeps by
+    comparing them in their own type. numpy compares int64 input with an integer range end (Python or NumPy) exactly, then bins
+    the kept values as float64, so a value past that end which rounds onto it as a float64 (beyond 2**53) is left
+    out; those ends here. Every other end (a float, or the input's own min or max where range is None) is compared
+    as the binning rule compares it, after the cast: the type's extremes here."""
+    scalar = np.dtype(dtype).type
+    if np.dtype(dtype).kind == "f":
+        return scalar(-math.inf), scalar(math.inf)
+    info = np.iinfo(dtype)
+    lo, hi = info.min, info.max
+    if range is not None and np.dtype(dtype) == np.int64:
+        if isinstance(range[0], (int, np.integer)):
+            lo = max(int(range[0]), info.min)
+        if isinstance(range[1], (int, np.integer)):
+            hi = min(int(range[1]), info.max)
+        if lo > info.max or hi < info.min:  # the range misses every int64: keep nothing
+            lo, hi = info.max, info.min
+    return scalar(lo), scalar(hi)
 
 
 def device_edge_spec(dtype: np.dtype, bins: int, lo: Any, hi: Any) -> tuple[float, float, float, np.dtype] | None:

@@ -71,11 +71,15 @@ __global__ void __launch_bounds__(256) hist_minmax(const T* __restrict__ in, u64
 
 // The bin index of every element (cuadv::bins::EvenBins) against `edges`, or, where edges is null, the even
 // edges of (start, step, stop) computed in place; (inv, margin): the quick estimate's, from the host.
+// [keep_lo, keep_hi]: the values numpy keeps by comparing them in their own type (int64 input against an integer
+// range end, exact where the cast to E is not), tested before the cast; elsewhere T's extremes.
 template <typename T, typename E>
 __global__ void __launch_bounds__(256) hist_bin_index(const T* __restrict__ in, u64 n, int* __restrict__ idx,
-                                                      const E* __restrict__ edges, u32 bins, E lo, E span, E inv,
-                                                      E margin, double start, double step, double stop) {
+                                                      const E* __restrict__ edges, u32 bins, T keep_lo, T keep_hi,
+                                                      E lo, E span, E inv, E margin, double start, double step,
+                                                      double stop) {
   const cuadv::bins::EvenBins<E> rule(edges, bins, lo, span, inv, margin, start, step, stop);
+  const auto bin = [&](T v) { return v >= keep_lo && v <= keep_hi ? rule.index(static_cast<E>(v)) : -1; };
   const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
   u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
   // Four elements a stride apart per pass, all four loads issued before the first is binned: one load in
@@ -86,9 +90,9 @@ __global__ void __launch_bounds__(256) hist_bin_index(const T* __restrict__ in, 
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) v[k] = in[i + k * stride];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) idx[i + k * stride] = rule.index(static_cast<E>(v[k]));
+    for (int k = 0; k < kBatch; ++k) idx[i + k * stride] = bin(v[k]);
   }
-  for (; i < n; i += stride) idx[i] = rule.index(static_cast<E>(in[i]));
+  for (; i < n; i += stride) idx[i] = bin(in[i]);
 }
 
 // bincount of wider or narrower integers: the value as an int32 index where 0 <= v < bins, else -1.
