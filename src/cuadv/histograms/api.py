@@ -735,10 +735,10 @@ def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: b
 
 def keep_window(dtype: np.dtype, range: tuple[Any, Any] | None) -> tuple[np.generic, np.generic]:
     """hist_bin_index's (keep_lo, keep_hi), scalars of the input's ``dtype``: the values numpy.histogram keeps by
-    comparing them in their own type. numpy compares int64 input with an integer range end (Python or NumPy) exactly, then bins
-    the kept values as float64, so a value past that end which rounds onto it as a float64 (beyond 2**53) is left
-    out; those ends here. Every other end (a float, or the input's own min or max where range is None) is compared
-    as the binning rule compares it, after the cast: the type's extremes here."""
+    comparing them in their own type. numpy compares int64 input with an integer range end (Python or NumPy)
+    exactly, then bins the kept values as float64, so a value past that end which rounds onto it as a float64
+    (beyond 2**53) is left out; those ends here. Every other end (a float, or the input's own min or max where
+    range is None) is compared as the binning rule compares it, after the cast: the type's extremes here."""
     scalar = np.dtype(dtype).type
     if np.dtype(dtype).kind == "f":
         return scalar(-math.inf), scalar(math.inf)
