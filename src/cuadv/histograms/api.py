@@ -738,7 +738,9 @@ def keep_window(dtype: np.dtype, range: tuple[Any, Any] | None) -> tuple[np.gene
     comparing them in their own type. numpy compares int64 input with an integer range end (Python or NumPy)
     exactly, then bins the kept values as float64, so a value past that end which rounds onto it as a float64
     (beyond 2**53) is left out; those ends here. Every other end (a float, or the input's own min or max where
-    range is None) is compared as the binning rule compares it, after the cast: the type's extremes here."""
+    range is None) is left to the binning rule, which compares against the edges after the cast: the type's
+    extremes here. (Where numpy compares in a type other than the edges', with ends of mixed precision, cuadv
+    follows the edges: docs/histogram.md.)"""
     scalar = np.dtype(dtype).type
     if np.dtype(dtype).kind == "f":
         return scalar(-math.inf), scalar(math.inf)

@@ -999,14 +999,18 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 // rule for even bins (cuadv/histogram_bins.cuh: against `edges`, or where that is null the edges of (start, step,
 // stop) computed where compared; most values by the quick estimate of (inv, margin) alone) before the counters'
 // own sink takes it; outside the range 0xffffffff, which the sink counts in its trash slot. The binning pass and
-// its 4-byte index per element are gone. Registers for two blocks per SM (two run where the plan's shared memory
-// lets them, as for hist_block_tma): with the quick estimate the binning fits the 32 registers that allows, but
-// for the ring of 2 chunks of 2 vectors (sm_90a spilled 32 bytes) and the 16-bit counters (56 registers, one block).
+// its 4-byte index per element are gone.
+// Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): with
+// the quick estimate the binning fits the 32 registers that allows, but for the ring of 2 chunks of 2 vectors
+// (sm_90a spilled 32 bytes) and the 16-bit counters (56 registers, one block).
 template <int Stages, int V, bool Packed>
-__global__ void __launch_bounds__(1024, (Packed || (Stages == 2 && V == 2)) ? 1 : 2)
-    hist_block_tma_float(const float* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins, u32 log2r,
-                         const u32* __restrict__ gate, u32 want, const float* __restrict__ edges, float lo,
-                         float span, float inv, float margin, double start, double step, double stop) {
+constexpr int kFloatBlocksPerSm = Packed || (Stages == 2 && V == 2) ? 1 : 2;
+
+template <int Stages, int V, bool Packed>
+__global__ void __launch_bounds__(1024, kFloatBlocksPerSm<Stages, V, Packed>) hist_block_tma_float(
+    const float* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins, u32 log2r, const u32* __restrict__ gate,
+    u32 want, const float* __restrict__ edges, float lo, float span, float inv, float margin, double start,
+    double step, double stop) {
   if (cuadv_hist::gated_off(gate, want)) return;
   const cuadv::bins::EvenBins<float> rule(edges, bins, lo, span, inv, margin, start, step, stop);
   block_histogram_tma<int, Stages, V, Packed>(reinterpret_cast<const int*>(in), n, out, bins, log2r,
