@@ -12,6 +12,7 @@ from cuadv.histograms import (ClusterPlan, ExchangePlan, GlobalPlan, HistogramPl
                               histogram, plan_histogram)
 from cuadv.histograms import api
 from cuadv.histograms.api import keep_window, quick_estimate
+from cuadv.testing.histograms import around_values
 
 
 class Fake:
@@ -280,12 +281,7 @@ def test_the_quick_estimate_decides_only_values_whose_bin_it_knows(dtype):
         if is_int:
             near = [np.round(pick + d) for d in (-1, 0, 1)]
         else:
-            near = [pick.astype(dtype)]
-            for toward in (np.inf, -np.inf):
-                w = near[0]
-                for _ in range(4):
-                    w = np.nextafter(w, np.array(toward, dtype))
-                    near.append(w)
+            near = around_values(pick, dtype)
         xx = np.concatenate([x, *(np.clip(n, 0, None) if dtype == "uint16" else n for n in near)]).astype(dtype)
         if r is None:  # x's edges: the values added stay within x's min and max
             xx = np.clip(xx, x.min(), x.max())

@@ -7,7 +7,7 @@ import pytest
 import cuadv.launching as launch_module
 from cuadv.errors import LaunchConfigError, UnsupportedFeatureError
 from cuadv.histograms import bincount, histogram, prepare_bincount, prepare_histogram
-from cuadv.testing.histograms import zipf_cdf
+from cuadv.testing.histograms import around_values, zipf_cdf
 
 pytestmark = pytest.mark.gpu
 
@@ -403,12 +403,7 @@ def test_values_on_and_beside_every_edge_are_binned_as_numpy_bins_them(cp, dtype
             edges = np.histogram_bin_edges(np.array([lo, hi], dtype=dtype), bins, range=r)
         except ValueError:
             continue  # numpy: too many bins for this range (float32 near 1000 at 1M bins)
-        near = [edges.astype(dtype)]
-        for toward in (np.inf, -np.inf):
-            w = near[0]
-            for _ in range(4):
-                w = np.nextafter(w, np.array(toward, dtype))
-                near.append(w)
+        near = around_values(edges, dtype)
         rng = np.random.default_rng(bins)
         host = np.concatenate([rng.uniform(lo, hi, 300_001).astype(dtype), *near])
         host = np.clip(host, np.array(lo, dtype), np.array(hi, dtype)) if r is None else host

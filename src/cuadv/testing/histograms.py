@@ -22,6 +22,19 @@ def zipf_cdf(bins: int, a: float = ZIPF_A) -> np.ndarray:
     return cdf / cdf[-1]
 
 
+def around_values(values: np.ndarray, dtype, ulps: int = 4) -> list[np.ndarray]:
+    """``values`` in ``dtype`` and the ``ulps`` neighbours of each on either side (numpy.nextafter), as a list of
+    arrays: the values that test a binning rule at its edges."""
+    dtype = np.dtype(dtype)
+    out = [np.asarray(values).astype(dtype)]
+    for toward in (np.inf, -np.inf):
+        w = out[0]
+        for _ in range(ulps):
+            w = np.nextafter(w, np.array(toward, dtype))
+            out.append(w)
+    return out
+
+
 def make_data(cp, n: int, bins: int, dist: str, dtype: str, chunk: int = 1 << 25):
     """n fresh random bin indices on the GPU: 'uniform' over [0, bins) or 'zipf' (Zipf(1.3) truncated)."""
     out = cp.empty(n, dtype=DTYPES[dtype][1])
