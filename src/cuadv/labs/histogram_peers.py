@@ -85,7 +85,7 @@ def verdict(value: float, least: float, points: bool = False) -> str:
 def ceiling_bound(read_gbps: float, cub_gbps: float, pct_read: float, least: float) -> str | None:
     """Why a ratio to CUB of ``least`` cannot be met on this GPU, where it cannot: a histogram that reads its input
     once runs at most at about the read-only ceiling (a streaming kernel measured in the run, so within its noise),
-    which is that ceiling over CUB's rate times CUB; else None."""
+    so its ratio to CUB is at most about that ceiling over CUB's rate; else None."""
     bound = read_gbps / cub_gbps
     if bound >= least:
         return None
