@@ -133,9 +133,9 @@ def peer_tables(rows: list[Row], read_gbps: float, n_bytes: int) -> tuple[list[T
                 checks = targets(case)
                 goal = "; ".join(t[0] for t in checks) or "-"
                 met = "; ".join(verdict(values[t[1]], t[2], t[1] == "pct_read") for t in checks) or "-"
+                note = histogram_note(case.dtype, case.dist, case.bins)
                 for what, key, least in checks:
                     bound = ceiling_bound(read_gbps, cub.gbps, pct, least) if key == "x_cub" and cub else None
-                    note = histogram_note(case.dtype, case.dist, case.bins)
                     # a kernel at the ceiling: the bound is the whole reason; below it the profile says the rest
                     why = bound if bound and pct >= AT_CEILING else "; ".join(filter(None, (bound, note))) or None
                     line = (f"{case.group} {case.bins} bins: {values[key]:.4g} ({what}): "
