@@ -272,7 +272,7 @@ def test_simulate_in_a_pipe_crops_no_cell():
                        capture_output=True, text=True, env=env, timeout=600)  # stdout is a pipe
     assert r.returncode == 0, r.stdout + r.stderr
     assert "…" not in r.stdout
-    for cell in ("fixed_blocks", "steal Q=50us", "steal Q=inf", "heavy prologue (100 us): makespan / ideal",
+    for cell in ("fixed_blocks", "steal Q=200us", "steal Q=inf", "heavy prologue (100 us): makespan / ideal",
                  "speed-up vs fixed_work", "high-priority kernel latency us"):
         assert cell in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) > 80  # the tables were not squeezed into 80 columns

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..arg_types import whole_number
+from ..work_stealing.policies import DEFAULT_QUANTUM_US
 from .model import POLICIES, Machine, SimulationError
 from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
 from .tradeoff import study
@@ -113,7 +114,8 @@ def register(sub) -> None:
     p.add_argument("--prologue-us", type=float, default=5.0, help="prologue per running block (default 5)")
     p.add_argument("--heavy-prologue-us", type=float, default=100.0,
                    help="the prologue of the overhead scenario (default 100)")
-    p.add_argument("--quantum-us", default="50", help="steal quantum in microseconds, or inf (default 50)")
+    p.add_argument("--quantum-us", default=f"{DEFAULT_QUANTUM_US:g}",
+                   help=f"steal quantum in microseconds, or inf (default {DEFAULT_QUANTUM_US:g}, as TileKernel's)")
     p.add_argument("--policy", action="append", choices=POLICIES + ("all",),
                    help="policy to simulate (repeatable; default all)")
     p.add_argument("--sweep", type=_sweep_quantum, action="append", metavar="QUANTUM_US",

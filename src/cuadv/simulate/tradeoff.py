@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..work_stealing.policies import DEFAULT_QUANTUM_US
 from .model import NEVER, POLICIES, KernelSpec, Machine, SimResult, SimulationError, ideal_ns, simulate
 from .workloads import STANDARD_WORKLOADS, make_workload
 
@@ -113,7 +114,7 @@ class Study:
 
 
 def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, tile_us: float = 20.0,
-          prologue_us: float = 5.0, heavy_prologue_us: float = 100.0, quantum_us: float = 50.0,
+          prologue_us: float = 5.0, heavy_prologue_us: float = 100.0, quantum_us: float = DEFAULT_QUANTUM_US,
           policies: Sequence[str] = POLICIES, sweep_quanta_us: Sequence[float] = (), seed: int = 0,
           progress: Callable[[str, int, int], None] | None = None) -> Study:
     """Simulate the given workload under every variant and the standard trade-off scenarios. ``progress(what, done,
