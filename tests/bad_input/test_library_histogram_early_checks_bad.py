@@ -53,13 +53,15 @@ def x_of(typestr="<i4", shape=(100,)):
                                               "float16"),
     (np.longdouble(0), np.longdouble(1), TypeError, f"not {np.longdouble.__name__}"),
     (Fraction(0), Fraction(1, 3), TypeError, "range must hold two real numbers, got .*not Fraction"),
-    (0, 2**1100, ValueError, "range holds an int of 1101 bits, beyond float64's range"),
+    (0, 2**1100, ValueError, "range holds an int of 1101 bits, beyond 64 bits"),
     (-(2**1024), 0, ValueError, "an int of 1025 bits"),
-], ids=["float16", "longdouble", "Fraction", "2**1100", "-2**1024"])
+    (0, 2**64, ValueError, "an int of 65 bits, beyond 64 bits .*pass a float end instead"),
+    (-(2**63) - 1, 0, ValueError, "an int of 64 bits, beyond 64 bits"),
+], ids=["float16", "longdouble", "Fraction", "2**1100", "-2**1024", "2**64", "-2**63-1"])
 @pytest.mark.parametrize("typestr", ["|u1", "<i4", "<f4"])
 def test_range_bounds_that_give_no_float32_or_float64_edges_raise(use_gpu, lo, hi, error, text, typestr):
     """NumPy makes float16 edges of float16 bounds (uint8 input) and longdouble edges of longdouble ones, which the
-    kernels, reading float or double, would misread; Fractions fail inside NumPy, huge ints in float()."""
+    kernels, reading float or double, would misread; Fractions fail inside NumPy, ints past 64 bits in its isfinite."""
     with pytest.raises(error, match=text):
         cuadv.histogram(x_of(typestr), bins=10, range=(lo, hi))
     with pytest.raises(error, match=text):

@@ -90,10 +90,10 @@ def check_range(range: Any) -> tuple[Any, Any] | None:
             raise TypeError(f"range must hold two real numbers, got {range!r}: Python int or float, NumPy integer, "
                             f"float32 or float64 scalars, not {type(v).__name__}")
     for v in (lo, hi):
-        try:
-            float(v)
-        except OverflowError:  # a Python int past float64: numpy could not make edges of it
-            raise ValueError(f"range holds an int of {v.bit_length()} bits, beyond float64's range") from None
+        # numpy.histogram takes integer ends as int64 or uint64 and raises TypeError (isfinite) past them
+        if isinstance(v, int) and not -(2**63) <= v < 2**64:
+            raise ValueError(f"range holds an int of {v.bit_length()} bits, beyond 64 bits (int64 and uint64, as "
+                             f"numpy.histogram takes): pass a float end instead")
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"range {range!r} is not finite")
     if not lo < hi:
