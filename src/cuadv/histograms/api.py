@@ -709,8 +709,8 @@ def _rule_args(first: np.floating, last: np.floating, bins: int, edges_ptr: int,
 
 def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: bool) -> tuple[np.floating, np.floating]:
     """(inv, margin) of the binning rule's quick estimate (v - first) * inv of v's place among the edges, in the
-    edges' type: a value whose estimate lies more than ``margin`` bins from both ends of its bin takes that bin with
-    no edge read. With u the unit roundoff and M the larger magnitude of the ends, the estimate's roundings (the
+    edges' type: within margin / 2 of it, so the edge nearest the estimate is one of v's bin's two and decides the
+    bin (EvenBins in histogram_bins.cuh). With u the unit roundoff and M the larger magnitude of the ends, the estimate's roundings (the
     subtraction, inv, the product) and the edges' own (numpy.linspace's, then the cast to the edges' type) stay
     below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's where the GPU computes
     them (``computed``: linspace in float64, device_edge_spec); at least float32's for numpy's own, which linspace
