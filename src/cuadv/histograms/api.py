@@ -710,11 +710,12 @@ def _rule_args(first: np.floating, last: np.floating, bins: int, edges_ptr: int,
 def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: bool) -> tuple[np.floating, np.floating]:
     """(inv, margin) of the binning rule's quick estimate (v - first) * inv of v's place among the edges, in the
     edges' type: within margin / 2 of it, so the edge nearest the estimate is one of v's bin's two and decides the
-    bin (EvenBins in histogram_bins.cuh). With u the unit roundoff and M the larger magnitude of the ends, the estimate's roundings (the
-    subtraction, inv, the product) and the edges' own (numpy.linspace's, then the cast to the edges' type) stay
-    below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's where the GPU computes
-    them (``computed``: linspace in float64, device_edge_spec); at least float32's for numpy's own, which linspace
-    computes in float32 where the range or the data is float32, whatever the edges' type. (0, 1) where the margin
+    bin (EvenBins in histogram_bins.cuh). With u the unit roundoff and M the larger magnitude of the ends, the
+    estimate's roundings (the subtraction, inv, the product) and the edges' own (numpy.linspace's, then the cast to
+    the edges' type) stay below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's
+    where the GPU computes them (``computed``: linspace in float64, device_edge_spec); at least float32's for
+    numpy's own, which linspace computes in float32 where the range or the data is float32, whatever the edges'
+    type. (0, 1) where the margin
     reaches 0.25 bins, or bins are narrower than the smallest normal number of the type they were computed in
     (bins / span could overflow, and rounding below it is absolute): the rule then takes numpy's estimate, a
     division, for every value."""
