@@ -715,10 +715,9 @@ def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: b
     the edges' type) stay below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's
     where the GPU computes them (``computed``: linspace in float64, device_edge_spec); at least float32's for
     numpy's own, which linspace computes in float32 where the range or the data is float32, whatever the edges'
-    type. (0, 1) where the margin
-    reaches 0.25 bins, or bins are narrower than the smallest normal number of the type they were computed in
-    (bins / span could overflow, and rounding below it is absolute): the rule then takes numpy's estimate, a
-    division, for every value."""
+    type. (0, 1) where the margin reaches 0.25 bins, or bins are narrower than the smallest normal number of the
+    type they were computed in (bins / span could overflow, and rounding below it is absolute): the rule then takes
+    numpy's estimate, a division, for every value."""
     e = first.dtype.type
     info = np.finfo(first.dtype)
     # numpy's own edges may have been computed in float32 (see above), so its roundoff and its smallest normal
