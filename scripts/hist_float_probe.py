@@ -1,8 +1,9 @@
 """Float histograms the peer bench does not cover, for A/B runs of trees (scripts/tree_ab.sh): 1 GiB of float32 or
 float64 uniform in [0, 1), through `cuadv.prepare_histogram`, with range=(0.0, 1.0) (even edges the GPU computes
 where it compares) and range=None (numpy's edges from the data's min and max, read from a table), at several bin
-counts. Each result is checked against cupy.histogram first; prints the median ms, % of the read-only ceiling
-measured in the same process, and the plan.
+counts. Each result is checked first against numpy.histogram of the same data, counts and edges (not cupy.histogram:
+with range=None CuPy computes the edges in float64, numpy in the data's type). Prints the median ms, % of the
+read-only ceiling measured in the same process, and the plan.
 
     PYTHONPATH=src python3 scripts/hist_float_probe.py [dtype:bins:range ...]
         (default: float32 at 4096 and 65536 bins and float64 at 4096, each with range given and None;
@@ -19,6 +20,7 @@ DEFAULT = ("float32:4096:given", "float32:4096:none", "float32:65536:given", "fl
 
 def main(wanted: tuple[str, ...]) -> None:
     import cupy as cp
+    import numpy as np
 
     import cuadv
     from cuadv.timing import read_ceiling, time_gpu
@@ -31,17 +33,18 @@ def main(wanted: tuple[str, ...]) -> None:
         bins, rng = int(bins), ((0.0, 1.0) if given == "given" else None)
         x = cp.random.random(n_bytes // cp.dtype(dtype).itemsize, dtype=dtype)
         prepared = cuadv.prepare_histogram(x, bins=bins, range=rng)
-        got = prepared()[0]
-        want = cp.histogram(x, bins=bins, range=rng)[0]
-        if not bool((got == want).all()):
-            print(f"{case:<22} differs from cupy.histogram in {int(cp.count_nonzero(got != want))} bins", flush=True)
+        got, edges = (cp.asnumpy(a) for a in prepared())
+        want, want_edges = np.histogram(cp.asnumpy(x), bins=bins, range=rng)
+        if not (np.array_equal(edges, want_edges) and np.array_equal(got, want)):
+            print(f"{case:<22} differs from numpy.histogram: edges {np.array_equal(edges, want_edges)}, counts in "
+                  f"{int(np.count_nonzero(got != want))} bins", flush=True)
             continue
         stream = cp.cuda.get_current_stream().ptr
         ms = time_gpu(prepared, stream=stream, warmup=2, repeats=20).median_ms
         plan = prepared.plan.label if prepared.plan else "?"
         print(f"{case:<22} {ms:.4f} ms {100 * n_bytes / (ms * 1e-3) / 1e9 / read_gbps:5.1f}% read  {plan}",
               flush=True)
-        del x, prepared, got, want
+        del x, prepared, got, edges, want
         cp.get_default_memory_pool().free_all_blocks()
 
 

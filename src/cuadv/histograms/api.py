@@ -90,10 +90,12 @@ def check_range(range: Any) -> tuple[Any, Any] | None:
             raise TypeError(f"range must hold two real numbers, got {range!r}: Python int or float, NumPy integer, "
                             f"float32 or float64 scalars, not {type(v).__name__}")
     for v in (lo, hi):
-        # numpy.histogram takes integer ends as int64 or uint64 and raises TypeError (isfinite) past them
+        # numpy.histogram raises TypeError (isfinite) for integer ends past uint64 and OverflowError for Python
+        # ints from 2**63 on; cuadv takes what fits int64 or uint64, where its integer window (keep_window) holds
         if isinstance(v, int) and not -(2**63) <= v < 2**64:
-            raise ValueError(f"range holds an int of {v.bit_length()} bits, beyond 64 bits (int64 and uint64, as "
-                             f"numpy.histogram takes): pass a float end instead")
+            shown = v if v.bit_length() <= 80 else f"an int of {v.bit_length()} bits"
+            raise ValueError(f"range end {shown} is outside [-2**63, 2**64), the integers of int64 and uint64: "
+                             f"pass a float end instead")
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"range {range!r} is not finite")
     if not lo < hi:

@@ -997,9 +997,9 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 
 // float input counted in one pass: hist_block_tma over the floats' bits, each turned into its bin by numpy's
 // rule for even bins (cuadv/histogram_bins.cuh: against `edges`, or where that is null the edges of (start, step,
-// stop) computed where compared; most values by the quick estimate of (inv, margin) alone) before the counters'
-// own sink takes it; outside the range 0xffffffff, which the sink counts in its trash slot. The binning pass and
-// its 4-byte index per element are gone.
+// stop) computed where compared; one edge per value where the quick estimate (inv, margin) applies) before the
+// counters' own sink takes it; outside the range 0xffffffff, which the sink counts in its trash slot. The binning
+// pass and its 4-byte index per element are gone.
 // Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): with
 // the quick estimate the binning fits the 32 registers that allows, but for the ring of 2 chunks of 2 vectors
 // (sm_90a spilled 32 bytes) and the 16-bit counters (56 registers, one block).
