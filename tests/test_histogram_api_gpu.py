@@ -393,8 +393,8 @@ def test_float32_is_binned_as_read_exactly(cp, monkeypatch, bins, lo, hi):
 @pytest.mark.parametrize("bins", [7, 4096, 65536, 1 << 20])
 @pytest.mark.parametrize("lo, hi", [(0.0, 1.0), (-3.5, 1000.25), (997.0, 1003.0)])
 def test_values_on_and_beside_every_edge_are_binned_as_numpy_bins_them(cp, dtype, bins, lo, hi):
-    """Every edge and the 4 values of the type either side of it, among uniform values: the quick estimate
-    decides the values far from an edge and the step against the edges the rest (histogram_bins.cuh), in the
+    """Every edge and the 4 values of the type either side of it, among uniform values: the edge nearest the quick
+    estimate decides each value, or numpy's estimate and a step against the edges (histogram_bins.cuh), in the
     one pass (float32 up to 65,536 bins) and the binning pass; exact against numpy, with the range (Python floats:
     edges the GPU computes; float32 scalars: numpy's, computed in float32) and without (numpy's edges of the data's
     min and max)."""
