@@ -7,13 +7,15 @@ read-only ceiling measured in the same process, and the plan.
 
     PYTHONPATH=src python3 scripts/hist_float_probe.py [dtype:bins:range ...]
         (default: float32 at 4096 and 65536 bins and float64 at 4096, each with range given and None;
-         range: "given" or "none")
+         range: "given" (0.0, 1.0), "none", or "far": (1000.0, 1001.0) over the data plus 1000, where numpy's
+         estimate bins float32)
 """
 
 from __future__ import annotations
 
 import sys
 
+RANGES = {"given": (0.0, 1.0), "none": None, "far": (1000.0, 1001.0)}
 DEFAULT = ("float32:4096:given", "float32:4096:none", "float32:65536:given", "float32:65536:none",
            "float64:4096:given", "float64:4096:none")
 
@@ -30,8 +32,11 @@ def main(wanted: tuple[str, ...]) -> None:
     n_bytes = 1 << 30
     for case in wanted:
         dtype, bins, given = case.split(":")
-        bins, rng = int(bins), ((0.0, 1.0) if given == "given" else None)
+        bins, rng = int(bins), RANGES[given]
         x = cp.random.random(n_bytes // cp.dtype(dtype).itemsize, dtype=dtype)
+        if given == "far":
+            x += 1000  # (1000, 1001): bins 4 ulps of float32 wide, past the quick estimate's margin
+
         prepared = cuadv.prepare_histogram(x, bins=bins, range=rng)
         got, edges = (cp.asnumpy(a) for a in prepared())
         want, want_edges = np.histogram(cp.asnumpy(x), bins=bins, range=rng)

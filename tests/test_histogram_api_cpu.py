@@ -556,7 +556,7 @@ def test_float32_input_is_binned_as_read_where_one_block_holds_the_bins_behind_a
     binned = p._binned_plan(p.src, np.float32(0.0))
     assert isinstance(binned, SharedPlan) and binned.binned and binned.stages
     assert binned == replace(eng.plan(4096, "int32"), binned=True)
-    assert binned.kernel_expr == f"hist_block_tma_float<{binned.stages}, {binned.vectors}, false>"
+    assert binned.kernel_expr == f"hist_block_tma_float<{binned.stages}, {binned.vectors}, false, 0>"
     assert binned.label.endswith("binned as read)")
     assert p._binned_plan(p.src, np.float32(0.0)) is binned  # asked once
     assert p._binned_plan(p.src, np.float64(0.0)) is None  # float64 edges: the pass
@@ -571,5 +571,5 @@ def test_the_binned_kernels_are_built_on_tma_targets_only():
     from cuadv.histograms.plans import TMA_RINGS, kernel_expressions
 
     hopper = kernel_expressions("sm_90a")
-    assert all(f"hist_block_tma_float<{s}, {v}, false>" in hopper for s, v in TMA_RINGS)
+    assert all(f"hist_block_tma_float<{s}, {v}, false, {r}>" in hopper for s, v in TMA_RINGS for r in (0, 1, 2))
     assert not any("hist_block_tma_float" in e for e in kernel_expressions("sm_80"))

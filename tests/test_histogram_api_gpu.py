@@ -355,6 +355,35 @@ def test_a_one_shot_call_that_raises_frees_its_scratch_at_once(cp, monkeypatch, 
     assert np.array_equal(cp.asnumpy(got), np.full(300, 10_000 // 300) + (np.arange(300) < 100))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_default_range_is_the_min_and_max_of_every_part_of_a_view(cp, dtype):
+    """range=None takes x.min() and x.max() in one pass (hist_minmax: 16-byte vectors, and by themselves the
+    elements before the first and after the last whole one): the extremes placed in a view's head, its vectors and
+    its tail, at every offset within 16 bytes and at lengths below one vector give numpy's edges; a NaN in any of
+    those parts raises as numpy does."""
+    per_vector = 16 // np.dtype(dtype).itemsize
+    host = np.random.default_rng(7).integers(10, 100, size=4096).astype(dtype)
+    low, high = np.array([1, 120], dtype=dtype)
+    for offset in range(per_vector):
+        for n in sorted({1, max(per_vector - 1, 1), per_vector + 3, 3 * per_vector + 2, 1000}):
+            for at_low, at_high in sorted({(0, n - 1), (n - 1, 0), (n // 2, 0), (0, n // 2)}):
+                if at_low == at_high and n > 1:
+                    continue
+                ref = host[offset:offset + n].copy()
+                ref[at_low], ref[at_high] = low, high
+                full = host.copy()
+                full[offset:offset + n] = ref
+                view = cp.asarray(full)[offset:offset + n]
+                got = cp.asnumpy(histogram(view, 3)[1])
+                want = np.histogram(ref, 3)[1]
+                assert np.array_equal(got, want), (offset, n, at_low, at_high, got, want)
+                if dtype.startswith("float"):
+                    ref[at_high] = np.nan
+                    full[offset:offset + n] = ref
+                    with pytest.raises(ValueError, match="autodetected range of .* is not finite"):
+                        histogram(cp.asarray(full)[offset:offset + n], 3)
+
+
 @pytest.mark.parametrize("bins, lo, hi", [(4096, 0.0, 1.0), (65_536, -50.5, 75.25), (256, 0.1, 0.9)])
 def test_float32_is_binned_as_read_exactly(cp, monkeypatch, bins, lo, hi):
     """float32 over bins one block holds behind a TMA ring takes the one-pass kernel (hist_block_tma_float): exact

@@ -38,7 +38,7 @@ from ..interop import DeviceArray, capturing, data_ptr, overlaps, relaxed_captur
 from ..memo import BoundedMemo
 from ..memory import copy_to_host, free
 from .launcher import HistogramEngine, device_array, engine
-from .plans import MAX_BINS, VARIANTS, HistogramPlan, check_bins
+from .plans import FLOAT_RULES, MAX_BINS, VARIANTS, HistogramPlan, check_bins
 from .zeroed import ZEROED
 
 # Input element types: NumPy name -> C type of the binning kernels.
@@ -619,6 +619,10 @@ class PreparedHistogram:
         elif (binned := self._binned_plan(src, first)) is not None:
             # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
             table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
+            # the kernel of this call's rule: its estimate (rule[3]: the margin) and edges (numpy's table, or computed)
+            kind = ("numpy's estimate" if rule[3] >= 0.5 else
+                    "quick, edges from a table" if table else "quick, computed edges")
+            binned = replace(binned, float_rule=FLOAT_RULES[kind])
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
                 self.counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,

@@ -39,20 +39,48 @@ static __device__ __forceinline__ T take_max(T a, T b) {
 using cuadv_binning::u32;
 using cuadv_binning::u64;
 
-// part[2 * blockIdx.x] = min, part[2 * blockIdx.x + 1] = max of this block's grid-stride share.
-// Precondition: n >= 1 (the host skips empty inputs).
+// part[2 * blockIdx.x] = min, part[2 * blockIdx.x + 1] = max of this block's grid-stride share: the 16-byte
+// vectors of `in`, four in flight per thread, and the elements before the first and after the last whole vector,
+// one each per thread. One element per thread in flight left the SMs too few bytes in flight: on an H100
+// (2026-12-06) histogram(x, 4096) of 1 GiB of float32 without a range took 1.41 ms with it, 0.93 ms with this.
+// Preconditions: n >= 1 (the host skips empty inputs), `in` aligned to sizeof(T) (check_input).
 template <typename T>
 __global__ void __launch_bounds__(256) hist_minmax(const T* __restrict__ in, u64 n, T* __restrict__ part) {
+  constexpr u32 kPerVec = 16u / sizeof(T);
+  constexpr int kBatch = 4;
   __shared__ T smin[cuadv_binning::kThreads];
   __shared__ T smax[cuadv_binning::kThreads];
   T lo = in[0];
   T hi = in[0];
-  for (u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<u64>(gridDim.x) * blockDim.x) {
-    const T v = in[i];
+  const auto take = [&](T v) {
     lo = cuadv_binning::take_min(lo, v);
     hi = cuadv_binning::take_max(hi, v);
+  };
+  const auto take_vector = [&](uint4 w) {
+    union {
+      uint4 w;
+      T v[kPerVec];
+    } u{w};
+#pragma unroll
+    for (u32 j = 0; j < kPerVec; ++j) take(u.v[j]);
+  };
+  const u64 head = min(n, static_cast<u64>((16u - (reinterpret_cast<u64>(in) & 15u)) & 15u) / sizeof(T));
+  const u64 vectors = (n - head) / kPerVec;
+  const uint4* body = reinterpret_cast<const uint4*>(in + head);
+  const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
+  const u64 tid = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  u64 i = tid;
+  for (; i + (kBatch - 1) * stride < vectors; i += kBatch * stride) {
+    uint4 w[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) w[k] = body[i + k * stride];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) take_vector(w[k]);
   }
+  for (; i < vectors; i += stride) take_vector(body[i]);
+  const u64 tail = head + vectors * kPerVec;  // head and n - tail are below kPerVec <= 16 <= stride
+  if (tid < head) take(in[tid]);
+  if (tail + tid < n) take(in[tail + tid]);
   smin[threadIdx.x] = lo;
   smax[threadIdx.x] = hi;
   __syncthreads();  // every thread's partial is in shared memory before the tree reads it
@@ -80,21 +108,22 @@ __global__ void __launch_bounds__(256, 6) hist_bin_index(const T* __restrict__ i
                                                       const E* __restrict__ edges, u32 bins, T keep_lo, T keep_hi,
                                                       E lo, E span, E inv, E margin, double start, double step,
                                                       double stop) {
-  const cuadv::bins::EvenBins<E> rule(edges, bins, lo, span, inv, margin, start, step, stop);
-  const auto bin = [&](T v) { return v >= keep_lo && v <= keep_hi ? rule.index(static_cast<E>(v)) : -1; };
-  const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
-  u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Four elements a stride apart per pass, all four loads issued before the first is binned: one load in
-  // flight per thread leaves the SM too few bytes in flight to stream at the memory's rate.
-  constexpr int kBatch = 4;
-  for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
-    T v[kBatch];
+  cuadv::bins::edges_dispatch(edges, bins, lo, span, inv, margin, start, step, stop, [&](const auto& rule) {
+    const auto bin = [&](T v) { return v >= keep_lo && v <= keep_hi ? rule.index(static_cast<E>(v)) : -1; };
+    const u64 stride = static_cast<u64>(gridDim.x) * blockDim.x;
+    u64 i = static_cast<u64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    // Four elements a stride apart per pass, all four loads issued before the first is binned: one load in
+    // flight per thread leaves the SM too few bytes in flight to stream at the memory's rate.
+    constexpr int kBatch = 4;
+    for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
+      T v[kBatch];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) v[k] = in[i + k * stride];
+      for (int k = 0; k < kBatch; ++k) v[k] = in[i + k * stride];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) idx[i + k * stride] = bin(v[k]);
-  }
-  for (; i < n; i += stride) idx[i] = bin(in[i]);
+      for (int k = 0; k < kBatch; ++k) idx[i + k * stride] = bin(v[k]);
+    }
+    for (; i < n; i += stride) idx[i] = bin(in[i]);
+  });
 }
 
 // bincount of wider or narrower integers: the value as an int32 index where 0 <= v < bins, else -1.

@@ -13,7 +13,7 @@
 //                                     as in hist_cluster), flushed once.
 //   hist_block_tma<T, Stages, V, Packed>  hist_block with its input copied by the TMA unit into a ring of
 //                                     Stages chunks of V vectors per thread (sm_90).
-//   hist_block_tma_float<Stages, V, Packed>  the same over float input, each value binned by numpy's rule for
+//   hist_block_tma_float<Stages, V, Packed, Rule>  the same over float input, each value binned by numpy's rule for
 //                                     even bins as it is read (one pass, no index buffer).
 //   hist_cluster<T, Packed, Agg>      the bins sharded over the cluster's blocks: bin b lives in
 //                                     block (b % C), local slot b / C; remote atomics through
@@ -282,12 +282,15 @@ struct GlobalSink {
 // float input binned where it is counted (hist_block_tma_float): the stream reads the floats' bits as int32, and
 // each 32-bit lane becomes its bin index, or 0xffffffff outside the range, before `Inner`, the counters' own sink,
 // takes it (the lanes of an int32 vector are its elements, element<int>).
-template <class Inner>
+template <class Inner, class Rule, bool Quick>
 struct BinningSink {
   Inner& inner;
-  const cuadv::bins::EvenBins<float>& rule;
+  const Rule& rule;  // cuadv::bins::EvenBins<float, ...>
 
-  __device__ __forceinline__ u32 bin(u32 bits) const { return static_cast<u32>(rule.index(__uint_as_float(bits))); }
+  __device__ __forceinline__ u32 bin(u32 bits) const {
+    const float v = __uint_as_float(bits);
+    return static_cast<u32>(Quick ? rule.quick_index(v) : rule.numpy_index(v));
+  }
   __device__ __forceinline__ void scalar(u32 bits) { inner.scalar(bin(bits)); }
   template <int U>
   __device__ __forceinline__ void batch(const uint4 (&v)[U]) {
@@ -298,9 +301,9 @@ struct BinningSink {
   }
 };
 
-template <class Inner>
-static __device__ __forceinline__ BinningSink<Inner> binning_sink(Inner& inner, const cuadv::bins::EvenBins<float>& rule) {
-  return BinningSink<Inner>{inner, rule};
+template <bool Quick, class Inner, class Rule>
+static __device__ __forceinline__ BinningSink<Inner, Rule, Quick> binning_sink(Inner& inner, const Rule& rule) {
+  return BinningSink<Inner, Rule, Quick>{inner, rule};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -996,25 +999,37 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 }
 
 // float input counted in one pass: hist_block_tma over the floats' bits, each turned into its bin by numpy's
-// rule for even bins (cuadv/histogram_bins.cuh: against `edges`, or where that is null the edges of (start, step,
-// stop) computed where compared; one edge per value where the quick estimate (inv, margin) applies) before the
-// counters' own sink takes it; outside the range 0xffffffff, which the sink counts in its trash slot. The binning
-// pass and its 4-byte index per element are gone.
+// rule for even bins (cuadv/histogram_bins.cuh) before the counters' own sink takes it; outside the range
+// 0xffffffff, which the sink counts in its trash slot. The binning pass and its 4-byte index per element are gone.
+// Rule (FLOAT_RULES in plans.py), a kernel each: one kernel holding them all spilled up to 104 bytes at the 32
+// registers two blocks per SM allow (sm_90a), numpy's estimate's division being a call:
+//   kQuickComputed  the quick estimate (inv, margin) and one edge, computed from (start, step, stop);
+//   kQuickTable     the same against `edges` (numpy's table), read only for values within the margin of one;
+//   kNumpyEstimate  numpy's estimate and a step against either (the host's margin reached 0.5).
+enum FloatRule : int { kQuickComputed = 0, kQuickTable = 1, kNumpyEstimate = 2 };
+
 // Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): with
 // the quick estimate the binning fits the 32 registers that allows, but for the ring of 2 chunks of 2 vectors
 // (sm_90a spilled 32 bytes) and the 16-bit counters (56 registers, one block).
 template <int Stages, int V, bool Packed>
 constexpr int kFloatBlocksPerSm = Packed || (Stages == 2 && V == 2) ? 1 : 2;
 
-template <int Stages, int V, bool Packed>
+template <int Stages, int V, bool Packed, int Rule>
 __global__ void __launch_bounds__(1024, kFloatBlocksPerSm<Stages, V, Packed>) hist_block_tma_float(
     const float* __restrict__ in, u64 n, u32* __restrict__ out, u32 bins, u32 log2r, const u32* __restrict__ gate,
     u32 want, const float* __restrict__ edges, float lo, float span, float inv, float margin, double start,
     double step, double stop) {
+  using cuadv::bins::Edges;
+  constexpr bool kQuick = Rule != kNumpyEstimate;
+  constexpr Edges kFrom = Rule == kQuickComputed ? Edges::computed : Rule == kQuickTable ? Edges::table : Edges::either;
   if (cuadv_hist::gated_off(gate, want)) return;
-  const cuadv::bins::EvenBins<float> rule(edges, bins, lo, span, inv, margin, start, step, stop);
-  block_histogram_tma<int, Stages, V, Packed>(reinterpret_cast<const int*>(in), n, out, bins, log2r,
-                                              [&](auto& sink) { return cuadv_hist::binning_sink(sink, rule); });
+  if ((margin < 0.5f) != kQuick || (kFrom == Edges::table && edges == nullptr) ||
+      (kFrom == Edges::computed && edges != nullptr))
+    __trap();  // the host chose the kernel of another rule
+  const cuadv::bins::EvenBins<float, kFrom> rule(edges, bins, lo, span, inv, margin, start, step, stop);
+  block_histogram_tma<int, Stages, V, Packed>(reinterpret_cast<const int*>(in), n, out, bins, log2r, [&](auto& sink) {
+    return cuadv_hist::binning_sink<kQuick>(sink, rule);
+  });
 }
 
 // DSM: the bins sharded over the cluster (runtime cluster dims of 2^log2c blocks along x).

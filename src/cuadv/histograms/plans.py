@@ -32,6 +32,9 @@ TMA_STAGES = (2, 3, 4, 5, 6)  # chunks in flight per block of the TMA-fed shared
 TMA_VECTORS = (1, 2)  # 16-byte vectors per thread in one chunk of the ring: 16 or 32 KB per 1024-thread block
 TMA_WIDE_STAGES = (2, 3)  # rings of 2-vector chunks take at most 3 (96 KB)
 TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_STAGES)  # (stages, vectors) built
+# hist_block_tma_float's binning rules, a kernel each (histogram.cu's FloatRule): the quick estimate and one edge,
+# computed or from numpy's table; numpy's estimate and a step (where the quick estimate's margin reaches 0.5)
+FLOAT_RULES = {"quick, computed edges": 0, "quick, edges from a table": 1, "numpy's estimate": 2}
 PACKED_RING_VECTORS = 2  # 16-bit counters take rings of 2-vector chunks only (1-vector chunks read 78-81%)
 # The rings 'shared' takes without ``stages``, in order: the first of at least MIN_SHARED_RING bytes that lets two
 # blocks share an SM, else the first that fits one block (16-bit counters: 2-vector rings only). H200, 2026-12-03,
@@ -93,6 +96,7 @@ class HistogramPlan:
     closed: bool = False  # exchange: v == bins counts in bin bins - 1 (int32 over range (0, bins), counted in place)
     stages: int = 0  # shared: 0 loads the input into registers; > 0 the TMA unit feeds a ring of that many chunks
     binned: bool = False  # shared with a TMA ring: float input binned as it is read (hist_block_tma_float)
+    float_rule: int = 0  # binned: the binning rule's kernel, one of FLOAT_RULES (each call's own: its edges')
 
     def __new__(cls, variant: str = "", *args, **kwargs):
         if cls is HistogramPlan:
@@ -165,7 +169,7 @@ class SharedPlan(HistogramPlan):
     @property
     def kernel_expr(self) -> str:
         if self.binned:
-            return f"hist_block_tma_float<{self.stages}, {self.vectors}, {self.packed}>"
+            return f"hist_block_tma_float<{self.stages}, {self.vectors}, {self.packed}, {self.float_rule}>"
         if self.stages:
             return f"hist_block_tma<{self.ctype}, {self.stages}, {self.vectors}, {self.packed}>"
         return f"hist_block<{self.ctype}, {self.packed}>"
@@ -297,8 +301,9 @@ def kernel_expressions(arch: str = "sm_90a") -> list[str]:
         exprs += [f"hist_block_tma<{ctype}, {s}, {v}, false>" for s, v in TMA_RINGS]
         if dtype == "int32":  # 16-bit counters behind 2-vector rings; float input binned as read, on the same rings
             exprs += [f"hist_block_tma<{ctype}, {s}, {PACKED_RING_VECTORS}, true>" for s in TMA_WIDE_STAGES]
-            exprs += [f"hist_block_tma_float<{s}, {v}, false>" for s, v in TMA_RINGS]
-            exprs += [f"hist_block_tma_float<{s}, {PACKED_RING_VECTORS}, true>" for s in TMA_WIDE_STAGES]
+            for rule in FLOAT_RULES.values():
+                exprs += [f"hist_block_tma_float<{s}, {v}, false, {rule}>" for s, v in TMA_RINGS]
+                exprs += [f"hist_block_tma_float<{s}, {PACKED_RING_VECTORS}, true, {rule}>" for s in TMA_WIDE_STAGES]
         for packed in (("false", "true") if dtype == "int32" else ("false",)):
             for agg in ("false", "true"):
                 exprs.append(f"hist_cluster<{ctype}, {packed}, {agg}>")

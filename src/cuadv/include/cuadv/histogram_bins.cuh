@@ -16,15 +16,25 @@ static __device__ __forceinline__ E edge_value(unsigned long long i, unsigned bi
   return static_cast<E>(v);
 }
 
-// The edges a value is compared against: the host's array, or (table == nullptr) even edges computed where
-// read (edge_value), which saves a gather from memory per element; they are the values hist_edges writes.
-template <typename E>
+// Where the edges a value is compared against come from: the host's array (table), even edges computed where
+// read (edge_value, which saves a gather from memory per element; the values hist_edges writes), or either, as
+// the table pointer says at run time. A template argument, so that a kernel compiled for one carries no
+// instruction of the other's.
+enum class Edges { computed, table, either };
+
+template <typename E, Edges From>
 struct EdgeSource {
-  const E* table;
+  const E* table;  // null where computed
   unsigned bins;
-  double start, step, stop;
+  double start, step, stop;  // where computed
   __device__ __forceinline__ E operator()(unsigned i) const {
-    return table != nullptr ? table[i] : edge_value<E>(i, bins, start, step, stop);
+    if constexpr (From == Edges::table) {
+      return table[i];
+    } else if constexpr (From == Edges::computed) {
+      return edge_value<E>(i, bins, start, step, stop);
+    } else {
+      return table != nullptr ? table[i] : edge_value<E>(i, bins, start, step, stop);
+    }
   }
 };
 
@@ -44,13 +54,14 @@ static __device__ __forceinline__ int round_to_int(double f) { return __double2i
 // estimate's error plus the edges' own rounding below margin / 2 < 0.25 bins, so where v lies in bin b
 // (edges[b] <= v < edges[b + 1]) f lies in (b - 0.25, b + 1.25), and the edge nearest f, n = round(f), is b or
 // b + 1: v's bin is n where v >= edges[n], else n - 1 (and bins - 1 for v == edges[bins]). One edge and no branch
-// per value: an earlier form took the bin without an edge where f lay more than `margin` from both of its bin's
-// edges, and stepped against the edges otherwise, which at 4,096 bins sent 40% of a warp's reads down the
-// step's branch with a few of its lanes (an H100 profile, 2026-12-06: 19.6 active threads per warp, issue slots
-// 88% busy, 52 instructions per element).
-template <typename E>
+// per value where the edges are computed; from a table, only values within `margin` of edge n read it. An
+// earlier form took the bin without an edge where f lay more than `margin` from both of its bin's edges, and
+// stepped against the edges otherwise, which at 4,096 bins sent 40% of a warp's reads down the step's branch
+// with a few of its lanes (an H100 profile, 2026-12-06: 19.6 active threads per warp, issue slots 88% busy, 52
+// instructions per element).
+template <typename E, Edges From>
 struct EvenBins {
-  EdgeSource<E> edge;
+  EdgeSource<E, From> edge;
   E first, last;  // edge(0), edge(bins)
   E lo, span;     // numpy's estimate's origin and width, in E as numpy computes them
   E inv, margin;  // the quick estimate's scale (bins / span) and its bound in bins; margin >= 0.5: not used
@@ -62,17 +73,34 @@ struct EvenBins {
     last = edge(bins);
   }
 
-  __device__ __forceinline__ int index(E v) const {
+  __device__ __forceinline__ int index(E v) const { return margin < E(0.5) ? quick_index(v) : numpy_index(v); }
+
+  // The quick estimate (the host gave a margin below 0.5) and one edge.
+  __device__ __forceinline__ int quick_index(E v) const {
+    if (!(v >= first && v <= last)) return -1;
+    const int bins = static_cast<int>(edge.bins);
+    // f > -0.25 and f < bins + 0.25 (v is within the edges), so 0 <= n <= bins
+    const E f = mul_rn(v - lo, inv);
+    const int n = round_to_int(f);
+    bool above;
+    if constexpr (From == Edges::table) {
+      // f lies within margin / 2 of v's place, so v is above edge n where f - n > margin and below it where
+      // f - n < -margin (f - n is exact: n is f's nearest integer); only values between gather the edge, which
+      // comes from L2 where the table outgrows L1 (256 KB at 64K bins).
+      const E d = f - static_cast<E>(n);
+      above = d > E(0);
+      if (!(d > margin || d < -margin)) above = v >= edge(static_cast<unsigned>(n));
+    } else {
+      above = v >= edge(static_cast<unsigned>(n));  // a few registers' arithmetic: cheaper than a branch
+    }
+    return min(above ? n : n - 1, bins - 1);
+  }
+
+  // numpy's estimate and one step against the edges, as numpy takes: its estimate is within one bin of v's.
+  __device__ __forceinline__ int numpy_index(E v) const {
     if (!(v >= first && v <= last)) return -1;
     const unsigned bins = edge.bins;
-    if (margin < E(0.5)) {  // the same for every value of a launch: no divergence
-      // f > -0.25 and f < bins + 0.25 (v is within the edges), so 0 <= n <= bins
-      const int n = round_to_int(mul_rn(v - lo, inv));
-      const int k = v < edge(static_cast<unsigned>(n)) ? n - 1 : n;
-      return min(k, static_cast<int>(bins) - 1);
-    }
     const E f = (v - lo) / span * static_cast<E>(bins);
-    // One step against the edges, as numpy takes: numpy's estimate is within one bin of v's.
     unsigned k = f >= static_cast<E>(bins) ? bins - 1u : (f > E(0) ? static_cast<unsigned>(f) : 0u);
     if (k > 0u && v < edge(k)) {
       --k;
@@ -82,5 +110,16 @@ struct EvenBins {
     return static_cast<int>(k);
   }
 };
+
+// f(rule) with the rule for `table` (nullptr: edges computed from (start, step, stop)), each compiled apart.
+template <typename E, class F>
+static __device__ __forceinline__ void edges_dispatch(const E* table, unsigned bins, E lo, E span, E inv, E margin,
+                                                      double start, double step, double stop, F&& f) {
+  if (table != nullptr) {
+    f(EvenBins<E, Edges::table>(table, bins, lo, span, inv, margin, start, step, stop));
+  } else {
+    f(EvenBins<E, Edges::computed>(table, bins, lo, span, inv, margin, start, step, stop));
+  }
+}
 
 }  // namespace cuadv::bins
