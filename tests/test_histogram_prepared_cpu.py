@@ -227,3 +227,26 @@ def test_a_prepared_histogram_counted_in_a_capture_zeroes_its_counts_at_its_next
     p()  # after the capture: zeroes again
     p()
     assert memsets == [7, 7]
+
+
+@pytest.mark.parametrize("range_, maximum, rule", [
+    ((0.0, 1.0), None, "quick, computed edges"),  # Python floats: the GPU computes the edges where it compares
+    ((np.float32(0.0), np.float32(1.0)), None, "quick, edges from a table"),  # NumPy scalars: numpy's edges
+    (None, 1.0, "quick, edges from a table"),  # the data's min and max: numpy's edges
+    ((1000.0, 1001.0), None, "numpy's estimate"),  # bins 4 ulps wide: past the quick estimate's margin
+])
+def test_each_float32_call_takes_the_kernel_of_its_binning_rule(counting, monkeypatch, range_, maximum, rule):
+    """float32 binned as read: each call launches hist_block_tma_float of the rule its edges and margin call for
+    (FLOAT_RULES), with a null table exactly where the edges are computed; the prepared plan keeps rule 0."""
+    monkeypatch.setattr(api, "_to_device", lambda ptr, host, stream: None)
+    counting.maxima = iter([maximum] * 2)
+    p = api.PreparedHistogram(FakeCupy((1 << 20,), "<f4", address=X), 4096, range=range_, stream=0)
+    launched = []
+    monkeypatch.setattr(p.counter, "count", lambda *a, binned=None, **k: launched.append(binned))
+    for _ in range(2):
+        p()
+    plan, args = launched[-1]
+    assert plan.float_rule == plans.FLOAT_RULES[rule] and plan.kernel_expr.endswith(f", {plan.float_rule}>")
+    assert (args[0] == 0) == (rule == "quick, computed edges")  # the table pointer
+    assert (args[4] < 0.5) == (rule != "numpy's estimate")  # the margin the kernel checks its rule against
+    assert p.plan.binned and p.plan.float_rule == 0

@@ -694,8 +694,9 @@ class PreparedHistogram:
         that counts chooses it (from a sample of the data where the bins do not fit one block). Where int32 input
         over range=(0, bins) is counted in place, it is the plan for bins + 1 slots (the last one counts v == bins),
         or the exchange over bins with a closed last bin. A one-shot object (what ``histogram`` makes) gates the
-        skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other). float32 input
-        that one block's shared histogram counts behind a TMA ring: that plan, ``binned`` (hist_block_tma_float)."""
+        skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other). float32
+        input that one block's shared histogram counts behind a TMA ring: that plan, ``binned``
+        (hist_block_tma_float; each call takes the kernel of its own binning rule, FLOAT_RULES)."""
         if self.unit is not None and self._unit_ok is not False:  # in place, or (before the first count) will be
             return self.unit.plan
         if self._binned:  # float input binned as read (_binned_plan)
