@@ -131,7 +131,8 @@ def test_one_plan_class_per_variant():
 def bin_index_model(x: np.ndarray, edges: np.ndarray, quick: bool = True, computed: bool = False) -> np.ndarray:
     """cuadv::bins::EvenBins (histogram_bins.cuh), step by step in the edges' precision: where quick_estimate gives
     a margin below 0.5 (``quick=False``: never; ``computed``: edges the GPU computes), the edge nearest the quick
-    estimate decides; else numpy's estimate and one step against the edges."""
+    estimate decides (from a table, read only where the estimate lies within the margin of it); else numpy's
+    estimate and one step against the edges."""
     e = edges.dtype.type
     bins = edges.size - 1
     v = x.astype(edges.dtype)
@@ -141,9 +142,16 @@ def bin_index_model(x: np.ndarray, edges: np.ndarray, quick: bool = True, comput
     keep = (v >= edges[0]) & (v <= edges[-1])
     vk = v[keep]
     if margin < 0.5:
-        n = np.rint((vk - lo) * inv).astype(np.int64)
+        f = (vk - lo) * inv
+        n = np.rint(f).astype(np.int64)
         assert ((n >= 0) & (n <= bins)).all()  # the kernel reads edge n: the host's bound keeps it in range
-        out[keep] = np.minimum(n - (vk < edges[n]), bins - 1)
+        above = vk >= edges[n]
+        if not computed:  # a table: the side of edge n from the estimate where it lies beyond the margin
+            d = f - n.astype(edges.dtype)
+            assert np.array_equal(d.astype(np.float64), f.astype(np.float64) - n)  # exact, as the kernel takes it
+            far = (d > margin) | (d < -margin)
+            above[far] = d[far] > 0
+        out[keep] = np.minimum(np.where(above, n, n - 1), bins - 1)
         return out
     with np.errstate(invalid="ignore", over="ignore"):
         f = (vk - lo) / span * e(bins)

@@ -382,6 +382,17 @@ def test_the_default_range_is_the_min_and_max_of_every_part_of_a_view(cp, dtype)
                     full[offset:offset + n] = ref
                     with pytest.raises(ValueError, match="autodetected range of .* is not finite"):
                         histogram(cp.asarray(full)[offset:offset + n], 3)
+    # 16 MiB: past four vectors per thread of the largest grid (4 blocks of 256 threads per SM), so the extremes and
+    # the NaN lie where each thread keeps four loads in flight
+    big = np.random.default_rng(8).integers(10, 100, size=(16 << 20) // np.dtype(dtype).itemsize).astype(dtype)
+    for at in (5, big.size // 3, big.size - 2):
+        ref = big.copy()
+        ref[at], ref[big.size // 2 + 1] = low, high
+        assert np.array_equal(cp.asnumpy(histogram(cp.asarray(ref[1:]), 3)[1]), np.histogram(ref[1:], 3)[1]), at
+        if dtype.startswith("float"):
+            ref[at] = np.nan
+            with pytest.raises(ValueError, match="autodetected range of .* is not finite"):
+                histogram(cp.asarray(ref[1:]), 3)
 
 
 @pytest.mark.parametrize("bins, lo, hi", [(4096, 0.0, 1.0), (65_536, -50.5, 75.25), (256, 0.1, 0.9)])

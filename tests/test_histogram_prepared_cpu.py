@@ -237,7 +237,7 @@ def test_a_prepared_histogram_counted_in_a_capture_zeroes_its_counts_at_its_next
 ])
 def test_each_float32_call_takes_the_kernel_of_its_binning_rule(counting, monkeypatch, range_, maximum, rule):
     """float32 binned as read: each call launches hist_block_tma_float of the rule its edges and margin call for
-    (FLOAT_RULES), with a null table exactly where the edges are computed; the prepared plan keeps rule 0."""
+    (FLOAT_RULES), with a null table exactly where the edges are computed; the prepared plan shows that rule."""
     monkeypatch.setattr(api, "_to_device", lambda ptr, host, stream: None)
     counting.maxima = iter([maximum] * 2)
     p = api.PreparedHistogram(FakeCupy((1 << 20,), "<f4", address=X), 4096, range=range_, stream=0)
@@ -249,4 +249,4 @@ def test_each_float32_call_takes_the_kernel_of_its_binning_rule(counting, monkey
     assert plan.float_rule == plans.FLOAT_RULES[rule] and plan.kernel_expr.endswith(f", {plan.float_rule}>")
     assert (args[0] == 0) == (rule == "quick, computed edges")  # the table pointer
     assert (args[4] < 0.5) == (rule != "numpy's estimate")  # the margin the kernel checks its rule against
-    assert p.plan.binned and p.plan.float_rule == 0
+    assert p.plan.binned and p.plan == plan

@@ -443,7 +443,8 @@ def _minmax(src: DeviceArray, stream: int, arch: str, sm_count: int, needed_by: 
         call, fallback = needed_by
         raise UnsupportedFeatureError(call, "x's min and max read back to the host, which no CUDA graph capture "
                                       "allows", "a stream being captured", fallback)
-    blocks = max(1, min(-(-src.size // AUX_THREADS), 4 * sm_count))
+    per_thread = max(1, 16 // src.dtype.itemsize)  # a 16-byte vector of elements per thread and pass
+    blocks = max(1, min(-(-src.size // (AUX_THREADS * per_thread)), 4 * sm_count))
     part = Scratch(2 * blocks * src.dtype.itemsize, stream, keep=False)
     try:
         _aux_launch(f"hist_minmax<{INPUT_TYPES[src.type_name]}>", src.size, (src.ptr, src.size, part.ptr), stream,
@@ -620,9 +621,9 @@ class PreparedHistogram:
             # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
             table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
             # the kernel of this call's rule: its estimate (rule[3]: the margin) and edges (numpy's table, or computed)
-            kind = ("numpy's estimate" if rule[3] >= 0.5 else
+            kind = ("numpy's estimate" if not rule[3] < 0.5 else  # as the kernel tests it
                     "quick, edges from a table" if table else "quick, computed edges")
-            binned = replace(binned, float_rule=FLOAT_RULES[kind])
+            binned = self._binned = replace(binned, float_rule=FLOAT_RULES[kind])  # plan: the last call's
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
                 m = min(DIRECT_CHUNK, src.size - start)
                 self.counter.count(src.ptr + start * src.dtype.itemsize, m, hist_ptr, self.bins, i > 0, h,
@@ -696,7 +697,7 @@ class PreparedHistogram:
         or the exchange over bins with a closed last bin. A one-shot object (what ``histogram`` makes) gates the
         skew-aware plan beside it on the GPU: this is the plan of verdict 0 (``counter.skewed`` the other). float32
         input that one block's shared histogram counts behind a TMA ring: that plan, ``binned``
-        (hist_block_tma_float; each call takes the kernel of its own binning rule, FLOAT_RULES)."""
+        (hist_block_tma_float), with the binning rule of the last call (each takes its own, FLOAT_RULES)."""
         if self.unit is not None and self._unit_ok is not False:  # in place, or (before the first count) will be
             return self.unit.plan
         if self._binned:  # float input binned as read (_binned_plan)

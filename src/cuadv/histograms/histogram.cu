@@ -1008,9 +1008,9 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 //   kNumpyEstimate  numpy's estimate and a step against either (the host's margin reached 0.5).
 enum FloatRule : int { kQuickComputed = 0, kQuickTable = 1, kNumpyEstimate = 2 };
 
-// Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): with
-// the quick estimate the binning fits the 32 registers that allows, but for the ring of 2 chunks of 2 vectors
-// (sm_90a spilled 32 bytes) and the 16-bit counters (56 registers, one block).
+// Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): each
+// rule's binning fits the 32 registers that allows, but for the ring of 2 chunks of 2 vectors (sm_90a spilled 32
+// bytes) and the 16-bit counters (56 registers, one block).
 template <int Stages, int V, bool Packed>
 constexpr int kFloatBlocksPerSm = Packed || (Stages == 2 && V == 2) ? 1 : 2;
 

@@ -84,9 +84,10 @@ struct EvenBins {
     const int n = round_to_int(f);
     bool above;
     if constexpr (From == Edges::table) {
-      // f lies within margin / 2 of v's place, so v is above edge n where f - n > margin and below it where
-      // f - n < -margin (f - n is exact: n is f's nearest integer); only values between gather the edge, which
-      // comes from L2 where the table outgrows L1 (256 KB at 64K bins).
+      // f lies within margin / 2 of v's bin [b, b + 1], so v is above edge n where f - n > margin (else n would
+      // be b + 1 and f beyond it) and below it where f - n < -margin (else n = b and f below it); only values
+      // between gather the edge, which comes from L2 where the table outgrows L1 (256 KB at 64K bins). f - n is
+      // exact: n = 0 below f = 0.5, and above it n lies within [f / 2, 2 f] (Sterbenz).
       const E d = f - static_cast<E>(n);
       above = d > E(0);
       if (!(d > margin || d < -margin)) above = v >= edge(static_cast<unsigned>(n));
