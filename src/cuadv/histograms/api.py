@@ -498,6 +498,7 @@ class PreparedHistogram:
         # copy: 8 MB per call at 1M bins), else by numpy once here.
         self._edge_spec = None if self.range is None else device_edge_spec(self.src.dtype, self.bins, *self.range)
         self._edges = None if self.range is None or self._edge_spec else self._edges_for(*self.range)
+        self._keep_window = keep_window(self.src.dtype, self.range)  # the binning pass's, the same every call
         self.eng = engine()
         # Unit-width integer bins starting at 0 (range=(0, bins)): the bin of v is v itself, so the
         # input is counted in place, without a binning pass.
@@ -636,11 +637,10 @@ class PreparedHistogram:
             ctype = INPUT_TYPES[src.type_name]
             name = f"hist_bin_index<{ctype}, {etype}>"
             table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
-            window = keep_window(src.dtype, self.range)
             for i, start in enumerate(builtins_range(0, src.size, chunk)):
                 m = min(chunk, src.size - start)
                 _aux_launch(name, m, (src.ptr + start * src.dtype.itemsize, m, self._index.ptr, table,
-                                      self.bins, *window, *rule), h, caps.arch, caps.sm_count)
+                                      self.bins, *self._keep_window, *rule), h, caps.arch, caps.sm_count)
                 self.counter.count(self._index.ptr, m, hist_ptr, self.bins, i > 0, h,
                                    edges=deferred if i == 0 else None)
             if not self.keep:
