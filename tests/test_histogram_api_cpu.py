@@ -130,7 +130,7 @@ def test_one_plan_class_per_variant():
 
 def bin_index_model(x: np.ndarray, edges: np.ndarray, quick: bool = True, computed: bool = False) -> np.ndarray:
     """cuadv::bins::EvenBins (histogram_bins.cuh), step by step in the edges' precision: where quick_estimate gives
-    a margin below 0.5 (``quick=False``: never; ``computed``: edges the GPU computes), the edge nearest the quick
+    a margin below QUICK_MARGIN_LIMIT (``quick=False``: never; ``computed``: edges the GPU computes), the edge nearest the quick
     estimate decides (from a table, read only where the estimate lies within the margin of it); else numpy's
     estimate and one step against the edges."""
     e = edges.dtype.type
@@ -141,7 +141,7 @@ def bin_index_model(x: np.ndarray, edges: np.ndarray, quick: bool = True, comput
     out = np.full(x.size, -1, dtype=np.int64)
     keep = (v >= edges[0]) & (v <= edges[-1])
     vk = v[keep]
-    if margin < 0.5:
+    if margin < api.QUICK_MARGIN_LIMIT:
         f = (vk - lo) * inv
         n = np.rint(f).astype(np.int64)
         assert ((n >= 0) & (n <= bins)).all()  # the kernel reads edge n: the host's bound keeps it in range
@@ -307,8 +307,8 @@ def test_the_quick_estimate_stays_within_its_bound_of_every_bin(dtype):
         v = xx.astype(edges.dtype)
         v = v[(v >= edges[0]) & (v <= edges[-1])]
         truth = np.minimum(np.searchsorted(edges, v, side="right") - 1, bins - 1)  # the last bin closed
-        used.append(margin < 0.5)
-        if not margin < 0.5:  # no quick estimate here: numpy's estimate and a step for every value
+        used.append(margin < api.QUICK_MARGIN_LIMIT)
+        if not margin < api.QUICK_MARGIN_LIMIT:  # no quick estimate here: numpy's estimate and a step for every value
             continue
         f = (v - edges[0]) * inv
         assert ((np.rint(f) == truth) | (np.rint(f) == truth + 1)).all(), (dtype, bins, r)
@@ -321,7 +321,32 @@ def test_the_quick_estimate_stays_within_its_bound_of_every_bin(dtype):
             tight.append(outside.any())
     if not is_int:  # integers sit on whole numbers, rarely near a float edge: the smaller margin may hold there
         assert any(tight)  # a margin 16 times smaller fails somewhere: the check can fail
-    assert np.mean(used) > 0.8  # and the quick estimate bins most of these cases (89-98% of them)
+    assert np.mean(used) > 0.8  # and the quick estimate bins most of these cases
+
+
+@pytest.mark.parametrize("bins", [256, 1024, 4096, 65536])
+def test_margins_up_to_a_bin_still_bin_as_numpy_does(bins):
+    """Ranges offset from zero so that numpy's float32 edges give the quick estimate a margin between half a bin and
+    QUICK_MARGIN_LIMIT (one bin), the widest it takes, and just past it: every edge and 4 float32s either side of it,
+    among uniform values, binned by the rule's model (the edge nearest the estimate, read only within the margin)
+    exactly as numpy.histogram bins them, with and without a range."""
+    rng = np.random.default_rng(bins)
+    seen = []
+    for ratio in (0.55, 0.75, 0.9, 0.99, 1.1):  # the margin sought, in bins
+        span = 2.0 ** int(rng.integers(-6, 6))
+        m = ratio / (16 * 2.0**-24 * (bins + 1)) - 1  # M / span for that margin
+        for lo in (m * span - span, -m * span):  # positive and negative ranges whose larger end is about m spans
+            r = (np.float32(lo), np.float32(lo + span))
+            edges = np.histogram_bin_edges(np.empty(0, np.float32), bins, range=r)
+            x = np.concatenate([rng.uniform(r[0], r[1], 50_000).astype(np.float32),
+                                *around_values(edges, np.float32)])
+            for rr in (r, None):
+                want, numpy_edges = np.histogram(x if rr else np.clip(x, *r), bins, range=rr)
+                margin = quick_estimate(numpy_edges[0], numpy_edges[-1], bins, computed=False)[1]
+                seen.append(float(margin))
+                idx = bin_index_model(x if rr else np.clip(x, *r), numpy_edges)
+                assert np.array_equal(np.bincount(idx[idx >= 0], minlength=bins), want), (bins, r, rr, margin)
+    assert any(0.5 <= m < api.QUICK_MARGIN_LIMIT for m in seen) and max(seen) >= api.QUICK_MARGIN_LIMIT
 
 
 def test_a_one_shot_counter_leaves_the_skew_choice_to_the_gpu():

@@ -431,7 +431,7 @@ def test_float32_is_binned_as_read_exactly(cp, monkeypatch, bins, lo, hi):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("bins", [7, 4096, 65536, 1 << 20])
-@pytest.mark.parametrize("lo, hi", [(0.0, 1.0), (-3.5, 1000.25), (997.0, 1003.0)])
+@pytest.mark.parametrize("lo, hi", [(0.0, 1.0), (-3.5, 1000.25), (997.0, 1003.0), (-200.0, -199.0)])
 def test_values_on_and_beside_every_edge_are_binned_as_numpy_bins_them(cp, dtype, bins, lo, hi):
     """Every edge and the 4 values of the type either side of it, among uniform values: the edge nearest the quick
     estimate decides each value, or numpy's estimate and a step against the edges (histogram_bins.cuh), in the

@@ -51,6 +51,7 @@ FLOAT32_EDGE_TYPES = ("float32", "uint8", "uint16")  # inputs numpy gives float3
 RANGE_TYPES = (int, float, np.integer, np.float32, np.float64)
 CHUNK = 1 << 26  # elements binned per pass: a 256 MiB int32 index buffer at most
 DIRECT_CHUNK = 1 << 31  # elements counted per launch where the input is the index (uint32 counters stay exact)
+QUICK_MARGIN_LIMIT = 1.0  # quick_estimate's margin (bins) below which it bins: histogram_bins.cuh's kQuickMarginLimit
 SAMPLES = 4096  # elements the skew check of variant="auto" reads
 SKEW_SHARE = (3, 4)  # auto takes the skew-aware path when this share of the sampled in-range values is hot
 AUX_THREADS = 256  # binning.cu kernels
@@ -622,7 +623,7 @@ class PreparedHistogram:
             # float input whose bins one block holds behind a TMA ring: binned as it is counted, in one pass
             table, rule = _rule_args(first, last, self.bins, edges_ptr, deferred)
             # the kernel of this call's rule: its estimate (rule[3]: the margin) and edges (numpy's table, or computed)
-            kind = ("numpy's estimate" if not rule[3] < 0.5 else  # as the kernel tests it
+            kind = ("numpy's estimate" if not rule[3] < QUICK_MARGIN_LIMIT else  # as the kernel tests it
                     "quick, edges from a table" if table else "quick, computed edges")
             binned = self._binned = replace(binned, float_rule=FLOAT_RULES[kind])  # plan: the last call's
             for i, start in enumerate(builtins_range(0, src.size, DIRECT_CHUNK)):
@@ -723,9 +724,10 @@ def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: b
     the edges' type) stay below 8 u (bins + 1) (1 + M / span) bins; the margin is twice that. u: the edges' type's
     where the GPU computes them (``computed``: linspace in float64, device_edge_spec); at least float32's for
     numpy's own, which linspace computes in float32 where the range or the data is float32, whatever the edges'
-    type. (0, 1) where the margin reaches 0.25 bins, or bins are narrower than the smallest normal number of the
-    type they were computed in (bins / span could overflow, and rounding below it is absolute): the rule then takes
-    numpy's estimate, a division, for every value."""
+    type. (0, 1) where the margin reaches QUICK_MARGIN_LIMIT (1 bin: the estimate then strays up to half a bin), or
+    bins are narrower than the smallest normal number of the type they were computed in (bins / span could
+    overflow, and rounding below it is absolute): the rule then takes numpy's estimate, a division, for every
+    value."""
     e = first.dtype.type
     info = np.finfo(first.dtype)
     # numpy's own edges may have been computed in float32 (see above), so its roundoff and its smallest normal
@@ -736,7 +738,7 @@ def quick_estimate(first: np.floating, last: np.floating, bins: int, computed: b
     if not (math.isfinite(span) and span / bins >= tiny):
         return e(0), e(1)
     margin = 16 * u * (bins + 1) * (1 + max(abs(float(first)), abs(float(last))) / span)
-    if margin >= 0.25:
+    if not e(margin) < QUICK_MARGIN_LIMIT:  # as the kernels test it, in the edges' type
         return e(0), e(1)
     return e(bins / span), e(margin)
 

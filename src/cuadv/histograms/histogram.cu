@@ -1005,7 +1005,7 @@ __global__ void __launch_bounds__(1024) hist_block_tma(const T* __restrict__ in,
 // registers two blocks per SM allow (sm_90a), numpy's estimate's division being a call:
 //   kQuickComputed  the quick estimate (inv, margin) and one edge, computed from (start, step, stop);
 //   kQuickTable     the same against `edges` (numpy's table), read only for values within the margin of one;
-//   kNumpyEstimate  numpy's estimate and a step against either (the host's margin reached 0.5).
+//   kNumpyEstimate  numpy's estimate and a step against either (the host's margin reached kQuickMarginLimit).
 enum FloatRule : int { kQuickComputed = 0, kQuickTable = 1, kNumpyEstimate = 2 };
 
 // Registers for two blocks per SM (two run where the plan's shared memory lets them, as for hist_block_tma): each
@@ -1023,8 +1023,8 @@ __global__ void __launch_bounds__(1024, kFloatBlocksPerSm<Stages, V, Packed>) hi
   constexpr bool kQuick = Rule != kNumpyEstimate;
   constexpr Edges kFrom = Rule == kQuickComputed ? Edges::computed : Rule == kQuickTable ? Edges::table : Edges::either;
   if (cuadv_hist::gated_off(gate, want)) return;
-  if ((margin < 0.5f) != kQuick || (kFrom == Edges::table && edges == nullptr) ||
-      (kFrom == Edges::computed && edges != nullptr))
+  if ((margin < static_cast<float>(cuadv::bins::kQuickMarginLimit)) != kQuick ||
+      (kFrom == Edges::table && edges == nullptr) || (kFrom == Edges::computed && edges != nullptr))
     __trap();  // the host chose the kernel of another rule
   const cuadv::bins::EvenBins<float, kFrom> rule(edges, bins, lo, span, inv, margin, start, step, stop);
   block_histogram_tma<int, Stages, V, Packed>(reinterpret_cast<const int*>(in), n, out, bins, log2r, [&](auto& sink) {

@@ -33,7 +33,8 @@ TMA_VECTORS = (1, 2)  # 16-byte vectors per thread in one chunk of the ring: 16 
 TMA_WIDE_STAGES = (2, 3)  # rings of 2-vector chunks take at most 3 (96 KB)
 TMA_RINGS = tuple((s, 1) for s in TMA_STAGES) + tuple((s, 2) for s in TMA_WIDE_STAGES)  # (stages, vectors) built
 # hist_block_tma_float's binning rules, a kernel each (histogram.cu's FloatRule): the quick estimate and one edge,
-# computed or from numpy's table; numpy's estimate and a step (where the quick estimate's margin reaches 0.5)
+# computed or from numpy's table; numpy's estimate and a step (where the quick estimate's margin reaches one bin,
+# api.QUICK_MARGIN_LIMIT)
 FLOAT_RULES = {"quick, computed edges": 0, "quick, edges from a table": 1, "numpy's estimate": 2}
 PACKED_RING_VECTORS = 2  # 16-bit counters take rings of 2-vector chunks only (1-vector chunks read 78-81%)
 # The rings 'shared' takes without ``stages``, in order: the first of at least MIN_SHARED_RING bytes that lets two

@@ -46,13 +46,16 @@ static __device__ __forceinline__ double mul_rn(double a, double b) { return __d
 static __device__ __forceinline__ int round_to_int(float f) { return __float2int_rn(f); }
 static __device__ __forceinline__ int round_to_int(double f) { return __double2int_rn(f); }
 
+// The quick estimate's margin (in bins) below which it bins: f then lies within half a bin of v's bin.
+constexpr double kQuickMarginLimit = 1.0;
+
 // numpy.histogram's rule for even bins: the bin index of v, or -1 outside [edges[0], edges[bins]] and for NaN.
 // An estimate from (v - lo) / span * bins, then one step down or up so that edges[i] <= v < edges[i + 1] (the
 // last bin closed on the right), exactly as numpy corrects its estimate against the edges it returns.
-// Where the host gives a margin below 0.5 (quick_estimate in api.py gives one below 0.25, or none), the estimate
-// is f = (v - lo) * inv, a product instead of a division, and one edge decides every value: the host bounds the
-// estimate's error plus the edges' own rounding below margin / 2 < 0.25 bins, so where v lies in bin b
-// (edges[b] <= v < edges[b + 1]) f lies in (b - 0.25, b + 1.25), and the edge nearest f, n = round(f), is b or
+// Where the host gives a margin below kQuickMarginLimit = 1 (quick_estimate in api.py; else it gives 1), the
+// estimate is f = (v - lo) * inv, a product instead of a division, and one edge decides every value: the host
+// bounds the estimate's error plus the edges' own rounding below margin / 2 < 0.5 bins, so where v lies in bin b
+// (edges[b] <= v < edges[b + 1]) f lies in (b - 0.5, b + 1.5), and the edge nearest f, n = round(f), is b or
 // b + 1: v's bin is n where v >= edges[n], else n - 1 (and bins - 1 for v == edges[bins]). One edge and no branch
 // per value where the edges are computed; from a table, only values within `margin` of edge n read it. An
 // earlier form took the bin without an edge where f lay more than `margin` from both of its bin's edges, and
@@ -64,7 +67,7 @@ struct EvenBins {
   EdgeSource<E, From> edge;
   E first, last;  // edge(0), edge(bins)
   E lo, span;     // numpy's estimate's origin and width, in E as numpy computes them
-  E inv, margin;  // the quick estimate's scale (bins / span) and its bound in bins; margin >= 0.5: not used
+  E inv, margin;  // the quick estimate's scale (bins / span) and its bound in bins; margin >= 1: not used
 
   __device__ __forceinline__ EvenBins(const E* table, unsigned bins, E lo_, E span_, E inv_, E margin_,
                                       double start, double step, double stop)
@@ -73,13 +76,15 @@ struct EvenBins {
     last = edge(bins);
   }
 
-  __device__ __forceinline__ int index(E v) const { return margin < E(0.5) ? quick_index(v) : numpy_index(v); }
+  __device__ __forceinline__ int index(E v) const {
+    return margin < E(kQuickMarginLimit) ? quick_index(v) : numpy_index(v);
+  }
 
-  // The quick estimate (the host gave a margin below 0.5) and one edge.
+  // The quick estimate (the host gave a margin below kQuickMarginLimit) and one edge.
   __device__ __forceinline__ int quick_index(E v) const {
     if (!(v >= first && v <= last)) return -1;
     const int bins = static_cast<int>(edge.bins);
-    // f > -0.25 and f < bins + 0.25 (v is within the edges), so 0 <= n <= bins
+    // f > -0.5 and f < bins + 0.5 (v is within the edges), so 0 <= n <= bins
     const E f = mul_rn(v - lo, inv);
     const int n = round_to_int(f);
     bool above;
