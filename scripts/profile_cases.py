@@ -9,6 +9,7 @@ ceiling kernel), uint8 (uint8 at 256 bins: cuadv prepared, the same fed by regis
 the read-only ceiling kernel), one_block (int32 at 33,000 bins with 32-bit counters behind two rings and at 64K bins
 with 16-bit ones, one block per SM; the read-only ceiling kernel), spmv (power-law, R-MAT and uniform matrices:
 cuadv's tilings under both policies, the staged short-row body on split rows in fixed windows, and cuSPARSE),
+segreduce (the segmented sum of each kind of segments on split tiles under fixed_work, steal and fixed_blocks),
 vecscale (1 GiB: steal and fixed_work).
 Each case runs once unprofiled (set-up, compile, the sample of a prepared call), then once inside the profiled
 region (cudaProfilerStart/Stop), its name printed on stderr before it.
@@ -167,6 +168,24 @@ def spmv() -> None:
                 call()
                 with _case(f"spmv {kind}: {label}"):
                     call()
+        del dev
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def segreduce() -> None:
+    import cupy as cp
+
+    from cuadv.labs.segreduce import MEAN, SEED, segment_tiles, segsum_kernel
+    from cuadv.labs.segreduce_support import KINDS, generate_segments
+
+    kernel = segsum_kernel()  # the lab's: blocks of 128 threads, 16 per SM
+    for kind in KINDS:
+        dev = segment_tiles(generate_segments(kind, 1 << 22, MEAN, SEED))
+        for policy in ("fixed_work", "steal", "fixed_blocks"):
+            for _ in range(3):  # steal learns its grid over its first launches
+                dev.run(kernel, "split", policy)
+            with _case(f"segreduce {kind}: split {policy}"):
+                dev.run(kernel, "split", policy)
         del dev
         cp.get_default_memory_pool().free_all_blocks()
 
