@@ -78,3 +78,10 @@ def test_committed_reports_have_no_broken_image_or_link(index):
             elif path.suffix == ".html":
                 pages.append(path)
     assert not missing, f"{index.parent.relative_to(ROOT)}: {missing[:10]}"
+
+
+def test_the_results_index_lists_every_results_folder():
+    """docs/results/README.md has a row for every folder of results, so a run committed without one is caught."""
+    index = (ROOT / "docs" / "results" / "README.md").read_text()
+    folders = sorted(p.name for p in (ROOT / "docs" / "results").iterdir() if p.is_dir())
+    assert folders and [f for f in folders if f"[{f}](" not in index] == []
