@@ -49,7 +49,10 @@ BELOW_CEILING = ("below the ceiling: Nsight Compute (an H100, 2026-12-05, unifor
                  "of the warps' stalls waiting on loads: each batch of rows loads its two offsets, then the values "
                  "that depend on them, 4 per lane, so few loads are in flight per warp; the whole SM's threads (8 "
                  "blocks of 256) gained 12-22% under fixed_work and steal, blocks of 128 (now, 16 per SM) 8-19% more "
-                 "on the skewed kinds; not profiled since")
+                 "on the skewed kinds. Steal trails fixed_work on the skewed kinds because up to a fifth of its "
+                 "resident warps wait at the barrier that ends each tile for the block's slowest warp, so fewer loads "
+                 "are in flight (Nsight Compute, an H100, 2026-12-06: 7.0 warps on loads per sub-partition against "
+                 "fixed_work's 8.5 on R-MAT segments)")
 # Blocks of THREADS threads and MIN_BLOCKS of them per SM, the kernel's __launch_bounds__: the whole SM's 2048
 # threads at 32 registers, no spills. With 256 threads, 8 blocks per SM streamed 12-22% faster than the spmv lab's 6
 # under fixed_work and steal (the body is latency-bound); 16 blocks of 128 threads then took another 11% off steal's
