@@ -178,7 +178,7 @@ def segreduce() -> None:
     from cuadv.labs.segreduce import MEAN, SEED, segment_tiles, segsum_kernel
     from cuadv.labs.segreduce_support import KINDS, generate_segments
 
-    kernel = segsum_kernel()  # the lab's: blocks of 128 threads, 16 per SM
+    kernel = segsum_kernel()  # the lab's block size and blocks per SM
     for kind in KINDS:
         dev = segment_tiles(generate_segments(kind, 1 << 22, MEAN, SEED))
         for policy in ("fixed_work", "steal", "fixed_blocks"):

@@ -130,9 +130,9 @@ def test_one_plan_class_per_variant():
 
 def bin_index_model(x: np.ndarray, edges: np.ndarray, quick: bool = True, computed: bool = False) -> np.ndarray:
     """cuadv::bins::EvenBins (histogram_bins.cuh), step by step in the edges' precision: where quick_estimate gives
-    a margin below QUICK_MARGIN_LIMIT (``quick=False``: never; ``computed``: edges the GPU computes), the edge nearest the quick
-    estimate decides (from a table, read only where the estimate lies within the margin of it); else numpy's
-    estimate and one step against the edges."""
+    a margin below QUICK_MARGIN_LIMIT (``quick=False``: never; ``computed``: edges the GPU computes), the edge
+    nearest the quick estimate decides (from a table, read only where the estimate lies within the margin of it);
+    else numpy's estimate and one step against the edges."""
     e = edges.dtype.type
     bins = edges.size - 1
     v = x.astype(edges.dtype)
@@ -308,7 +308,7 @@ def test_the_quick_estimate_stays_within_its_bound_of_every_bin(dtype):
         v = v[(v >= edges[0]) & (v <= edges[-1])]
         truth = np.minimum(np.searchsorted(edges, v, side="right") - 1, bins - 1)  # the last bin closed
         used.append(margin < api.QUICK_MARGIN_LIMIT)
-        if not margin < api.QUICK_MARGIN_LIMIT:  # no quick estimate here: numpy's estimate and a step for every value
+        if not margin < api.QUICK_MARGIN_LIMIT:  # no quick estimate: numpy's estimate and a step for every value
             continue
         f = (v - edges[0]) * inv
         assert ((np.rint(f) == truth) | (np.rint(f) == truth + 1)).all(), (dtype, bins, r)
