@@ -324,6 +324,15 @@ def test_the_quick_estimate_stays_within_its_bound_of_every_bin(dtype):
     assert np.mean(used) > 0.8  # and the quick estimate bins most of these cases
 
 
+def test_the_quick_estimate_is_cached_apart_for_each_type_of_edge():
+    """quick_estimate is memoised (a prepared call with a fixed range asks again each call), but equal ends of
+    float32 and float64 hash alike: each gets its own entry, its values in its own type and bound."""
+    for first, last in ((np.float32(0.5), np.float32(1.0)), (np.float64(0.5), np.float64(1.0))) * 2:
+        inv, margin = quick_estimate(first, last, 100, False)
+        assert inv.dtype == margin.dtype == first.dtype
+        assert margin == first.dtype.type(16 * 2.0**-24 * 101 * 3)  # numpy's float32 roundoff either way
+
+
 @pytest.mark.parametrize("bins", [256, 1024, 4096, 65536])
 def test_margins_up_to_a_bin_still_bin_as_numpy_does(bins):
     """Ranges offset from zero so that numpy's float32 edges give the quick estimate a margin between half a bin and
