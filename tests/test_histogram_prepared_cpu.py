@@ -233,7 +233,7 @@ def test_a_prepared_histogram_counted_in_a_capture_zeroes_its_counts_at_its_next
     ((0.0, 1.0), None, "quick, computed edges"),  # Python floats: the GPU computes the edges where it compares
     ((np.float32(0.0), np.float32(1.0)), None, "quick, edges from a table"),  # NumPy scalars: numpy's edges
     (None, 1.0, "quick, edges from a table"),  # the data's min and max: numpy's edges
-    ((np.float32(130.0), np.float32(131.0)), None, "quick, edges from a table"),  # margin 0.51 bins: under 1
+    ((np.float32(130.0), np.float32(131.0)), None, "quick, edges from a table"),  # margin 0.52 bins: under 1
     ((1000.0, 1001.0), None, "numpy's estimate"),  # bins 4 ulps wide: past the quick estimate's margin
 ])
 def test_each_float32_call_takes_the_kernel_of_its_binning_rule(counting, monkeypatch, range_, maximum, rule):
