@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-LINK = re.compile(r"\]\(([^)\s]+)\)")
+LINK = re.compile(r"\]\((?:<([^>\n]+)>|([^)\s]+))\)")  # <...>: a target with spaces (CommonMark)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 HTML_ID = re.compile(r"""<a\s+(?:id|name)=['"]([^'"]+)['"]""")
@@ -43,7 +43,8 @@ def test_github_anchor_rule():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_and_anchors_resolve(page):
     missing = []
-    for target in LINK.findall(FENCE.sub("", page.read_text())):
+    for bracketed, bare in LINK.findall(FENCE.sub("", page.read_text())):
+        target = bracketed or bare
         if re.match(r"^[a-z]+:", target):  # http(s), mailto: not this repository's to resolve
             continue
         path, _, anchor = target.partition("#")
