@@ -20,6 +20,11 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds per step: one hung step must not lo
 t() { timeout --signal=INT --kill-after=10 "$STEP_TIMEOUT" "$@"; }
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
+# Reports, benches and profiles are written outside $OUT and packed into report.tar.gz after every step, so a call
+# cut off at the device's limit still brings back every finished step's files (and never more than 8 files).
+REPORT_PARENT=$(mktemp -d)
+REPORT=$REPORT_PARENT/report
+trap 'rm -rf "$REPORT_PARENT"' EXIT
 
 {
   date -u
@@ -51,7 +56,7 @@ for step in $STEPS; do
       note "check: exit $rc in $(( $(date +%s) - start )) s" ;;
     run|run-full)
       flag=--quick; [ "$step" = run-full ] && flag=
-      t python3 -m cuadv run $flag --out "$OUT/report" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
+      t python3 -m cuadv run $flag --out "$REPORT" ${RUN_ARGS:-} > "$OUT/run.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     examples)
       for ex in examples/*.py; do
@@ -60,30 +65,27 @@ for step in $STEPS; do
       note "examples: $(grep -c ': exit 0$' "$OUT/examples.log") of $(ls examples/*.py | wc -l) exit 0 in $(( $(date +%s) - start )) s" ;;
     sweep)
       # how the shared histogram is fed (register loads or TMA rings), 1 GiB per case, every result checked
-      mkdir -p "$OUT/report"
-      t python3 scripts/hist_feed_sweep.py ${SWEEP_MIB:-1024} ${SWEEP_ARGS:-} > "$OUT/report/hist_feed_sweep.log" 2>&1
-      note "sweep: exit $? ($(grep -c WRONG "$OUT/report/hist_feed_sweep.log") wrong results) in $(( $(date +%s) - start )) s" ;;
+      mkdir -p "$REPORT"
+      t python3 scripts/hist_feed_sweep.py ${SWEEP_MIB:-1024} ${SWEEP_ARGS:-} > "$REPORT/hist_feed_sweep.log" 2>&1
+      note "sweep: exit $? ($(grep -c WRONG "$REPORT/hist_feed_sweep.log") wrong results) in $(( $(date +%s) - start )) s" ;;
     profile)
       # Nsight Compute over the workloads whose targets are missed (scripts/profile_cases.py); the report
       # and a summary of the counters that say why go into the report folder (ncu locks the clocks to base).
-      mkdir -p "$OUT/report/profile"
+      mkdir -p "$REPORT/profile"
       t ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section SchedulerStats -f -o "$OUT/report/profile/cases" \
-        python3 scripts/profile_cases.py ${PROFILE_GROUPS:-hist spmv vecscale} > "$OUT/report/profile/ncu.log" 2>&1
+        --section WarpStateStats --section SchedulerStats -f -o "$REPORT/profile/cases" \
+        python3 scripts/profile_cases.py ${PROFILE_GROUPS:-hist spmv vecscale} > "$REPORT/profile/ncu.log" 2>&1
       rc=$?
-      python3 scripts/profile_cases.py --summary "$OUT/report/profile/cases.ncu-rep" "$OUT/report/profile/ncu.log" \
-        > "$OUT/report/profile/summary.txt" 2>&1
-      ncu -i "$OUT/report/profile/cases.ncu-rep" --csv --page raw | gzip > "$OUT/report/profile/raw.csv.gz"
-      rm -f "$OUT/report/profile/cases.ncu-rep"  # tens of MB: the raw counters above keep what it holds
+      python3 scripts/profile_cases.py --summary "$REPORT/profile/cases.ncu-rep" "$REPORT/profile/ncu.log" \
+        > "$REPORT/profile/summary.txt" 2>&1
+      ncu -i "$REPORT/profile/cases.ncu-rep" --csv --page raw | gzip > "$REPORT/profile/raw.csv.gz"
+      rm -f "$REPORT/profile/cases.ncu-rep"  # tens of MB: the raw counters above keep what it holds
       note "profile: exit $rc in $(( $(date +%s) - start )) s" ;;
     bench:*)
-      t python3 -m cuadv bench "${step#bench:}" ${BENCH_ARGS:-} --out "$OUT/report/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
+      t python3 -m cuadv bench "${step#bench:}" ${BENCH_ARGS:-} --out "$REPORT/bench-${step#bench:}" >> "$OUT/bench.log" 2>&1
       note "$step: exit $? in $(( $(date +%s) - start )) s" ;;
     *) note "unknown step $step" ;;
   esac
+  if [ -d "$REPORT" ]; then tar -czf "$OUT/report.tar.gz.part" -C "$REPORT_PARENT" report && mv "$OUT/report.tar.gz.part" "$OUT/report.tar.gz"; fi
 done
-
-if [ -d "$OUT/report" ]; then
-  tar -czf "$OUT/report.tar.gz" -C "$OUT" report && rm -rf "$OUT/report"
-fi
 cat "$SUMMARY"
