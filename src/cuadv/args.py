@@ -197,8 +197,9 @@ def _check_layout(array: DeviceArray, param: DeclaredParam, where: str) -> None:
     if array.ptr % alignment:
         raise KernelArgumentError(
             f"{where}: the array starts at {array.ptr:#x}, {array.ptr % alignment} B past a multiple of "
-            f"{alignment} B, the alignment {ctype.spelling} needs (CUDA Programming Guide, Device Memory Accesses); "  # type: ignore[union-attr]
-            f"pass an array that starts on a {alignment}-byte boundary, not a view offset into one")
+            f"{alignment} B, the alignment {ctype.spelling} needs (CUDA Programming Guide, "  # type: ignore[union-attr]
+            f"Device Memory Accesses); pass an array that starts on a {alignment}-byte boundary, not a view offset "
+            "into one")
 
 
 def check_argument_count(count: int, sizes: Sequence[int], declared: Signature | None) -> None:
@@ -463,7 +464,8 @@ def _is_cupy_ndarray(kind: type) -> bool:
 
 
 def _plain_device_array(kind: type) -> bool:
-    """True when pack_argument would take this type's pointer from __cuda_array_interface__ (nothing earlier matches)."""
+    """True when pack_argument would take this type's pointer from __cuda_array_interface__ (nothing earlier
+    matches)."""
     early = _BEFORE_PARAM_BYTES + (np.generic, int, float)
     return (not issubclass(kind, early) and not hasattr(kind, "kernel_param_bytes")
             and hasattr(kind, "__cuda_array_interface__"))

@@ -51,8 +51,8 @@ from .interop import capturing, device_array, stream_handle
 from .launching import AccessPolicyWindow
 from .waiting import wait
 
-__all__ = ["persist", "Persist", "SetAside", "hit_ratio_for", "reset_persisting_lines", "get_set_aside", "set_set_aside",
-           "get_stream_window", "set_stream_window", "unsupported_reason"]
+__all__ = ["persist", "Persist", "SetAside", "hit_ratio_for", "reset_persisting_lines", "get_set_aside",
+           "set_set_aside", "get_stream_window", "set_stream_window", "unsupported_reason"]
 
 FALLBACK = "plain caching: the same code without persist() (same results; the buffer competes for L2)"
 

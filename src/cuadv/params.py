@@ -47,7 +47,8 @@ class StructArgument:
     LAYOUT: ClassVar[np.dtype]
 
     def kernel_param_bytes(self) -> bytes:
-        return pack_struct(self.LAYOUT, {name: getattr(self, name) for name in self.LAYOUT.names if hasattr(self, name)})
+        return pack_struct(self.LAYOUT,
+                           {name: getattr(self, name) for name in self.LAYOUT.names if hasattr(self, name)})
 
 
 def pack_struct(layout: np.dtype, values: dict[str, Any]) -> bytes:

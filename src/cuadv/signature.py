@@ -79,7 +79,8 @@ _TYPE_WORDS = frozenset({"void", "bool", "char", "short", "int", "long", "signed
 
 
 def _canonical(words: list[str]) -> str:
-    """One spelling per integer type: 'unsigned' -> 'unsigned int', 'long int' -> 'long', 'std::int32_t' -> 'int32_t'."""
+    """One spelling per integer type: 'unsigned' -> 'unsigned int', 'long int' -> 'long',
+    'std::int32_t' -> 'int32_t'."""
     words = [w.removeprefix("::").removeprefix("std::").removeprefix("cuda::std::") for w in words]
     if "char" in words:
         sign = "unsigned " if "unsigned" in words else "signed " if "signed" in words else ""
@@ -221,7 +222,8 @@ def declared_signature(source: str, kernel: str) -> Signature | None:
     # Each parameter's name from the first declaration that gives one (a prototype may leave them out).
     params = tuple(replace(p, name=next((f[i].name for f in found if f[i].name), None)) for i, p in enumerate(found[0]))
     names = {p.name for p in params}
-    params = tuple(replace(p, strided=True) if p.pointer and p.name and names & {f"{p.name}{s}" for s in STRIDE_SUFFIXES}
+    params = tuple(replace(p, strided=True)
+                   if p.pointer and p.name and names & {f"{p.name}{s}" for s in STRIDE_SUFFIXES}
                    else p for p in params)
     hidden = 0
     while hidden < len(params) and (params[hidden].name or "").startswith("cuadv_"):

@@ -138,7 +138,8 @@ def tile_op(qualname: str, kernel: Any, schema: str, launch: Callable[..., tuple
     if namespace == NAMESPACE:
         raise ValueError(f"the namespace {NAMESPACE!r} is cuadv's own; use your project's name")
     if not schema.replace(" ", "").endswith("->()"):
-        raise ValueError(f"a tile op writes its outputs in place and returns nothing (schema '... -> ()'); got {schema!r}")
+        raise ValueError("a tile op writes its outputs in place and returns nothing (schema '... -> ()'); "
+                         f"got {schema!r}")
     if "!" not in schema:
         raise ValueError("mark the tensors the kernel writes with (a!), (b!), ... in the schema, so torch.compile "
                          f"orders them; got {schema!r}")

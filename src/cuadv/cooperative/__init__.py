@@ -262,7 +262,8 @@ def block_sum(x: Any, block: int = 256, *, total: bool = False, out: Any = None,
 
 
 def block_sums(x, block: int = 256):
-    """One sum per ``block`` consecutive elements of ``x`` (int32 or float32, CuPy), by the classic cooperative-groups block_sum."""
+    """One sum per ``block`` consecutive elements of ``x`` (int32 or float32, CuPy), by the classic
+    cooperative-groups block_sum."""
     dtype = np.dtype(x.dtype)
     names = {np.dtype(np.int32): "int32", np.dtype(np.float32): "float32"}
     if dtype not in names:
@@ -420,7 +421,8 @@ def enqueue_two_phase(x, partials, rounds: int, mode: str, grid: int, block: int
 
 def two_phase(x, rounds: int = 1, *, mode: str = "grid_sync", grid: int | None = None, block: int = PHASE_BLOCK,
               stream: Any = None) -> None:
-    """The two-phase kernel (phase 1, grid.sync(), phase 2) on a uint32 device array, in place: each round x += sum(x) (mod 2^32).
+    """The two-phase kernel (phase 1, grid.sync(), phase 2) on a uint32 device array, in place: each
+    round x += sum(x) (mod 2^32).
 
     mode 'grid_sync': one cooperative kernel, phase1; grid.sync(); phase2 per round (the grid must
     fit on the GPU at once: LaunchConfigError names the maximum); 'two_kernels': two launches per

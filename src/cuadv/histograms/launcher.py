@@ -72,7 +72,8 @@ class HistogramEngine:
         # Bounded, so that a caller sweeping bin counts in a long-lived process keeps bounded memos.
         self._resident = BoundedMemo(PLAN_MEMO)  # plan -> its resident blocks (clusters)
         self._plans = BoundedMemo(PLAN_MEMO)  # plan()'s arguments, each with its type -> its plan
-        self._configs = BoundedMemo(PLAN_MEMO)  # (plan, grid) -> its LaunchConfig: one object, so launch() skips lookups
+        # (plan, grid) -> its LaunchConfig: one object, so launch() skips lookups
+        self._configs = BoundedMemo(PLAN_MEMO)
 
     @property
     def module(self):
@@ -200,8 +201,8 @@ class HistogramEngine:
             if n < 1:
                 unit = f"a cluster of {plan.cluster} blocks" if plan.clustered else "a block"
                 raise LaunchConfigError(
-                    f"{unit} of {plan.threads} threads with {plan.shared_bytes} B shared memory each cannot be resident "
-                    f"on this GPU (occupancy query returned 0); use a larger cluster or fewer bins per block")
+                    f"{unit} of {plan.threads} threads with {plan.shared_bytes} B shared memory each cannot be "
+                    f"resident on this GPU (occupancy query returned 0); use a larger cluster or fewer bins per block")
             self._resident.put(plan, n)
         return n
 

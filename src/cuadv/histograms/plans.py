@@ -547,8 +547,8 @@ def _plan_exchange(bins: int, cluster: int | None, counter_bits: int | None, hot
         raise ValueError(f"sort must be one of {', '.join(EXCHANGE_SORTS)}, got {sort!r}")
     if cluster is not None and cluster not in EXCHANGE_CLUSTER_SIZES:
         sizes = ", ".join(map(str, EXCHANGE_CLUSTER_SIZES))
-        raise LaunchConfigError(f"the exchange variant needs a cluster of {sizes} blocks (an owner other than the block "
-                                f"itself), got {cluster}")
+        raise LaunchConfigError(f"the exchange variant needs a cluster of {sizes} blocks (an owner other than the "
+                                f"block itself), got {cluster}")
     sizes = [cluster] if cluster is not None else [c for c in EXCHANGE_CLUSTER_SIZES if c <= largest_cluster]
     widths = [counter_bits] if counter_bits else [32, 16]
     errors = []

@@ -37,10 +37,10 @@ from typing import Callable
 import numpy as np
 
 from .._cuda import check, driver
-from ..cooperative import (BLOCK_SUM_TYPES, PHASE_BLOCK, RING_BLOCK, TILE_SIZES, _launch, _sms, block_sums,  # noqa: F401
-                           build_module, cluster_occupancy, cluster_ring, co_resident_max, enqueue_two_phase,
-                           kernel, kernel_expressions, odd_sums, ring_expected, tile_sums, two_phase,
-                           two_phase_reference)
+from ..cooperative import (BLOCK_SUM_TYPES, PHASE_BLOCK, RING_BLOCK, TILE_SIZES, _launch, _sms,  # noqa: F401
+                           block_sums, build_module, cluster_occupancy, cluster_ring, co_resident_max,
+                           enqueue_two_phase, kernel, kernel_expressions, odd_sums, ring_expected, tile_sums,
+                           two_phase, two_phase_reference)
 from ..dims import PORTABLE_CLUSTER_SIZE
 from ..errors import LaunchConfigError, ValidationError
 from ..launching import LaunchConfig, launch

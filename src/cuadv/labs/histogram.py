@@ -118,7 +118,8 @@ class HistogramLab:
 
     def supported(self, caps) -> str | None:
         if caps.compute_capability < (9, 0) or not caps.cluster_launch:
-            return (f"the DSM histogram needs thread block clusters: compute capability >= 9.0 (got {caps.cc_string()}); "
+            return ("the DSM histogram needs thread block clusters: compute capability >= 9.0 "
+                    f"(got {caps.cc_string()}); "
                     "fallback: histogram(..., variant='shared') where the bins fit one block, else variant='global'")
         return None
 

@@ -393,9 +393,9 @@ class PdlLab:
             "The gap at a kernel boundary: last block of one link done to the first block of the next past its wait",
             ["path", *(f"{m.label} (us)" for m in MODES), "hidden at best (us)", "% of the gap hidden"], rows,
             note=f"medians (p10-p90) over the {k - 1} boundaries of one stamped chain per mode (%globaltimer, no "
-                 f"setup, {chain.grid} blocks); a graph already overlaps most of the launch with the previous kernel, so less "
-                 "is left for PDL to hide there than in a stream. What PDL leaves is the completion of the previous "
-                 "grid and the flush of its memory that griddepcontrol.wait waits for"))
+                 f"setup, {chain.grid} blocks); a graph already overlaps most of the launch with the previous kernel, "
+                 "so less is left for PDL to hide there than in a stream. What PDL leaves is the completion of the "
+                 "previous grid and the flush of its memory that griddepcontrol.wait waits for"))
 
     def _grid_sweep(self, chain: "Chain", ctx: RunContext, k: int, repeats: int, result: LabResult) -> None:
         """The same chain (no setup) at several grid shapes: an early launch needs room for the dependent grid's

@@ -68,7 +68,8 @@ class SchedulingLab:
         import cupy as cp
 
         d = cp.full(5003, 2000, dtype=cp.uint32)
-        for label, policy, q, k in [(*p, None) for p in POLICIES] + [("steal, 1 us slice, min_tiles 3", "steal", 1.0, 3)]:
+        for label, policy, q, k in ([(*p, None) for p in POLICIES]
+                                    + [("steal, 1 us slice, min_tiles 3", "steal", 1.0, 3)]):
             done = cp.zeros(d.size, dtype=cp.uint32)
             spin_kernel(policy, q, min_tiles=k)(d.size, d, done, 1000)
             if not bool((done == 1).all()):
@@ -80,7 +81,8 @@ class SchedulingLab:
         for _ in range(3):
             learner(d.size, d, done, 1000)
         if not bool((done == 3).all()):
-            raise ValidationError("scheduling smoke: steal with a learned min_tiles did not run every tile exactly once")
+            raise ValidationError("scheduling smoke: steal with a learned min_tiles did not run every tile exactly "
+                                  "once")
         smoke_holder()  # the shared-GPU experiment's holder kernel
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -182,8 +184,8 @@ class SchedulingLab:
             "b. load balance: makespan against the ideal max(total work / slots of its kernel, longest tile)",
             ["regime", "workload", "tile order", "policy", "median ms", "ideal ms", "x ideal",
              "speedup vs fixed_blocks", "speedup vs fixed_work"], table_rows,
-            note=f"{regimes}; slots: the resident blocks of the policy's own kernel (occupancy API x SMs); no prologue; "
-                 f"medians of {repeats} CUDA-event timings; every tile checked to run "
+            note=f"{regimes}; slots: the resident blocks of the policy's own kernel (occupancy API x SMs); no "
+                 f"prologue; medians of {repeats} CUDA-event timings; every tile checked to run "
                  "exactly once. When one tile outweighs a slot's share, the ideal is that tile; in index order the "
                  "last heavy tile is handed out near the end, so no online scheduler reaches the ideal; handing the "
                  "tiles out heaviest first (TileOrder.heaviest_first) removes that"))
@@ -220,7 +222,8 @@ class SchedulingLab:
         result.tables.append(Table(
             f"what yielding costs without CLC: {tiles} uniform tiles of {SHARED.mean_ns / 1000:.0f} us",
             ["policy", "median ms", "x ideal"], rows,
-            note=f"ideal {ideal:.2f} ms (on the {policy_slots('steal')} slots of steal's kernel); the full grid has one block per tile (later blocks replace those "
+            note=f"ideal {ideal:.2f} ms (on the {policy_slots('steal')} slots of steal's kernel); the full grid has "
+                 "one block per tile (later blocks replace those "
                  "that gave their SM back, and every one launches, also after the work is gone); Q = inf launches "
                  f"only the {slots} blocks that fit; the defaults learn min_tiles k from the kernel's previous "
                  "launch (what one slice held): a block runs at least k tiles before its slice may end, so the grid "
@@ -426,7 +429,8 @@ class SchedulingLab:
             # Zoom on the preemption: 0.5 ms either side of the high-priority kernel.
             window = (max(span[0][0] - 500, 0), span[0][1] + 500) if span else None
             name = f"scheduling_preemption_{policy}.png"
-            plot_sm_timeline(low, ctx.plot_path(name), title=f"low-priority {label} kernel; high-priority kernel shaded",
+            plot_sm_timeline(low, ctx.plot_path(name),
+                             title=f"low-priority {label} kernel; high-priority kernel shaded",
                              sm_count=ctx.caps.sm_count, highlight=span, window_us=window,
                              others=[(high, "high-priority kernel's tiles")], time_origin_ns=int(t0))
             result.plots.append(name)
@@ -439,7 +443,8 @@ class SchedulingLab:
             low = high = None  # free the trace buffers now: freeing may synchronize, never while a gate is held
 
     def _tradeoff(self, result, balance: list[BalanceRow], overhead: dict, preempt: dict) -> None:
-        """The CUDA Programming Guide 4.12 table: lower overhead / preemption / load balance, with the numbers behind each answer."""
+        """The CUDA Programming Guide 4.12 table: lower overhead / preemption / load balance, with the numbers
+        behind each answer."""
         heavy = overhead["heavy"]
 
         def worst_balance(label: str) -> float:
@@ -465,7 +470,8 @@ class SchedulingLab:
                  f"triangular and periodic workloads with {SHARED.label}, in index order (yes if <= 1.25)"))
         best_var = min(("fixed_work", "fixed_blocks", "steal"), key=worst_balance)
         result.selection += [
-            Selection("variable work per tile", "steal (software CLC; clc on 10.0+)" if best_var == "steal" else best_var,
+            Selection("variable work per tile",
+                      "steal (software CLC; clc on 10.0+)" if best_var == "steal" else best_var,
                       f"worst makespan/ideal: steal {worst_balance('steal'):.2f}, fixed_work "
                       f"{worst_balance('fixed_work'):.2f}, fixed_blocks {worst_balance('fixed_blocks'):.2f}",
                       "fixed_work"),

@@ -107,7 +107,8 @@ def counter_table(ctx: RunContext, result: LabResult, repeats: int) -> None:
             call()
         runs[key] += 3
     synchronize(stream.ptr)
-    graphs = {key: Graph.capture(stream, lambda call=call: [call() for _ in range(LAUNCHES)]) for key, call in calls.items()}
+    graphs = {key: Graph.capture(stream, lambda call=call: [call() for _ in range(LAUNCHES)])
+              for key, call in calls.items()}
 
     def timed(enqueue) -> list[float]:
         ev = EventPair()

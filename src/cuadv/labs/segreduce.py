@@ -5,8 +5,8 @@ Needs: compute capability 9.0 (policy 'steal', which 'auto' is on Hopper); CuPy;
 for the torch peers (each skipped with the reason where absent).
 Key insight: the same ragged work as SpMV without the gather, so the memory's read rate is its ceiling, and the
 scheduling decides how close it gets. A library that gives each segment a block of its own leaves the longest
-segment of a power-law array on one SM; cutting long segments into slices and grouping short ones into tiles by their weight
-gives every tile a bounded cost, and the scheduler balances what is left.
+segment of a power-law array on one SM; cutting long segments into slices and grouping short ones into tiles
+by their weight gives every tile a bounded cost, and the scheduler balances what is left.
 Run: ``cuadv bench segreduce`` (``--quick``: 2**19 segments, about 16M values; full: 2**22, about 134M: 512 MiB).
 
 The segments (``segreduce_support``, seeded): power-law lengths (Pareto(1.3), the longest capped at segments / 8),

@@ -188,7 +188,8 @@ class SpmvLab:
             "targets: cuadv with split rows and policy auto against cuSPARSE",
             ["matrix", "x cuSPARSE", "target", "met", "by", "best cuadv variant", "its x cuSPARSE"], targets,
             note="by: the ratio over the target, minus 1"
-                 + ("" if all(row[3] == "met" for row in targets) else f"; why the targets are missed ({PROFILED}): {SPMV}")))
+                 + ("" if all(row[3] == "met" for row in targets)
+                    else f"; why the targets are missed ({PROFILED}): {SPMV}")))
         return result
 
     def _measure(self, ctx, kind: str, dev: DeviceCsr, kernels, ref, tol, rounds: int):

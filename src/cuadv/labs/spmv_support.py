@@ -31,8 +31,8 @@ MIN_BLOCKS = 6  # __launch_bounds__ occupancy hint: 6 blocks of 256 threads per 
 PARAMS = ("const int4* __restrict__ tiles, const int2* __restrict__ splits, const int* __restrict__ offsets, "
           "const int* __restrict__ cols, const float* __restrict__ vals, const float* __restrict__ x, "
           "float* __restrict__ y, float* partials, unsigned int* counts")
-BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}, {gather}>(tile.index, "
-        "tiles, splits, offsets, cols, vals, x, y, partials, counts);\n")
+BODY = ("      cuadv_spmv::run_tile<{threads}, cuadv_spmv::ShortRows::{short}, {stage}, {dynamic}, {gather}>"
+        "(tile.index, tiles, splits, offsets, cols, vals, x, y, partials, counts);\n")
 PROLOGUE = "    cuadv_spmv::begin_block<{dynamic}>();\n"
 SHORT_ROWS = {"registers": "kRegisters", "staged": "kStaged"}  # short-row tile bodies (spmv.cuh ShortRows)
 # How the warps of a block share a tile's batches of short rows (register body): "dynamic", claimed from a counter
@@ -359,11 +359,12 @@ def build_tiles(offsets: np.ndarray, split: bool, group: int = GROUP_NNZ, slice_
     `windows_per_slot` (default 2) x `slots` (the blocks the kernel keeps resident, at least 1), between group and
     widest, so the list begins with tiles of less than widest + long_nnz non-zeros and at most widest // 2 rows
     and ends with tiles of group: a block that loops over tiles pays its per-tile costs (a claim, the wait for its
-    slowest warp) on fewer tiles, and the last tiles still even out the slots (guided self-scheduling, Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with
-    the halved chunks of factoring). Long rows and slices are cut as with fixed windows. Each short-row
-    tile gets the lane width (lanes per row) the model of _lane_widths finds cheapest for its rows, or every one
-    `lanes_log2` (0 to 5) where given (the tests run each width), and the flag DYNAMIC_BATCHES where the model
-    finds dynamic batches faster (`dynamic` None), on every such tile (True) or on none (False).
+    slowest warp) on fewer tiles, and the last tiles still even out the slots (guided self-scheduling,
+    Polychronopoulos and Kuck, IEEE Trans. Computers 1987, with the halved chunks of factoring). Long rows and
+    slices are cut as with fixed windows. Each short-row tile gets the lane width (lanes per row) the model of
+    _lane_widths finds cheapest for its rows, or every one `lanes_log2` (0 to 5) where given (the tests run each
+    width), and the flag DYNAMIC_BATCHES where the model finds dynamic batches faster (`dynamic` None), on every
+    such tile (True) or on none (False).
     A longer row is a tile of its own, or with `split` (if longer than slice_nnz) slices of slice_nnz.
     Raises ValueError for a matrix of more than MAX_NNZ non-zeros."""
     if widest is not None and slots < 1:

@@ -243,7 +243,8 @@ class TmaLab:
                 result.figures[f"tma_copy_swept_{tag}_pct_ceiling"] = pct(top["ms"])
             result.figures[f"tma_transpose_{tag}_pct_ceiling"] = pct(tt_ms)
         result.tables.append(Table(
-            f"float32 {rows} x {cols} (pitched rows, tail tiles both ways): tile shape by method, % of the copy ceiling",
+            f"float32 {rows} x {cols} (pitched rows, tail tiles both ways): tile shape by method, "
+            "% of the copy ceiling",
             ["tile (rows x cols)", "TMA copy % (default ring)", "TMA copy % (best swept)", "best swept configuration",
              "thread copy %", "copy: TMA x threads", "copy: TMA x CuPy", "TMA transpose %", "thread transpose %",
              "transpose: TMA x threads", "transpose: TMA x CuPy"],
@@ -349,8 +350,8 @@ class TmaLab:
                  "many are due; the grid is blocks/SM x SMs (persistent); chunk = side-by-side tiles of one row a "
                  "block takes at a time (runs of chunk x tile width; with burst = chunk they leave together). Steps: "
                  "default = the first table's default ring; grid = tile x blocks/SM x slots (rings of about 64, 128, "
-                 "192 KiB of shared memory per SM; those that do not fit an SM are left out); extra = a few long-run configurations measured in every "
-                 "full run; chunk = chunks of "
+                 "192 KiB of shared memory per SM; those that do not fit an SM are left out); extra = a few long-run "
+                 "configurations measured in every full run; chunk = chunks of "
                  f"{', '.join(map(str, SWEEP_CHUNKS))} tiles and a whole row of tiles, loads one by one and in "
                  "bursts of a chunk, for the fastest grid "
                  f"configuration of each of the {SWEEP_TOP} fastest tiles; then, greedily from the fastest so far: "

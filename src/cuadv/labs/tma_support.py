@@ -193,8 +193,8 @@ def validate_tiles(ops: TmaOps, dtypes: Sequence[str] = tuple(NUMPY_TYPES), case
                         raise ValidationError(f"{method} transpose wrong: {dtype} {rows}x{cols} box {box}")
                     count += 1
     checks = [f"TMA and thread copies and transposes equal NumPy bit for bit for {', '.join(dtypes)} on "
-              f"{len(cases)} shapes each (tails in both directions, pitched rows; {count} configurations; destinations poisoned with the complement of the "
-              "expected bits); "
+              f"{len(cases)} shapes each (tails in both directions, pitched rows; {count} configurations; "
+              "destinations poisoned with the complement of the expected bits); "
               + BF16_NOTE]
     checks.append(validate_oob_fill(ops))
     return checks
@@ -224,7 +224,8 @@ def validate_oob_fill(ops: TmaOps) -> str:
         if fill == "zero" and not np.all(_bits(outside) == 0):
             raise ValidationError(f"TMA zero fill: {np.count_nonzero(_bits(outside))} out-of-bounds elements not 0")
         if fill == "nan" and not np.all(np.isnan(outside)):
-            raise ValidationError(f"TMA NaN fill: {np.count_nonzero(~np.isnan(outside))} out-of-bounds elements not NaN")
+            raise ValidationError(f"TMA NaN fill: {np.count_nonzero(~np.isnan(outside))} out-of-bounds elements "
+                                  "not NaN")
     return ("TMA loads of tail boxes (45 x 70 array, 16-row boxes) deliver the in-bounds elements exactly and fill the "
             "rest with zeros (float32, uint8, bfloat16) or NaN (float32, float16 with the NaN fill mode)")
 

@@ -232,7 +232,8 @@ class _Row:
     what: str
     config: str
     fn: Callable[[], Any]
-    kind: str  # 'cuadv_default', 'cuadv_best', 'cuadv_unit', 'triton_tma', 'triton_pointer', 'triton_stencil', 'ceiling'
+    # 'cuadv_default', 'cuadv_best', 'cuadv_unit', 'triton_tma', 'triton_pointer', 'triton_stencil', 'ceiling'
+    kind: str
     ms: float = float("nan")
 
     @property
@@ -428,7 +429,8 @@ def _compare_stencil(ctx: RunContext, result: LabResult) -> None:
     cands = [_Row("cuadv.pipeline.prepare_stencil (variant 'auto')", op.variant.label, lambda: op(x, out),
                   "cuadv_default")]
     for form, tile in configs:
-        cands.append(_Row(f"Triton descriptor stencil, {form}", f"tile {tile[0]} x {tile[1]}, {_warps(tile, 'stencil')} warps",
+        cands.append(_Row(f"Triton descriptor stencil, {form}",
+                          f"tile {tile[0]} x {tile[1]}, {_warps(tile, 'stencil')} warps",
                           prepare_stencil(x, out, tile, form, C_CENTER, C_NEIGHBOUR), "triton_stencil"))
     rows = _checked(cands, out, ref, result, "Triton stencil comparison")
     if not any(r.kind == "triton_stencil" for r in rows):

@@ -193,7 +193,8 @@ def validate(kernels: dict[tuple[str, Shape], TileKernel], sizes) -> None:
 
 
 def all_kernels() -> dict[tuple[str, Shape], TileKernel]:
-    return {(label, shape): vecscale_kernel(policy, q, shape, k) for shape in SHAPES for label, policy, q, k in VARIANTS}
+    return {(label, shape): vecscale_kernel(policy, q, shape, k)
+            for shape in SHAPES for label, policy, q, k in VARIANTS}
 
 
 STEAL_TARGET_PCT = 95.0  # steal with its defaults at 1 GiB, % of the copy ceiling

@@ -77,7 +77,8 @@ def as_steps(steps: Sequence[StepLike]) -> tuple[Step, ...]:
             raise KernelArgumentError(f"step {i}: {_what(step.kernel)} is not a cuadv Kernel "
                                       "(get one with CompiledModule.kernel(name))")
         if not isinstance(step.config, LaunchConfig):
-            raise KernelArgumentError(f"step {i} ({step.kernel.name}): {_what(step.config)} is not a cuadv LaunchConfig")
+            raise KernelArgumentError(f"step {i} ({step.kernel.name}): {_what(step.config)} is not a cuadv "
+                                      "LaunchConfig")
         if not isinstance(step.args, (tuple, list)):
             raise KernelArgumentError(f"step {i} ({step.kernel.name}): args must be a tuple or list of the kernel's "
                                       f"arguments, got {_what(step.args)}")

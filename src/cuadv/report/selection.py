@@ -1,4 +1,5 @@
-"""The selection matrix (the table a performance engineer fills in: which mechanism for which workload), filled in from this run's measurements.
+"""The selection matrix (the table a performance engineer fills in: which mechanism for which
+workload), filled in from this run's measurements.
 
 Each lab adds ``results.Selection`` cells to its LabResult: for a scenario of ``results.SCENARIOS``,
 the mechanism measured best on this GPU, the numbers that show it, and the fallback. This module

@@ -46,7 +46,8 @@ class Report:
         """Plain data for results.json (a Spread cell as {"median", "p10", "p90"})."""
         from .selection import unsupported_features
 
-        return json_cells({"created": self.created, "command": self.command, "caps": self.caps, "ceiling_tb_s": self.ceiling_tb_s,
+        return json_cells({"created": self.created, "command": self.command, "caps": self.caps,
+                "ceiling_tb_s": self.ceiling_tb_s,
                 "skipped": [{"what": w, "why": y} for w, y in self.skipped],
                 "extra_tables": [asdict(t) for t in self.extra_tables],
                 "unsupported_features": [{"feature": f.name, "reason": why, "fallback": f.fallback}
@@ -116,7 +117,8 @@ class _Outline:
     skipped: _Section | None
 
     def all(self) -> list[_Section]:
-        return [self.summary, self.gpu, *self.extra, self.unsupported, self.environment, *self.labs] + ([self.skipped] if self.skipped else [])
+        return ([self.summary, self.gpu, *self.extra, self.unsupported, self.environment, *self.labs]
+                + ([self.skipped] if self.skipped else []))
 
 
 def _outline(report: Report) -> _Outline:
@@ -157,7 +159,8 @@ def _md_heading(level: int, section: _Section) -> list[str]:
 
 def write_markdown(report: Report, path: Path) -> None:
     o = _outline(report)
-    out = ["# cuadv report", "", f"Created {report.created}" + (f" by `{report.command}`" if report.command else ""), ""]
+    out = ["# cuadv report", "",
+           f"Created {report.created}" + (f" by `{report.command}`" if report.command else ""), ""]
     out += ["Contents:", ""] + [f"- [{s.title}](#{s.anchor})" for s in o.all()] + [""]
     out += _md_heading(2, o.summary) + [table_markdown(_summary_table(report)), ""]
     out += _md_heading(2, o.gpu)

@@ -1,8 +1,9 @@
 """A discrete-event model of the GPU block scheduler: predicts the work-stealing trade-off without a GPU.
 
-What it shows: the trade-off table of the CUDA Programming Guide 4.12 (Work Stealing with Cluster Launch Control) (overhead / preemption / load balance) for fixed work per
-block, a fixed number of blocks, Cluster Launch Control and software stealing with a time quantum,
-as numbers for a workload you give, plus a per-SM timeline of who ran which tile when.
+What it shows: the trade-off table of the CUDA Programming Guide 4.12 (Work Stealing with Cluster
+Launch Control) (overhead / preemption / load balance) for fixed work per block, a fixed number of
+blocks, Cluster Launch Control and software stealing with a time quantum, as numbers for a workload
+you give, plus a per-SM timeline of who ran which tile when.
 Compute capability needed: none (pure Python and NumPy); ``tests/test_simulate_gpu.py`` compares a
 prediction with a measured block trace on a GPU.
 Key insight: every policy pays for something different: fixed_work a prologue per tile, fixed_blocks

@@ -29,7 +29,8 @@ def simulator_result(out_dir: Path | None = None) -> LabResult:
     machine = Machine()
     s = study(machine, workload=REPORT_WORKLOAD, tiles=42_240, sweep_quanta_us=(5.0, 50.0, 200.0, math.inf))
     result.tables += [parameters_table(s), seed_table(s), tradeoff_table(s), workload_table(s), sweep_table(s)]
-    names = write_timelines(s, out_dir, labels=[v.label for v in standard_variants(s.quantum_ns, ("fixed_work", "fixed_blocks"))]
+    names = write_timelines(s, out_dir,
+                            labels=[v.label for v in standard_variants(s.quantum_ns, ("fixed_work", "fixed_blocks"))]
                             + [f"steal Q={_us(s.quantum_ns)}"])
     # Plot names are relative to the report's directory; without one they point into a temporary folder.
     result.plots += names if temporary is None else [str(out_dir / n) for n in names]

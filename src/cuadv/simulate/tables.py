@@ -36,7 +36,8 @@ def workload_table(s: Study) -> Table:
         k = r.kernels[0]
         rows.append([label, k.makespan_ns / 1e3, ideal / 1e3, k.makespan_ns / ideal if ideal else math.nan,
                      base / k.makespan_ns if k.makespan_ns else math.nan, k.blocks_launched, k.prologues, k.claims])
-    return Table(f"Simulated: workload {s.workload}, {s.tiles:,} tiles on {s.machine.sms} SMs x {s.machine.slots_per_sm} slots",
+    return Table(f"Simulated: workload {s.workload}, {s.tiles:,} tiles on {s.machine.sms} SMs x "
+                 f"{s.machine.slots_per_sm} slots",
                  ["policy", "makespan us", "ideal us", "makespan / ideal", f"speed-up vs {next(iter(s.runs))}",
                   "blocks launched", "prologues", "claims"], rows,
                  note="SIMULATED, not measured. ideal = max(total work / slots, longest tile); makespan from launch "
@@ -69,7 +70,8 @@ def seed_table(s: Study) -> Table:
         rows.append([r.variant.label, _yes(ok["overhead"], f"{r.heavy_prologue:.2f}x ideal"),
                      _yes(ok["preemption"], f"{r.preempt.latency_ns / 1e3:.3g} us"),
                      _yes(ok["balance"], f"worst {worst:.2f}x ideal")])
-    return Table("Simulated: the trade-off table of the CUDA Programming Guide 4.12", ["policy", "reduces overhead", "preemption", "load balance"],
+    return Table("Simulated: the trade-off table of the CUDA Programming Guide 4.12",
+                 ["policy", "reduces overhead", "preemption", "load balance"],
                  rows, note=f"SIMULATED. yes = heavy-prologue makespan within {OVERHEAD_YES:g}x the best policy's; "
                             f"high-priority kernel done within {PREEMPT_YES:g} of the low one's remaining run; "
                             f"every workload within {BALANCE_YES:g}x the best policy's makespan")
@@ -88,7 +90,8 @@ def sweep_table(s: Study) -> Table:
                       "the prologue leaves each block one tile, so the prologue is paid per tile as with fixed_work")
 
 
-def write_timelines(s: Study, out_dir: Path, prefix: str = "sim_timeline", labels: Sequence[str] | None = None) -> list[str]:
+def write_timelines(s: Study, out_dir: Path, prefix: str = "sim_timeline",
+                    labels: Sequence[str] | None = None) -> list[str]:
     """A per-SM timeline PNG per policy (all, or ``labels``) for the given workload, and one of the
     preemption run of the steal policy with a finite quantum."""
     out_dir.mkdir(parents=True, exist_ok=True)

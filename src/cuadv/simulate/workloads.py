@@ -63,7 +63,8 @@ def _durations_from_file(path: Path) -> np.ndarray:
     if not path.is_file():
         raise SimulationError(f"workload file {path} does not exist")
     try:
-        us = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None)
+        us = (np.load(path) if path.suffix == ".npy"
+              else np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None))
         us = np.asarray(us, dtype=np.float64).reshape(-1)  # strings or objects in a .npy fail here, with the path named
     except Exception as exc:
         raise SimulationError(f"cannot read durations from {path}: {exc}") from exc

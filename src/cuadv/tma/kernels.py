@@ -261,7 +261,8 @@ class TmaOps:
         promotion = config.l2_promotion if config is not None else TmaCopyConfig.l2_promotion
         s, d = Plan2D.of(src, box, dtype, l2_promotion=promotion), Plan2D.of(dst, box, dtype, l2_promotion=promotion)
         if s.layout.shape != d.layout.shape or s.layout.dtype != d.layout.dtype:
-            raise LaunchConfigError(f"copy: dst is {d.layout.dtype}{d.layout.shape}, src {s.layout.dtype}{s.layout.shape}")
+            raise LaunchConfigError(f"copy: dst is {d.layout.dtype}{d.layout.shape}, "
+                                    f"src {s.layout.dtype}{s.layout.shape}")
         bh, bw = s.layout.box
         if method == "tma":
             if config is None:

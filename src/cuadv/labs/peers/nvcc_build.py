@@ -63,7 +63,8 @@ def library_path(source: Path, sm: str, version: str) -> Path:
     from ... import cache as disk_cache
 
     key = disk_cache.make_key(f"{source.stem}.so", source.read_bytes(), version, sm)
-    root = disk_cache.cache_dir() or Path(tempfile.gettempdir()) / f"cuadv-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    root = (disk_cache.cache_dir()
+            or Path(tempfile.gettempdir()) / f"cuadv-{os.getuid() if hasattr(os, 'getuid') else 0}")
     return root / "peers" / f"{source.stem}-{sm}-{key[:24]}.so"
 
 
