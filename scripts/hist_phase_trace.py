@@ -22,19 +22,23 @@ FIELDS = 7  # per block: globaltimer in, clock in, clock zeroed, clock streamed,
 PATCHES = (
     ("  const u32 words = cuadv_hist::counter_words<Packed>(bins, 0, log2r);\n"
      "  for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;\n  __syncthreads();",
-     "  unsigned long long* trace = reinterpret_cast<unsigned long long*>(out + ((bins + 1u) & ~1u)) + 7u * blockIdx.x;\n"
+     "  unsigned long long* trace = reinterpret_cast<unsigned long long*>(out + ((bins + 1u) & ~1u))"
+     " + 7u * blockIdx.x;\n"
      "  const unsigned long long g_in = ptx::globaltimer_ns(), c_in = clock64();\n"
      "  const u32 words = cuadv_hist::counter_words<Packed>(bins, 0, log2r);\n"
      "  for (u32 w = threadIdx.x; w < words; w += blockDim.x) counters[w] = 0;\n  __syncthreads();\n"
      "  const unsigned long long c_zeroed = clock64();"),
-    ("    stream(sink);\n  }\n\n  __syncthreads();  // every increment of this block is complete before the counters are read\n",
-     "    stream(sink);\n  }\n\n  __syncthreads();  // every increment of this block is complete before the counters are read\n"
+    ("    stream(sink);\n  }\n\n"
+     "  __syncthreads();  // every increment of this block is complete before the counters are read\n",
+     "    stream(sink);\n  }\n\n"
+     "  __syncthreads();  // every increment of this block is complete before the counters are read\n"
      "  const unsigned long long c_streamed = clock64();\n"),
 )
 END = ("\n}\n\n// Needs (bins + 1) * R * 4 B of dynamic shared memory",
        "\n  __syncthreads();\n  if (threadIdx.x == 0) {\n"
        "    trace[0] = g_in; trace[1] = c_in; trace[2] = c_zeroed; trace[3] = c_streamed; trace[4] = clock64();\n"
-       "    trace[5] = ptx::globaltimer_ns(); trace[6] = ptx::smid();\n  }\n}\n\n// Needs (bins + 1) * R * 4 B of dynamic shared memory")
+       "    trace[5] = ptx::globaltimer_ns(); trace[6] = ptx::smid();\n  }\n}\n\n"
+       "// Needs (bins + 1) * R * 4 B of dynamic shared memory")
 
 
 def traced_source(source: str) -> str:
@@ -94,14 +98,16 @@ def main(only: tuple[int, ...]) -> None:
         ghz = np.median((c_flush - c_in) / (g_out - g_in))  # cycles per ns over each block's life
         us = lambda cycles: cycles / ghz / 1e3  # noqa: E731
         span = (g_out.max() - g_in.min()) / 1e3
-        print(f"{dtype} {bins} bins, {plan.label}, grid {grid}, {'exact' if exact else 'WRONG'}: event {1e3 * event_ms:.1f}"
-              f" us, traced span {span:.1f} us, SM clock {ghz:.2f} GHz", flush=True)
-        print(f"  entry spread {(g_in.max() - g_in.min()) / 1e3:.2f} us; zeroing median {us(np.median(c_zero - c_in)):.2f}"
-              f" max {us((c_zero - c_in).max()):.2f} us; stream median {us(np.median(c_stream - c_zero)):.1f} min "
-              f"{us((c_stream - c_zero).min()):.1f} max {us((c_stream - c_zero).max()):.1f} us; flush median "
-              f"{us(np.median(c_flush - c_stream)):.2f} max {us((c_flush - c_stream).max()):.2f} us", flush=True)
-        print(f"  exits: first {(g_out.min() - g_in.min()) / 1e3:.1f} us, median {(np.median(g_out) - g_in.min()) / 1e3:.1f}"
-              f" us, last {(g_out.max() - g_in.min()) / 1e3:.1f} us after the first entry", flush=True)
+        print(f"{dtype} {bins} bins, {plan.label}, grid {grid}, {'exact' if exact else 'WRONG'}: event "
+              f"{1e3 * event_ms:.1f} us, traced span {span:.1f} us, SM clock {ghz:.2f} GHz", flush=True)
+        print(f"  entry spread {(g_in.max() - g_in.min()) / 1e3:.2f} us; zeroing median "
+              f"{us(np.median(c_zero - c_in)):.2f} max {us((c_zero - c_in).max()):.2f} us; stream median "
+              f"{us(np.median(c_stream - c_zero)):.1f} min {us((c_stream - c_zero).min()):.1f} max "
+              f"{us((c_stream - c_zero).max()):.1f} us; flush median {us(np.median(c_flush - c_stream)):.2f} max "
+              f"{us((c_flush - c_stream).max()):.2f} us", flush=True)
+        print(f"  exits: first {(g_out.min() - g_in.min()) / 1e3:.1f} us, median "
+              f"{(np.median(g_out) - g_in.min()) / 1e3:.1f} us, last {(g_out.max() - g_in.min()) / 1e3:.1f} us "
+              "after the first entry", flush=True)
         del x, out
 
 

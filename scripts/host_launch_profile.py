@@ -133,7 +133,8 @@ def main() -> None:
                 f"TileKernel 1024 tiles, 1 param, {policy}")
 
     data = cp.random.randint(0, 4096, 1 << 20, dtype=cp.int32)
-    host_us(lambda: cuadv.histogram(data, bins=4096, range=(0, 4096)), args.calls, args.top, "histogram 1M int32 one-shot")
+    host_us(lambda: cuadv.histogram(data, bins=4096, range=(0, 4096)), args.calls, args.top,
+            "histogram 1M int32 one-shot")
     prepared = cuadv.prepare_histogram(data, bins=4096, range=(0, 4096))
     host_us(lambda: prepared(data), args.calls, args.top, "histogram 1M int32 prepared")
 

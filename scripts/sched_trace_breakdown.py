@@ -20,10 +20,10 @@ are what the block's thread 0 records around the body, so they are warp 0's view
 
 With --fit: vecscale from 64 MiB to 4 GiB (32 MiB stays in the 60 MB L2 between launches, so it is left out) under
 each policy, at the default tile (768 threads x 2 float4, 2 blocks/SM) and at 256 threads x 8 float4 with 5 and 4
-blocks/SM (the default until 2026-12-02 18:13, and the comparison of its two store orders), a line time = fixed + bytes / rate fitted to
-the medians (least squares): 'fixed' is what a launch costs whatever its size (launch, first claims, exits, the
-memset of atomic_counter, the last wave's tail), 'rate' the streaming rate once running; and each kernel's order
-of 16-byte loads (L) and stores (S) in its SASS, where cuobjdump is found.
+blocks/SM (the default until 2026-12-02 18:13, and the comparison of its two store orders), a line time = fixed +
+bytes / rate fitted to the medians (least squares): 'fixed' is what a launch costs whatever its size (launch, first
+claims, exits, the memset of atomic_counter, the last wave's tail), 'rate' the streaming rate once running; and each
+kernel's order of 16-byte loads (L) and stores (S) in its SASS, where cuobjdump is found.
 """
 
 from __future__ import annotations

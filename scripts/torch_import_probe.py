@@ -99,7 +99,8 @@ def main(repeats: int, timeout_s: float, jobs: int) -> None:
 
     warm_cache = tempfile.mkdtemp(prefix="cuadv-warm-")
     print("priming the warm cache:", *trial("run", warm_cache, timeout_s), flush=True)
-    plan = [(r, step, cache) for r in range(repeats) for step, cache in [(s, "cold") for s in STEPS] + [("run", "warm")]]
+    plan = [(r, step, cache) for r in range(repeats)
+            for step, cache in [(s, "cold") for s in STEPS] + [("run", "warm")]]
 
     def one(item):
         r, step, cache = item

@@ -407,7 +407,8 @@ def test_a_failed_copy_ceiling_skips_the_labs_naming_why(monkeypatch, tmp_path):
     report = run_labs([Lab()], tmp_path, True, make_console(file=buf), timeout_s=300)
     assert timeouts == [300.0] and report.results == []
     assert report.skipped == [("lab vecscale", "the copy ceiling, which every lab divides by, failed: "
-                                               "cuadv.errors.CudaDriverError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")]
+                                               "cuadv.errors.CudaDriverError: cuMemAlloc failed: "
+                                               "CUDA_ERROR_OUT_OF_MEMORY")]
     assert "Fake GPU [x]" in buf.getvalue()  # the name is printed as it is
 
 

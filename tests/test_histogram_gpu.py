@@ -150,8 +150,9 @@ def test_more_blocks_than_work(cp):
     # Blocks with no whole batch still zero, synchronise and flush their (empty) shards.
     rng = np.random.default_rng()
     host = h.host_data(rng, 5000, 300, "uniform", "int32", out_of_range=False)
-    for opts, units in (({"variant": "global"}, 64), ({"variant": "shared"}, 64), ({"variant": "dsm", "cluster": 4}, 32),
-                        ({"variant": "hot", "hot": 100}, 64), ({"variant": "exchange", "cluster": 4}, 16),
+    for opts, units in (({"variant": "global"}, 64), ({"variant": "shared"}, 64),
+                        ({"variant": "dsm", "cluster": 4}, 32), ({"variant": "hot", "hot": 100}, 64),
+                        ({"variant": "exchange", "cluster": 4}, 16),
                         ({"variant": "exchange", "cluster": 2, "vectors": 1, "hot": 50}, 32)):
         h.check_variant(cp, host, 300, units=units, **opts)  # 32 clusters of 4 (16 of 4 with 1 block per SM) fit
 

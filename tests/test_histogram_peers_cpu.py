@@ -118,8 +118,11 @@ def _fake_nvcc(tmp_path, fail=False):
     path = tmp_path / "bin" / "nvcc"
     path.parent.mkdir(parents=True)
     log = tmp_path / "builds.log"
-    body = "echo 'nvcc: fake' >&2; exit 3" if fail else 'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; echo built >> ' + str(log) + '; printf ELF > "$out"'
-    path.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 99.9"; exit 0; fi\n'
+    body = ("echo 'nvcc: fake' >&2; exit 3" if fail else
+            'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done; echo built >> '
+            + str(log) + '; printf ELF > "$out"')
+    path.write_text('#!/bin/sh\n'
+                    'if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 99.9"; exit 0; fi\n'
                     + body + "\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path, log

@@ -146,7 +146,8 @@ def _fake_gpu(monkeypatch, wait_error=None, reset_error=None):
     monkeypatch.setattr(l2, "get_set_aside", lambda: limit["bytes"])
     monkeypatch.setattr(l2, "set_set_aside", set_set_aside)
     monkeypatch.setattr(l2, "set_stream_window",
-                        lambda stream, w, caps=None: calls.append(("window", stream, None if w is None else w.num_bytes)))
+                        lambda stream, w, caps=None: calls.append(("window", stream,
+                                                                   None if w is None else w.num_bytes)))
     monkeypatch.setattr(l2, "reset_persisting_lines", reset)
     monkeypatch.setattr(l2, "wait", wait)
     monkeypatch.setattr(l2, "driver", Driver)

@@ -126,7 +126,8 @@ def test_shared_memory_limit(module, cp):
     caps = current_device().caps
     out = cp.zeros(256, dtype=cp.int32)
     with pytest.raises(LaunchConfigError, match=f"per-block limit of {caps.shared_mem_per_block_optin} B"):
-        launch(module.kernel("block_ids"), LaunchConfig(grid=1, block=32, shared_mem=caps.shared_mem_per_block_optin + 1), out)
+        launch(module.kernel("block_ids"),
+               LaunchConfig(grid=1, block=32, shared_mem=caps.shared_mem_per_block_optin + 1), out)
     # Above 48 KB the kernel's limit is raised, not refused.
     launch(module.kernel("block_ids"), LaunchConfig(grid=2, block=32, shared_mem=100 * 1024), out)
     synchronize()

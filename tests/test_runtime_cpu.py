@@ -171,7 +171,8 @@ def test_struct_argument_packs_fields_by_name_and_nests_raw_bytes():
         inner: Inner
 
     data = Params(0x1122, -3, Inner()).kernel_param_bytes()
-    assert data == (0x1122).to_bytes(8, "little") + (-3).to_bytes(4, "little", signed=True) + bytes(4) + bytes(range(16))
+    assert data == ((0x1122).to_bytes(8, "little") + (-3).to_bytes(4, "little", signed=True) + bytes(4)
+                    + bytes(range(16)))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 1e39 into a float field: inf, both ways
@@ -262,7 +263,8 @@ def test_a_missing_kernel_is_named_with_the_kernels_the_module_has():
                             'template <int N> __global__ void present_b() {}\n',
                             name="lookup", arch="sm_90a", name_expressions=["present_b<3>"])
     assert module.kernel_names() == ["present_a", "present_b<3>"]
-    with pytest.raises(CuadvError, match=r"module 'lookup' has no kernel 'absent'; its kernels: present_a, present_b<3>"):
+    with pytest.raises(CuadvError,
+                       match=r"module 'lookup' has no kernel 'absent'; its kernels: present_a, present_b<3>"):
         module.kernel("absent")
 
 

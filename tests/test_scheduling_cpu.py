@@ -73,8 +73,10 @@ def test_scheduling_lab_compares_atomic_counter():
     from cuadv.labs.scheduling_shared import COUNTER_POLICIES, SHARED_POLICIES
     from cuadv.labs.scheduling_support import POLICIES
 
-    assert POLICIES[-1][1] == "atomic_counter" and [p[0] for p in POLICIES[:3]] == ["fixed_work", "fixed_blocks", "steal"]
-    assert COUNTER_POLICIES[0][1] == "atomic_counter" and {"steal", "fixed_blocks"} <= {p for _, p, _ in COUNTER_POLICIES}
+    assert (POLICIES[-1][1] == "atomic_counter"
+            and [p[0] for p in POLICIES[:3]] == ["fixed_work", "fixed_blocks", "steal"])
+    assert (COUNTER_POLICIES[0][1] == "atomic_counter"
+            and {"steal", "fixed_blocks"} <= {p for _, p, _ in COUNTER_POLICIES})
     assert {"fixed_work", "fixed_blocks", "steal", "atomic_counter"} <= {p for _, p, _ in SHARED_POLICIES}
 
 

@@ -26,8 +26,10 @@ def test_one_row_per_scenario_in_order():
 
 
 def test_cells_fill_rows_and_name_their_lab():
-    results = [lab("scheduling", cells=[Selection("variable work per tile", "steal", "1.02x ideal vs 1.4x", "fixed_work")]),
-               lab("histogram", cells=[Selection("data exchange between blocks", "DSM", "3.1x global atomics", "atomics")]),
+    results = [lab("scheduling", cells=[Selection("variable work per tile", "steal", "1.02x ideal vs 1.4x",
+                                                  "fixed_work")]),
+               lab("histogram", cells=[Selection("data exchange between blocks", "DSM", "3.1x global atomics",
+                                                 "atomics")]),
                lab("cooperative", cells=[Selection("data exchange between blocks", "grid sync", "1.3x two kernels",
                                                    "two kernels")])]
     t = selection_matrix(Report(caps=H200, results=results))

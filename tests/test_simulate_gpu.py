@@ -71,9 +71,10 @@ def blocks_started_together(trace, within_ns: float) -> bool:
 
 def sms_stayed_busy(trace, within_ns: float) -> bool:
     """Whether every SM of the GPU ran a tile, its first within ``within_ns`` of the launch's first, and until its
-    last tile was never without a tile in flight for longer than that. steal's blocks give their SMs back at each time slice's
-    end, and another process's kernel can take one before the next block comes (under ``pytest -n`` steal measured
-    556 us against 394 us predicted on an H100, 2026-12-05, every tile and block gap within its slack)."""
+    last tile was never without a tile in flight for longer than that. steal's blocks give their SMs back at each
+    time slice's end, and another process's kernel can take one before the next block comes (under ``pytest -n``
+    steal measured 556 us against 394 us predicted on an H100, 2026-12-05, every tile and block gap within its
+    slack)."""
     r = trace.records
     first = int(r["start_ns"].min())
     sms = np.unique(r["smid"])
@@ -127,7 +128,8 @@ def test_simulated_makespan_matches_the_trace(cp, name):
                 break
         else:
             pytest.skip(f"{policy}: another process's kernels shared the GPU in 3 launches (pytest -n: tiles "
-                        "stretched, blocks paused or started late, an SM left idle), which the model's machine does not have")
+                        "stretched, blocks paused or started late, an SM left idle), which the model's machine "
+                        "does not have")
         slots = occupancy(k, policy)
         machine = Machine(caps.sm_count, slots)
         spec = KernelSpec(durations.astype(np.float64), policy, PROLOGUE_US * 1e3,

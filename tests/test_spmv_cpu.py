@@ -312,7 +312,8 @@ def register_reads(m: S.Csr, t: S.Tiles) -> tuple[np.ndarray, int]:
         step = lanes * S.ROW_UNROLL
         for lane in range(lanes):
             start = begin + lane * S.ROW_UNROLL
-            count = max(-(-(end - start) // step), 0) if rounds is None else min(max(-(-(end - start) // step), 0), rounds)
+            count = (max(-(-(end - start) // step), 0) if rounds is None
+                     else min(max(-(-(end - start) // step), 0), rounds))
             if count:
                 idx = start + step * np.arange(count)[:, None] + np.arange(S.ROW_UNROLL)
                 furthest = max(furthest, int(idx.max()))

@@ -46,7 +46,8 @@ OPS = [pytest.param(tma.prepare_copy, id="copy"), pytest.param(tma.prepare_trans
     (np.zeros((16, 16), np.float32), {}, tma.TensorMapError, r"src: cannot describe ndarray: a NumPy array lives in "
                                                              r"host memory"),
     (object(), {}, tma.TensorMapError, r"src: .*neither __cuda_array_interface__ nor __dlpack__"),
-    (FakeArray((4, 4, 16)), {}, LaunchConfigError, r"src must be a 2-D array \(rows, columns\); got shape \(4, 4, 16\)"),
+    (FakeArray((4, 4, 16)), {}, LaunchConfigError,
+     r"src must be a 2-D array \(rows, columns\); got shape \(4, 4, 16\)"),
     (FakeArray((64,)), {}, LaunchConfigError, r"src must be a 2-D array .*got shape \(64,\)"),
     (FakeArray((16, 16), "|i1"), {}, tma.TensorMapError, r"src: TMA has no element type for '\|i1'.*dtype='uint8'"),
     (FakeArray((16, 16), "<f2"), dict(dtype="float32"), tma.TensorMapError,

@@ -35,13 +35,16 @@ def test_valid_layout_and_driver_order():
 
 @pytest.mark.parametrize("kw, pattern", [
     (dict(address=0x10004), r"global address must be 16-byte aligned; got 0x10004 \(4 bytes past"),
-    (dict(strides=(244, 4), shape=(100, 61)), r"multiples of 16 bytes; dimension 0 has stride 244 B .*pad each row to 64 elements"),
+    (dict(strides=(244, 4), shape=(100, 61)),
+     r"multiples of 16 bytes; dimension 0 has stride 244 B .*pad each row to 64 elements"),
     (dict(strides=(2**40, 4)), r"below 2\^40"),
-    (dict(strides=(256, 8)), r"innermost dimension must be contiguous; its stride is 8 B, the element \(float32\) is 4 B"),
+    (dict(strides=(256, 8)),
+     r"innermost dimension must be contiguous; its stride is 8 B, the element \(float32\) is 4 B"),
     (dict(strides=(128, 4)), r"rows would overlap"),
     (dict(strides=(-256, 4)), r"strides must be positive"),
     (dict(box=(300, 32)), r"box dimensions must be 1 to 256; box dimension 0 is 300"),
-    (dict(box=(32, 3)), r"inner extent must be a multiple of 16 bytes; got 3 x 4 B = 12 B \(use a multiple of 4 float32"),
+    (dict(box=(32, 3)),
+     r"inner extent must be a multiple of 16 bytes; got 3 x 4 B = 12 B \(use a multiple of 4 float32"),
     (dict(shape=(0, 64)), r"dimension 0 has 0 .*skip the launch"),
     (dict(shape=(2, 2, 2, 2, 2, 2), strides=(64,) * 5 + (4,), box=(1,) * 5 + (4,)), r"rank must be 1 to 5; got 6"),
     (dict(box=(32,)), r"box has 1 entries but the shape"),
@@ -150,7 +153,8 @@ def test_copy_and_transpose_errors_before_launch():
     src = FakeArray((100, 64))
     with pytest.raises(LaunchConfigError, match="copy: dst is float32\\(100, 60\\)"):
         ops.prepare_copy(src, FakeArray((100, 60), strides=(256, 4)), (32, 32), method="threads")
-    with pytest.raises(LaunchConfigError, match="transpose: dst is float32\\(100, 64\\), expected float32\\(64, 100\\)"):
+    with pytest.raises(LaunchConfigError,
+                       match="transpose: dst is float32\\(100, 64\\), expected float32\\(64, 100\\)"):
         ops.prepare_transpose(src, FakeArray((100, 64)), (32, 32), method="threads")
     with pytest.raises(TensorMapError, match="inner extent"):  # the transposed box has 2 x 4 B rows
         ops.prepare_transpose(src, FakeArray((64, 100), strides=(416, 4)), (2, 32), method="threads")

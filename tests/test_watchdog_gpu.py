@@ -75,7 +75,8 @@ def test_wait_on_a_stream_and_on_the_device_time_out(module, cp, held):
     run(address, stream=stream.ptr)
     with pytest.raises(GpuTimeoutError, match=r"^kernel spin_until_released did not finish within the timeout of 1 s"):
         wait(stream, timeout_s=1, what="kernel spin_until_released")
-    with pytest.raises(GpuTimeoutError, match=r"^all GPU work of this process did not finish within the timeout of 1 s"):
+    with pytest.raises(GpuTimeoutError,
+                       match=r"^all GPU work of this process did not finish within the timeout of 1 s"):
         synchronize_device(timeout_s=1)
 
 

@@ -188,7 +188,8 @@ def test_the_headers_auto_takes_clc_only_where_the_target_has_its_multicast_resp
     from cuadv.compiler import compile_source
 
     k = TileKernel("unsigned int* count", COUNT_BODY)
-    source = k.source("steal").replace("using cuadv_policy = cuadv::ws::Steal;", "using cuadv_policy = cuadv::ws::Auto;")
+    source = k.source("steal").replace("using cuadv_policy = cuadv::ws::Steal;",
+                                       "using cuadv_policy = cuadv::ws::Auto;")
     assert "cuadv::ws::Auto;" in source
     ptx = compile_source(source, name=f"auto_{arch}", arch=arch).ptx
     assert ("clusterlaunchcontrol.try_cancel" in ptx) == cancels

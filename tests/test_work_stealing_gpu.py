@@ -103,8 +103,8 @@ def test_steal_quantum_keeps_exactly_once(cp, quantum_us):
 
 
 @pytest.mark.parametrize("min_tiles, tiles, cluster", [(2, 20_011, 1), (7, 20_011, 1), (64, 997, 1),
-                                                      (5_000, 3_001, 1), (3, (37, 23, 5), 1), (4, (2 * 3001,), (2, 1, 1)),
-                                                      (3, (38, 22), (2, 2, 1))])
+                                                      (5_000, 3_001, 1), (3, (37, 23, 5), 1),
+                                                      (4, (2 * 3001,), (2, 1, 1)), (3, (38, 22), (2, 2, 1))])
 def test_steal_min_tiles_keeps_exactly_once(cp, min_tiles, tiles, cluster):
     """A quantum far shorter than a tile, so every block yields as soon as min_tiles allows: the smaller grid
     (ceil(units / min_tiles) blocks and a spare wave) still takes every tile once."""

@@ -74,6 +74,7 @@ def test_an_array_on_another_gpu_in_a_later_link_raises_before_any_link_launches
     steps = [(FakeKernel("k0"), CFG, (DeviceArray(device=0), np.uint32(5))),
              (FakeKernel("k1"), CFG, (DeviceArray(device=1), np.uint32(5)))]
     for call in (pdl.launch_chain, pdl.prepare_chain):
-        with pytest.raises(KernelArgumentError, match=r"step 1 \(k1\): argument 0: the array is in the memory of GPU 1"):
+        with pytest.raises(KernelArgumentError,
+                           match=r"step 1 \(k1\): argument 0: the array is in the memory of GPU 1"):
             call(steps)
     assert launched == []
