@@ -161,6 +161,20 @@ def test_one_finding_counts_as_many_do(tmp_path, printed, code, status, hazards)
     assert (outcome.status, outcome.hazards) == (status, hazards)
 
 
+@pytest.mark.parametrize("users, seen", [(None, "54"), ("600", "54"), ("inf", "54"), ("5", "5"), ("soon", "soon")])
+def test_the_childs_gpu_waits_end_before_the_run_is_killed(tmp_path, monkeypatch, users, seen):
+    """The child's CUADV_TIMEOUT_S is at most 90% of the run's bound; a shorter one of the user's stays, and one
+    that cannot be read is passed on for the child to reject with its own message."""
+    if users is None:
+        monkeypatch.delenv("CUADV_TIMEOUT_S", raising=False)
+    else:
+        monkeypatch.setenv("CUADV_TIMEOUT_S", users)
+    fake = _fake_sanitizer(tmp_path, "print('CUADV_TIMEOUT_S', os.environ['CUADV_TIMEOUT_S'], flush=True)\n"
+                                     "print('========= ERROR SUMMARY: 0 errors')")
+    outcome = sanitize.run_check("vecscale", "memcheck", fake, timeout=60)
+    assert outcome.status == "clean" and f"CUADV_TIMEOUT_S {seen}\n" in outcome.log, outcome.log
+
+
 def test_a_timed_out_check_kills_the_whole_run_and_keeps_its_output(tmp_path):
     """On a timeout the sanitizer and the process it runs both go (a session of their own), and what was printed
     until then is in the log; the child's own GPU waits time out first (CUADV_TIMEOUT_S below the kill)."""

@@ -292,6 +292,19 @@ def test_cli_simulate_one_policy_and_a_file(tmp_path):
     assert "500 tiles" in r.stdout and "fixed_blocks" not in r.stdout
 
 
+def test_cli_simulate_a_file_refuses_tiles_and_tile_us(tmp_path):
+    """A workload file's values are the tiles and their durations: --tiles or --tile-us with one is a usage error,
+    not a flag ignored without a word."""
+    np.savetxt(tmp_path / "w.csv", np.full(50, 3.0), delimiter=",")
+    for args, says in ((["--tiles", "5"], "--tiles does not apply"),
+                       (["--tile-us", "7"], "--tile-us does not apply"),
+                       (["--tiles", "5", "--tile-us", "7"], "--tiles and --tile-us do not apply")):
+        r = cuadv("simulate", "--workload", str(tmp_path / "w.csv"), *args, "--out", "")
+        assert r.returncode == 2 and says in r.stderr and "w.csv" in r.stderr and not r.stdout, (args, r.stderr)
+    r = cuadv("simulate", "--workload", str(tmp_path / "w.csv"), "--sms", "4", "--policy", "steal", "--out", "")
+    assert r.returncode == 0 and "50 tiles" in r.stdout, r.stdout + r.stderr
+
+
 def test_cli_simulate_bad_input_is_one_clear_line():
     r = cuadv("simulate", "--workload", "zipf", "--out", "")
     assert r.returncode == 2 and "unknown workload 'zipf'" in r.stderr and not r.stdout  # errors go to stderr

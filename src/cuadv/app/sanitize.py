@@ -101,8 +101,15 @@ def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckO
                                                        os.environ.get("PYTHONPATH", "")]),
                CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
     # Kernels run many times slower under a sanitizer: the child's GPU waits get most of the run's bound, so that
-    # its own GpuTimeoutError (naming the step) comes before the run is killed.
-    env.setdefault("CUADV_TIMEOUT_S", str(max(1, int(timeout * 0.9))))
+    # its own GpuTimeoutError (naming the step) comes before the run is killed. A shorter CUADV_TIMEOUT_S of the
+    # user's stays; one that cannot be read stays too, for the child to reject with its own message.
+    bound = max(1, int(timeout * 0.9))
+    try:
+        users = float(env.get("CUADV_TIMEOUT_S", "inf"))
+    except ValueError:
+        users = 0.0
+    if users > bound:
+        env["CUADV_TIMEOUT_S"] = str(bound)
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist
     # (cuGetProcAddress errors at import); cuadv checks every driver call's status itself.
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20", "--report-api-errors", "no"]

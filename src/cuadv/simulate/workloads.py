@@ -52,11 +52,16 @@ def make_workload(spec: str, tiles: int, tile_ns: float, machine: Machine, seed:
         d = np.full(tiles, float(tile_ns))
         d[::period] *= factor
         return d
-    path = Path(spec)
-    if path.suffix in (".npy", ".txt", ".csv") or path.exists():
-        return _durations_from_file(path)
+    if is_workload_file(spec):
+        return _durations_from_file(Path(spec))
     raise SimulationError(f"unknown workload {spec!r}: use uniform, pareto[:alpha], triangular, "
                           "periodic[:period[:factor]], or a .npy/.txt file of durations in microseconds")
+
+
+def is_workload_file(spec: str) -> bool:
+    """Whether make_workload reads ``spec`` as a file of durations (its lines are the tiles) rather than a name."""
+    path = Path(spec)
+    return path.suffix in (".npy", ".txt", ".csv") or path.exists()
 
 
 def _durations_from_file(path: Path) -> np.ndarray:
