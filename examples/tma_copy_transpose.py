@@ -92,6 +92,12 @@ def main(rows: int = 1000, cols: int = 999) -> None:
     # dst, the op allocates a pitched output of its own, whose row padding the TMA stores may write: rows of
     # 8237 float32 (not a multiple of 16 bytes) in a dst of the caller's would get thread stores instead.
     big = pitched_random(cp, 8192 + 77, 8192 + 45, cp.float32)
+    # What a tensor map is encoded from: rows of 8237 float32 padded to a legal pitch (a multiple of 16 bytes).
+    address, dtype_name, shape, strides = cuadv.tma.describe_array(big)
+    pitch = cuadv.tma.pitch_elements(shape[1], dtype_name)
+    assert address % 16 == 0 and strides == (4 * pitch, 4), (address, strides)
+    print(f"{dtype_name} {shape[0]} x {shape[1]}: rows {strides[0]} B apart (pitch {pitch} elements), default copy "
+          f"box {cuadv.tma.default_copy_box(4)}, transpose boxes tried {cuadv.tma.default_transpose_boxes(4)}")
     op = cuadv.tma.prepare_copy(big)
     out = op.dst
     # a ring set by hand: 2 slots, one box at a time, a persistent grid (TmaCopyConfig's other defaults), against
