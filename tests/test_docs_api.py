@@ -59,3 +59,17 @@ def test_every_error_the_readme_tabulates_is_exported_and_a_cuadv_error():
     assert len(names) >= 8, names
     for name in names:
         assert name in cuadv.__all__ and issubclass(getattr(cuadv, name), cuadv.CuadvError), name
+
+
+def test_interactive_sessions_in_the_docs_print_what_they_show():
+    """Every ```pycon block of the docs runs as a doctest (those that need no GPU: all of them today)."""
+    import doctest
+
+    blocks = [(page.name, m.group(1)) for page in sorted((ROOT / "docs").glob("*.md"))
+              for m in re.finditer(r"```pycon\n(.*?)```", page.read_text(), re.S)]
+    assert blocks, "no ```pycon block found: the test reads none"
+    for name, text in blocks:
+        test = doctest.DocTestParser().get_doctest(text, {}, name, name, 0)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        runner.run(test)
+        assert runner.failures == 0, f"a ```pycon block of docs/{name} does not print what it shows"
