@@ -161,10 +161,11 @@ def test_one_finding_counts_as_many_do(tmp_path, printed, code, status, hazards)
     assert (outcome.status, outcome.hazards) == (status, hazards)
 
 
-@pytest.mark.parametrize("users, seen", [(None, "54"), ("600", "54"), ("inf", "54"), ("5", "5"), ("soon", "soon")])
+@pytest.mark.parametrize("users, seen", [(None, "54"), ("600", "54"), ("inf", "54"), (" ", "54"), ("5", "5"),
+                                         ("soon", "soon"), ("nan", "nan")])
 def test_the_childs_gpu_waits_end_before_the_run_is_killed(tmp_path, monkeypatch, users, seen):
-    """The child's CUADV_TIMEOUT_S is at most 90% of the run's bound; a shorter one of the user's stays, and one
-    that cannot be read is passed on for the child to reject with its own message."""
+    """The child's CUADV_TIMEOUT_S is at most 90% of the run's bound; a shorter one of the user's stays, a blank
+    one is unset (as the child reads it), and one that cannot be read is passed on for the child to reject."""
     if users is None:
         monkeypatch.delenv("CUADV_TIMEOUT_S", raising=False)
     else:

@@ -10,8 +10,8 @@ EXIT_CODES = {  # the README's table says the same, word for word (tests/test_cl
     EXIT_FAILED: "a lab, a check or a compile failed, or a lab name that does not exist (bench nosuch, run --only "
                  "nosuch, bench LAB --peer for a lab other than domains)",
     EXIT_USAGE: "usage error: the command line (argparse), or a value given that the command cannot use: a build "
-                "target NVRTC does not take, an --out that is a file, a simulate workload, quantum or machine it "
-                "cannot read, or a CUADV_CACHE_MAX_BYTES that cache cannot read",
+                "target NVRTC does not take, an --out it cannot write into, a simulate workload or model parameter "
+                "it cannot use, or a CUADV_CACHE_MAX_BYTES that cache cannot read",
     EXIT_NO_GPU: "no usable CUDA GPU (caps, bench, check, run --require-gpu)",
     EXIT_NOTHING_RAN: "nothing ran: every selected lab was skipped on this GPU (run, bench), or check found no "
                       "compute-sanitizer or no lab to check",

@@ -7,6 +7,7 @@ initcheck) and summarises the hazards. Exit status 1 on any hazard or failure.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -102,12 +103,14 @@ def run_check(lab: str, tool: str, sanitizer: str, timeout: int = 900) -> CheckO
                CUADV_SANITIZER_TOOL=tool)  # a lab's smoke() skips what this tool cannot check
     # Kernels run many times slower under a sanitizer: the child's GPU waits get most of the run's bound, so that
     # its own GpuTimeoutError (naming the step) comes before the run is killed. A shorter CUADV_TIMEOUT_S of the
-    # user's stays; one that cannot be read stays too, for the child to reject with its own message.
+    # user's stays; one that cannot be read stays too, for the child to reject with its own message (a blank one
+    # is unset to the child, as here).
     bound = max(1, int(timeout * 0.9))
+    raw = env.get("CUADV_TIMEOUT_S", "").strip()
     try:
-        users = float(env.get("CUADV_TIMEOUT_S", "inf"))
+        users = float(raw) if raw else math.inf
     except ValueError:
-        users = 0.0
+        users = math.nan  # not above the bound: passed on
     if users > bound:
         env["CUADV_TIMEOUT_S"] = str(bound)
     # API errors are not reported: cuda-bindings probes driver entry points that may not exist

@@ -13,11 +13,8 @@ from ..arg_types import whole_number
 from ..work_stealing.policies import DEFAULT_QUANTUM_US
 from .model import POLICIES, Machine, SimulationError
 from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
-from .tradeoff import study
+from .tradeoff import DEFAULT_TILES, study
 from .workloads import is_workload_file
-
-DEFAULT_TILES = 42_240
-DEFAULT_TILE_US = 20.0
 
 
 def cmd_simulate(args, console) -> int:
@@ -31,22 +28,19 @@ def cmd_simulate(args, console) -> int:
         print(f"cuadv simulate: --quantum-us must be a number of microseconds or inf, got {args.quantum_us!r}",
               file=sys.stderr)
         return 2  # a usage error
-    if is_workload_file(args.workload):
-        given = [flag for flag, value in (("--tiles", args.tiles), ("--tile-us", args.tile_us)) if value is not None]
-        if given:  # a file's lines are the tiles and their durations: the flags would be ignored without a word
-            verb = "does" if len(given) == 1 else "do"
-            print(f"cuadv simulate: {' and '.join(given)} {verb} not apply to a workload file ({args.workload}): "
-                  "its values are the tiles, each its duration in microseconds", file=sys.stderr)
-            return 2  # a usage error
+    if args.tiles is not None and is_workload_file(args.workload) and Path(args.workload).is_file():
+        # a file's values are the tiles: a count given beside it would be ignored without a word
+        print(f"cuadv simulate: --tiles does not apply to a workload file ({args.workload}): its values are the "
+              "tiles, each its duration in microseconds", file=sys.stderr)
+        return 2  # a usage error
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         print(f"cuadv simulate: --out {args.out} is a file, not a directory", file=sys.stderr)
         return 2  # a usage error, before the simulation
     try:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
         with console.status("simulating") as status:
-            s = study(machine, args.workload, DEFAULT_TILES if args.tiles is None else args.tiles,
-                      DEFAULT_TILE_US if args.tile_us is None else args.tile_us, args.prologue_us,
-                      args.heavy_prologue_us, quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed,
+            s = study(machine, args.workload, DEFAULT_TILES if args.tiles is None else args.tiles, args.tile_us,
+                      args.prologue_us, args.heavy_prologue_us, quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed,
                       progress=StudyProgress(status if console.is_terminal else None))
     except SimulationError as exc:
         print(f"cuadv simulate: {exc}", file=sys.stderr)
@@ -120,9 +114,9 @@ def register(sub) -> None:
                         "of per-tile microseconds, one tile per value (default pareto:1.5)")
     p.add_argument("--tiles", type=int, default=None,
                    help=f"number of tiles (default {DEFAULT_TILES}; not with a workload file)")
-    p.add_argument("--tile-us", type=float, default=None,
-                   help=f"tile duration, microseconds (default {DEFAULT_TILE_US:g}): the mean of uniform, pareto and "
-                        "triangular, the base tile of periodic; not with a workload file, whose durations are its own")
+    p.add_argument("--tile-us", type=float, default=20.0,
+                   help="tile duration, microseconds (default 20): the mean of uniform, pareto and triangular, the "
+                        "base tile of periodic and of the trade-off scenarios; a file's durations are its own")
     p.add_argument("--sms", type=int, default=132, help="SMs (default 132, an H200)")
     p.add_argument("--slots", type=int, default=8, help="resident blocks per SM, the kernel's occupancy (default 8)")
     p.add_argument("--prologue-us", type=float, default=5.0, help="prologue per running block (default 5)")

@@ -27,7 +27,7 @@ def simulator_result(out_dir: Path | None = None) -> LabResult:
 
         out_dir = temporary = Path(tempfile.mkdtemp(prefix="cuadv-sim-"))
     machine = Machine()
-    s = study(machine, workload=REPORT_WORKLOAD, tiles=42_240, sweep_quanta_us=(5.0, 50.0, 200.0, math.inf))
+    s = study(machine, workload=REPORT_WORKLOAD, sweep_quanta_us=(5.0, 50.0, 200.0, math.inf))
     result.tables += [parameters_table(s), seed_table(s), tradeoff_table(s), workload_table(s), sweep_table(s)]
     names = write_timelines(s, out_dir,
                             labels=[v.label for v in standard_variants(s.quantum_ns, ("fixed_work", "fixed_blocks"))]

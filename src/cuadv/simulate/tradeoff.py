@@ -58,6 +58,7 @@ class Preemption:
         return self.latency_ns / self.alone_ns if self.alone_ns else math.nan
 
 
+DEFAULT_TILES = 42_240  # tiles of a study when none are given (320 per slot of an H200 at 8 blocks per SM)
 JITTER = 0.1  # the preemption scenario's tiles vary +-10%, so blocks do not end in lock-step waves
 
 
@@ -113,7 +114,7 @@ class Study:
     seed: int = 0  # of the random workloads (the given one, the standard ones, the preemption scenario's)
 
 
-def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = 42_240, tile_us: float = 20.0,
+def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = DEFAULT_TILES, tile_us: float = 20.0,
           prologue_us: float = 5.0, heavy_prologue_us: float = 100.0, quantum_us: float = DEFAULT_QUANTUM_US,
           policies: Sequence[str] = POLICIES, sweep_quanta_us: Sequence[float] = (), seed: int = 0,
           progress: Callable[[str, int, int], None] | None = None) -> Study:

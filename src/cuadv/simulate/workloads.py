@@ -11,6 +11,7 @@ import numpy as np
 from .model import Machine, SimulationError
 
 STANDARD_WORKLOADS = ("uniform", "pareto:1.5", "triangular", "periodic")
+WORKLOAD_NAMES = ("uniform", "pareto", "triangular", "periodic")
 PERIODIC_FACTOR = 120.0
 
 
@@ -55,13 +56,14 @@ def make_workload(spec: str, tiles: int, tile_ns: float, machine: Machine, seed:
     if is_workload_file(spec):
         return _durations_from_file(Path(spec))
     raise SimulationError(f"unknown workload {spec!r}: use uniform, pareto[:alpha], triangular, "
-                          "periodic[:period[:factor]], or a .npy/.txt file of durations in microseconds")
+                          "periodic[:period[:factor]], or a .npy/.txt/.csv file of durations in microseconds")
 
 
 def is_workload_file(spec: str) -> bool:
-    """Whether make_workload reads ``spec`` as a file of durations (its lines are the tiles) rather than a name."""
+    """Whether make_workload reads ``spec`` as a file of durations (its values are the tiles) rather than a name:
+    a workload name wins over a file of that name."""
     path = Path(spec)
-    return path.suffix in (".npy", ".txt", ".csv") or path.exists()
+    return spec.split(":")[0] not in WORKLOAD_NAMES and (path.suffix in (".npy", ".txt", ".csv") or path.exists())
 
 
 def _durations_from_file(path: Path) -> np.ndarray:
