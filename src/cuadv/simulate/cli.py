@@ -40,7 +40,8 @@ def cmd_simulate(args, console) -> int:
         machine = Machine(args.sms, args.slots, args.launch_ns, args.claim_ns, args.cancel_ns, args.exit_ns)
         with console.status("simulating") as status:
             s = study(machine, args.workload, DEFAULT_TILES if args.tiles is None else args.tiles, args.tile_us,
-                      args.prologue_us, args.heavy_prologue_us, quantum, policies, sweep_quanta_us=args.sweep or (), seed=args.seed,
+                      args.prologue_us, args.heavy_prologue_us, quantum, policies,
+                      sweep_quanta_us=args.sweep or (), seed=args.seed,
                       progress=StudyProgress(status if console.is_terminal else None))
     except SimulationError as exc:
         print(f"cuadv simulate: {exc}", file=sys.stderr)
