@@ -149,13 +149,16 @@ def test_checked_timings_validates_poisons_and_times_every_variant(monkeypatch):
         runs.append(bool(np.isnan(dev.y).all()))  # poisoned before every checked launch
         dev.y[:] = ref
 
-    fns = {"mine": cuadv_fn, "peer": lambda: ref.astype(np.float32)}
-    labels = {"mine": ("cuadv", ("split", "auto")), "peer": ("peer", "cub")}
+    fns = {"mine": cuadv_fn}
+    labels = {"mine": ("cuadv", ("split", "auto"))}
+    found = ([("cub", "peer", lambda: ref.astype(np.float32))], {"torch": "not installed"})
     ctx = _Ctx()
-    times, worst = S.checked_timings(ctx, "segreduce", "uniform", dev, fns, labels, ref, tol, 2, 10, 500.0)
+    times, worst = S.checked_timings(ctx, "segreduce", "uniform", dev, fns, labels, found, ref, tol, 2, 10, 500.0)
     assert set(times) == {"mine", "peer"} and float(times["mine"]) == 1.5 and worst == 0.0
+    assert labels["peer"] == ("peer", "cub")  # the peer found joins the variants
     assert runs[0] and runs[-1] and len(runs) == 4  # checked before and after 2 timed rounds
-    assert ctx.messages == [f"segreduce uniform: round {r} of 2, 2 variants" for r in (1, 2)]
+    assert ctx.messages == ["segreduce: torch skipped: not installed",
+                            *(f"segreduce uniform: round {r} of 2, 2 variants" for r in (1, 2))]
 
 
 def test_checked_timings_names_the_lab_and_variant_that_wrote_nothing(monkeypatch):
@@ -164,4 +167,5 @@ def test_checked_timings_names_the_lab_and_variant_that_wrote_nothing(monkeypatc
     dev = type("Dev", (), {"y": np.zeros(2, np.float32)})()
     fns = {"lazy": lambda: None}  # leaves the NaN poison in place
     with pytest.raises(Exception, match="segreduce R-MAT, lazy: 2 rows out of tolerance"):
-        S.checked_timings(_Ctx(), "segreduce", "R-MAT", dev, fns, {"lazy": ("cuadv", ())}, ref, np.ones(2), 1, 1, 0.0)
+        S.checked_timings(_Ctx(), "segreduce", "R-MAT", dev, fns, {"lazy": ("cuadv", ())}, ([], {}), ref, np.ones(2),
+                          1, 1, 0.0)

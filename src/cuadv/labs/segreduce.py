@@ -210,14 +210,10 @@ class SegReduceLab:
                 label = _label(tiling, policy, cc)
                 fns[label] = (lambda t=tiling, p=policy: dev.run(kernels[t], t, p))
                 labels[label] = ("cuadv", (tiling, policy))
-        peer_list, missing = peers(dev, cub_peer)
-        for peer_kind, label, fn in peer_list:
-            fns[label], labels[label] = fn, ("peer", peer_kind)
-        for name, why in missing.items():
-            ctx.progress(f"segreduce: {name} skipped: {why}")
-        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, ref, tol, rounds, REPEATS,
+        found = peers(dev, cub_peer)
+        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, found, ref, tol, rounds, REPEATS,
                                        QUEUE_AHEAD_US)
-        return times, labels, missing, worst
+        return times, labels, found[1], worst
 
     @staticmethod
     def _rows(result: LabResult, kind: str, m, times, labels, missing, ideal_ms: float, rows, best_rows) -> None:

@@ -204,14 +204,10 @@ class SpmvLab:
             o = order if heaviest else None
             fns[label] = (lambda t=tiling, p=policy, o=o, k=kernels[tiling, short]: dev.run(k, t, p, order=o))
             labels[label] = ("cuadv", (tiling, policy, heaviest, short))
-        peer_list, missing = peers(dev)
-        for peer_kind, label, fn in peer_list:
-            fns[label], labels[label] = fn, ("peer", peer_kind)
-        for name, why in missing.items():
-            ctx.progress(f"spmv: {name} skipped: {why}")
-        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, ref, tol, rounds, REPEATS,
+        found = peers(dev)
+        times, worst = checked_timings(ctx, self.name, kind, dev, fns, labels, found, ref, tol, rounds, REPEATS,
                                        QUEUE_AHEAD_US)
-        return times, labels, missing, worst
+        return times, labels, found[1], worst
 
     @staticmethod
     def _rows(result: LabResult, kind: str, m: Csr, times, labels, missing, ideal_ms: float, rows, targets) -> None:

@@ -593,18 +593,24 @@ def check(what: str, y: np.ndarray, ref: np.ndarray, tol: np.ndarray, lab: str =
     return float(ratio.max(initial=0.0))
 
 
-def checked_timings(ctx, lab: str, kind: str, dev: DeviceCsr, fns, labels, ref, tol, rounds: int, repeats: int,
-                    queue_ahead_us: float):
+def checked_timings(ctx, lab: str, kind: str, dev: DeviceCsr, fns, labels, found_peers, ref, tol, rounds: int,
+                    repeats: int, queue_ahead_us: float):
     """What both labs over DeviceCsr measure: validate every variant and peer (fns: label -> a call; labels: label ->
-    ("cuadv", ...) for cuadv's, which write dev.y, poisoned with NaN first, or ("peer", ...) for a call returning its
-    result), time them all in interleaved rounds (each the median of `repeats` CUDA-event timings behind a
-    `queue_ahead_us` spin), and validate cuadv's again (steal then runs the grid it learned). Returns label -> ms and
-    the largest error over its tolerance."""
+    ("cuadv", ...) for cuadv's, which write dev.y, poisoned with NaN first; found_peers: the labs' `peers(...)`, whose
+    calls return their result and are added to both as ("peer", kind), the absent ones named in a progress line),
+    time them all in interleaved rounds (each the median of `repeats` CUDA-event timings behind a `queue_ahead_us`
+    spin), and validate cuadv's again (steal then runs the grid it learned). Returns label -> ms and the largest error
+    over its tolerance."""
     import cupy as cp
 
     from ..timing import time_gpu
     from .base import interleaved_rounds
 
+    peer_list, missing = found_peers
+    for peer_kind, label, fn in peer_list:
+        fns[label], labels[label] = fn, ("peer", peer_kind)
+    for name, why in missing.items():
+        ctx.progress(f"{lab}: {name} skipped: {why}")
     worst = 0.0
 
     def validate(cuadv_only: bool) -> None:
