@@ -597,7 +597,7 @@ def checked_timings(ctx, lab: str, kind: str, dev: DeviceCsr, fns, labels, found
                     repeats: int, queue_ahead_us: float):
     """What both labs over DeviceCsr measure: validate every variant and peer (fns: label -> a call; labels: label ->
     ("cuadv", ...) for cuadv's, which write dev.y, poisoned with NaN first; found_peers: the labs' `peers(...)`, whose
-    calls return their result and are added to both as ("peer", kind), the absent ones named in a progress line),
+    calls return their result and join fns and labels as ("peer", kind), the absent ones named in a progress line),
     time them all in interleaved rounds (each the median of `repeats` CUDA-event timings behind a `queue_ahead_us`
     spin), and validate cuadv's again (steal then runs the grid it learned). Returns label -> ms and the largest error
     over its tolerance."""
