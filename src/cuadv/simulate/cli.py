@@ -13,7 +13,7 @@ from ..arg_types import whole_number
 from ..work_stealing.policies import DEFAULT_QUANTUM_US
 from .model import POLICIES, Machine, SimulationError
 from .tables import parameters_table, seed_table, sweep_table, tradeoff_table, workload_table, write_timelines
-from .tradeoff import DEFAULT_TILES, study
+from .tradeoff import DEFAULT_TILE_US, DEFAULT_TILES, study
 from .workloads import is_workload_file
 
 
@@ -115,9 +115,10 @@ def register(sub) -> None:
                         "of per-tile microseconds, one tile per value (default pareto:1.5)")
     p.add_argument("--tiles", type=int, default=None,
                    help=f"number of tiles (default {DEFAULT_TILES}; not with a workload file)")
-    p.add_argument("--tile-us", type=float, default=20.0,
-                   help="tile duration, microseconds (default 20): the mean of uniform, pareto and triangular, the "
-                        "base tile of periodic and of the trade-off scenarios; a file's durations are its own")
+    p.add_argument("--tile-us", type=float, default=DEFAULT_TILE_US,
+                   help=f"tile duration, microseconds (default {DEFAULT_TILE_US:g}): the mean of uniform, pareto and "
+                        "triangular, the base tile of periodic and of the trade-off scenarios; a file's durations are "
+                        "its own")
     p.add_argument("--sms", type=int, default=132, help="SMs (default 132, an H200)")
     p.add_argument("--slots", type=int, default=8, help="resident blocks per SM, the kernel's occupancy (default 8)")
     p.add_argument("--prologue-us", type=float, default=5.0, help="prologue per running block (default 5)")

@@ -59,6 +59,7 @@ class Preemption:
 
 
 DEFAULT_TILES = 42_240  # tiles of a study when none are given (320 per slot of an H200 at 8 blocks per SM)
+DEFAULT_TILE_US = 20.0  # the mean tile of a named workload and the base tile of the trade-off scenarios
 JITTER = 0.1  # the preemption scenario's tiles vary +-10%, so blocks do not end in lock-step waves
 
 
@@ -114,7 +115,7 @@ class Study:
     seed: int = 0  # of the random workloads (the given one, the standard ones, the preemption scenario's)
 
 
-def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = DEFAULT_TILES, tile_us: float = 20.0,
+def study(machine: Machine, workload: str = "pareto:1.5", tiles: int = DEFAULT_TILES, tile_us: float = DEFAULT_TILE_US,
           prologue_us: float = 5.0, heavy_prologue_us: float = 100.0, quantum_us: float = DEFAULT_QUANTUM_US,
           policies: Sequence[str] = POLICIES, sweep_quanta_us: Sequence[float] = (), seed: int = 0,
           progress: Callable[[str, int, int], None] | None = None) -> Study:
